@@ -1,0 +1,58 @@
+//! The environment seam: tools, state, and the scorer of finished trajectories.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::message::{Message, ToolSpec};
+use crate::reward::Reward;
+use crate::task::Task;
+
+/// What a tool call returned. `is_error` marks an output the model should read as a failure;
+/// it is still data for the transcript, not an `Err`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub content: String,
+    pub is_error: bool,
+    /// Whether the tool changed the environment's state (resume replays these).
+    pub write: bool,
+}
+
+impl ToolOutput {
+    pub fn ok(content: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: content.into(), is_error: false, write: false }
+    }
+
+    pub fn error(content: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: content.into(), is_error: true, write: false }
+    }
+}
+
+/// An environment failure: the environment itself broke (a crashed server, a bug), as opposed
+/// to a tool that answered with an error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct EnvError(pub String);
+
+/// A kind of environment. It opens one [`EnvSession`] per session.
+#[async_trait]
+pub trait Environment: Send + Sync {
+    fn name(&self) -> &str;
+
+    async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError>;
+}
+
+/// The environment's side of one session: its state, its tools and its scorer.
+#[async_trait]
+pub trait EnvSession: Send {
+    /// The tools the agent may call in this session.
+    fn tools(&self) -> &[ToolSpec];
+
+    /// Calls one tool with arguments that already parsed as JSON and matched the tool's schema.
+    async fn call(&mut self, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError>;
+
+    /// Scores the finished transcript.
+    async fn score(&mut self, transcript: &[Message]) -> Result<Reward, EnvError>;
+
+    /// Releases what the session holds. Called once, whatever the outcome.
+    async fn close(&mut self) {}
+}

@@ -1,0 +1,33 @@
+//! Parley's domain types and the seams between its parts.
+//!
+//! Everything the engine, the store, the model client, the agents, the environments and the
+//! simulators exchange is defined here: messages, tool calls, tool specs, tasks, termination
+//! reasons, rewards, and the object-safe traits [`Agent`], [`UserSimulator`], [`Environment`],
+//! [`ModelClient`] and [`SessionStore`].
+//!
+//! Invariant: this crate depends on nothing heavy. No HTTP client, no database driver, no async
+//! runtime: a check in CI fails the build if it pulls in sqlx, axum, reqwest or async-openai.
+
+pub mod agent;
+pub mod environment;
+pub mod message;
+pub mod model;
+pub mod nemo_gym;
+pub mod reward;
+pub mod session;
+pub mod store;
+pub mod task;
+pub mod user;
+
+pub use agent::{Agent, AgentFailure, AgentTurn, AgentView};
+pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
+pub use message::{Message, Role, ToolCall, ToolSpec};
+pub use model::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, Sampling, Usage};
+pub use reward::Reward;
+pub use session::{Limits, Termination};
+pub use store::{
+    MessageRecord, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
+    ToolCallRecord, TurnRecord,
+};
+pub use task::{Task, stable_seed};
+pub use user::{UserSimulator, UserStop, UserTurn};

@@ -1,0 +1,105 @@
+//! The seam to a model endpoint: one chat call, with what it cost.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{Message, ToolSpec};
+
+/// Sampling settings sent with every call. `None` leaves the endpoint's default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_tokens: Option<u32>,
+    pub seed: Option<u64>,
+}
+
+/// One chat call. Borrowed, so that building a request never copies the transcript.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatRequest<'a> {
+    pub model: &'a str,
+    pub messages: &'a [Message],
+    pub tools: &'a [ToolSpec],
+    pub sampling: &'a Sampling,
+    /// An OpenAI `response_format`, for endpoints that constrain output by a JSON schema.
+    pub response_format: Option<&'a Value>,
+}
+
+/// Token counts reported by the endpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
+
+/// The record of one model call as it goes to the store: the raw request and response bodies
+/// (never headers, so never a key), and what the call cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelCall {
+    pub endpoint: String,
+    pub request: Value,
+    pub response: Option<Value>,
+    pub usage: Usage,
+    pub latency: Duration,
+    /// Attempts made, retries included.
+    pub attempts: u32,
+    pub error: Option<String>,
+}
+
+/// A successful call: the assistant message and its record.
+#[derive(Debug, Clone)]
+pub struct ChatReply {
+    pub message: Message,
+    pub finish_reason: Option<String>,
+    pub call: ModelCall,
+}
+
+/// Why a call failed after its retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFailureKind {
+    /// Connection refused, reset, or any transport error.
+    Transport,
+    /// The endpoint answered with an error status that retries did not fix.
+    Status(u16),
+    /// No answer within the per-call timeout.
+    Timeout,
+    /// The body was not a chat completion.
+    MalformedResponse,
+    /// The endpoint says the prompt is longer than the model's context.
+    ContextWindowExceeded,
+}
+
+/// A call that failed after every retry allowed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ModelFailure {
+    pub kind: ModelFailureKind,
+    pub message: String,
+    pub call: ModelCall,
+}
+
+/// One OpenAI-compatible endpoint. Implementations own retries, timeouts and concurrency limits
+/// for their endpoint, and record every call.
+#[async_trait]
+pub trait ModelClient: Send + Sync {
+    /// The base URL, for logs and per-endpoint limits.
+    fn endpoint(&self) -> &str;
+
+    async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure>;
+}

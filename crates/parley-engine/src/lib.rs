@@ -1,0 +1,14 @@
+//! The engine: the session state machine and the scheduler that runs many sessions at once.
+//!
+//! Invariants: a session commits each turn to the [`SessionStore`](parley_core::SessionStore)
+//! before it starts the next; malformed model output (bad JSON arguments, an unknown tool, a
+//! schema violation) is answered with a tool error and recorded, never raised; a session that
+//! fails, panics, times out or is cancelled ends with a termination reason and never stops the
+//! others. The engine knows the seams only: no HTTP, no SQL.
+
+mod scheduler;
+pub mod schema;
+mod session;
+
+pub use scheduler::{Job, Scheduler};
+pub use session::{Parties, SessionResult, run_session};

@@ -1,0 +1,88 @@
+//! The scheduler: runs many sessions at once, at most `concurrency` in flight, each on its own
+//! task so that one session's panic is contained to that session.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use parley_core::{Limits, SessionId, SessionOutcome, Task, Termination};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::session::{Parties, SessionResult, run_session};
+
+/// One session to run.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: SessionId,
+    pub task: Arc<Task>,
+    pub trial: u32,
+    pub seed: u64,
+}
+
+#[derive(Clone)]
+pub struct Scheduler {
+    pub parties: Parties,
+    pub limits: Limits,
+    pub concurrency: usize,
+    pub cancel: CancellationToken,
+}
+
+impl Scheduler {
+    /// Runs the jobs and yields each result as its session ends, in completion order. After a
+    /// cancel, sessions not yet started are skipped and running ones end as `cancelled`.
+    pub fn run(&self, jobs: Vec<Job>) -> impl Stream<Item = SessionResult> + use<> {
+        let this = self.clone();
+        futures::stream::iter(jobs)
+            .take_while({
+                let cancel = self.cancel.clone();
+                move |_| std::future::ready(!cancel.is_cancelled())
+            })
+            .map(move |job| {
+                let this = this.clone();
+                async move {
+                    let span = tracing::info_span!("session", id = job.id, task = %job.task.id, trial = job.trial);
+                    let handle = tokio::spawn({
+                        let this = this.clone();
+                        let job = job.clone();
+                        async move {
+                            run_session(&this.parties, job.id, job.task, job.trial, job.seed, &this.limits, &this.cancel)
+                                .await
+                        }
+                        .instrument(span)
+                    });
+                    match handle.await {
+                        Ok(result) => result,
+                        Err(e) => {
+                            let result = panicked(job, e.to_string());
+                            let record = this.parties.store.finish_session(result.id, Default::default(), &result.outcome);
+                            if let Err(e) = record.await {
+                                tracing::error!(session = result.id, error = %e, "could not record a panicked session");
+                            }
+                            result
+                        }
+                    }
+                }
+            })
+            .buffer_unordered(self.concurrency.max(1))
+    }
+}
+
+fn panicked(job: Job, why: String) -> SessionResult {
+    tracing::error!(session = job.id, error = %why, "a session panicked");
+    let produced_from = job.task.messages.len();
+    SessionResult {
+        id: job.id,
+        transcript: job.task.messages.clone(),
+        task: job.task,
+        trial: job.trial,
+        outcome: SessionOutcome {
+            termination: Termination::InfrastructureError,
+            reward: None,
+            error: Some(format!("the session panicked: {why}")),
+            steps: 0,
+            duration: Default::default(),
+        },
+        produced_from,
+        usage: Default::default(),
+    }
+}

@@ -1,0 +1,132 @@
+//! The Chat Completions wire format: requests built from borrowed transcripts, replies read
+//! from whatever the endpoint sent.
+
+use parley_core::{ChatRequest, Message, Role, ToolCall, Usage};
+use serde_json::{Map, Value, json};
+
+pub(crate) fn request_json(request: &ChatRequest<'_>) -> Value {
+    let mut body = Map::with_capacity(8);
+    body.insert("model".into(), Value::from(request.model));
+    body.insert("messages".into(), Value::Array(request.messages.iter().map(message_json).collect()));
+    if !request.tools.is_empty() {
+        body.insert("tools".into(), Value::Array(request.tools.iter().map(|t| t.to_chat_json()).collect()));
+    }
+    let sampling = request.sampling;
+    if let Some(t) = sampling.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = sampling.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(m) = sampling.max_tokens {
+        body.insert("max_tokens".into(), json!(m));
+    }
+    if let Some(s) = sampling.seed {
+        body.insert("seed".into(), json!(s));
+    }
+    if let Some(format) = request.response_format {
+        body.insert("response_format".into(), format.clone());
+    }
+    Value::Object(body)
+}
+
+fn message_json(message: &Message) -> Value {
+    let mut m = Map::with_capacity(4);
+    m.insert("role".into(), Value::from(message.role.as_str()));
+    m.insert("content".into(), message.content.as_deref().map_or(Value::Null, Value::from));
+    if !message.tool_calls.is_empty() {
+        let calls = message
+            .tool_calls
+            .iter()
+            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect();
+        m.insert("tool_calls".into(), Value::Array(calls));
+    }
+    if let Some(id) = &message.tool_call_id {
+        m.insert("tool_call_id".into(), Value::from(id.as_str()));
+    }
+    Value::Object(m)
+}
+
+/// The assistant message, finish reason and usage of a chat completion, or why it is not one.
+pub(crate) fn parse_reply(body: &Value) -> Result<(Message, Option<String>, Usage), String> {
+    let choice = body
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or("the response has no `choices[0]`")?;
+    let message = choice.get("message").ok_or("`choices[0]` has no `message`")?;
+    let content = match message.get("content") {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Null) | None => None,
+        Some(other) => Some(other.to_string()),
+    };
+    let mut tool_calls = Vec::new();
+    if let Some(Value::Array(calls)) = message.get("tool_calls") {
+        for (i, call) in calls.iter().enumerate() {
+            let function = call.get("function").ok_or_else(|| format!("tool call {i} has no `function`"))?;
+            let arguments = match function.get("arguments") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => String::new(),
+                // Some servers send arguments as an object; keep it as the model's text would be.
+                Some(other) => other.to_string(),
+            };
+            tool_calls.push(ToolCall {
+                id: call.get("id").and_then(Value::as_str).map_or_else(|| format!("call_{i}"), str::to_owned),
+                name: function.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                arguments,
+            });
+        }
+    }
+    let finish_reason = choice.get("finish_reason").and_then(Value::as_str).map(str::to_owned);
+    let usage = body.get("usage").map_or_else(Usage::default, |u| Usage {
+        prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        completion_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
+    });
+    Ok((Message { role: Role::Assistant, content, tool_calls, tool_call_id: None }, finish_reason, usage))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parley_core::{Sampling, ToolSpec};
+
+    #[test]
+    fn request_carries_tools_sampling_and_tool_results() {
+        let messages = [
+            Message::user("hi"),
+            Message::assistant_calls(None, vec![ToolCall { id: "c".into(), name: "f".into(), arguments: "{}".into() }]),
+            Message::tool_result("c", "out"),
+        ];
+        let tools = [ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}), strict: false }];
+        let sampling = Sampling { temperature: Some(0.5), seed: Some(9), ..Sampling::default() };
+        let body = request_json(&ChatRequest {
+            model: "m",
+            messages: &messages,
+            tools: &tools,
+            sampling: &sampling,
+            response_format: None,
+        });
+        assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["name"], "f");
+        assert_eq!(body["messages"][2]["tool_call_id"], "c");
+        assert_eq!(body["tools"][0]["function"]["name"], "f");
+        assert_eq!(body["temperature"], 0.5);
+        assert_eq!(body["seed"], 9);
+        assert!(body.get("top_p").is_none());
+    }
+
+    #[test]
+    fn reply_with_tool_calls_and_usage() {
+        let body = json!({"choices": [{"message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "x", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
+            "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 4}});
+        let (m, finish, usage) = parse_reply(&body).unwrap();
+        assert_eq!(m.tool_calls[0].arguments, "{\"a\":1}");
+        assert_eq!(finish.as_deref(), Some("tool_calls"));
+        assert_eq!(usage, Usage { prompt_tokens: 3, completion_tokens: 4 });
+    }
+
+    #[test]
+    fn reply_without_choices_is_malformed() {
+        assert!(parse_reply(&json!({"id": "x"})).unwrap_err().contains("choices"));
+    }
+}

@@ -1,0 +1,213 @@
+//! The single writer: it drains every session's pending turns, writes them as multi-row
+//! inserts in one transaction, and acknowledges each turn after the commit.
+
+use parley_core::{SessionId, SessionOutcome, StoreError, TurnRecord};
+use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{StoreOptions, db_error};
+
+/// Turns taken into one transaction at most. Large enough to amortise the commit, small enough
+/// to keep a commit's latency low.
+const MAX_BATCH: usize = 1024;
+/// SQLite accepts 32766 bound parameters per statement; stay under it.
+const MAX_PARAMS: usize = 32_000;
+
+struct Write {
+    session: SessionId,
+    turn: TurnRecord,
+    outcome: Option<SessionOutcome>,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
+enum Command {
+    Write(Write),
+    Flush(oneshot::Sender<()>),
+}
+
+#[derive(Clone)]
+pub(crate) struct WriterHandle {
+    tx: mpsc::UnboundedSender<Command>,
+    finished: std::sync::Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+pub(crate) struct Writer {
+    conn: SqliteConnection,
+    options: StoreOptions,
+}
+
+impl Writer {
+    pub(crate) fn spawn(conn: SqliteConnection, options: StoreOptions) -> WriterHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(Writer { conn, options }.run(rx));
+        WriterHandle { tx, finished: std::sync::Arc::new(tokio::sync::Mutex::new(Some(task))) }
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        let mut flushes = Vec::new();
+        while let Some(command) = rx.recv().await {
+            let mut next = Some(command);
+            while let Some(command) = next.take() {
+                match command {
+                    Command::Write(w) => batch.push(w),
+                    Command::Flush(done) => flushes.push(done),
+                }
+                if batch.len() < MAX_BATCH {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if !batch.is_empty() {
+                let result = self.write(&batch).await.map_err(|e| e.to_string());
+                if let Err(e) = &result {
+                    tracing::error!(error = %e, turns = batch.len(), "the store could not commit a batch");
+                }
+                for w in batch.drain(..) {
+                    let _ = w.done.send(result.clone());
+                }
+            }
+            for done in flushes.drain(..) {
+                let _ = done.send(());
+            }
+        }
+        let _ = self.conn.close().await;
+    }
+
+    async fn write(&mut self, batch: &[Write]) -> Result<(), StoreError> {
+        let raw = self.options.raw_model_calls;
+        let mut tx = self.conn.begin().await.map_err(db_error)?;
+
+        let messages: Vec<_> =
+            batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.session, m))).collect();
+        for chunk in messages.chunks(MAX_PARAMS / 6) {
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id) ",
+            );
+            q.push_values(chunk, |mut b, (session, m)| {
+                let calls = (!m.message.tool_calls.is_empty())
+                    .then(|| serde_json::to_string(&m.message.tool_calls).unwrap_or_default());
+                b.push_bind(*session)
+                    .push_bind(m.seq as i64)
+                    .push_bind(m.message.role.as_str())
+                    .push_bind(m.message.content.as_deref())
+                    .push_bind(calls)
+                    .push_bind(m.message.tool_call_id.as_deref());
+            });
+            q.build().execute(&mut *tx).await.map_err(db_error)?;
+        }
+
+        let calls: Vec<_> = messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c))).collect();
+        for chunk in calls.chunks(MAX_PARAMS / 10) {
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
+                 completion_tokens, latency_ms, attempts, error) ",
+            );
+            q.push_values(chunk, |mut b, (session, seq, c)| {
+                b.push_bind(*session)
+                    .push_bind(*seq as i64)
+                    .push_bind(c.endpoint.as_str())
+                    .push_bind(raw.then(|| c.request.to_string()))
+                    .push_bind(if raw { c.response.as_ref().map(|r| r.to_string()) } else { None })
+                    .push_bind(c.usage.prompt_tokens as i64)
+                    .push_bind(c.usage.completion_tokens as i64)
+                    .push_bind(c.latency.as_secs_f64() * 1e3)
+                    .push_bind(c.attempts as i64)
+                    .push_bind(c.error.as_deref());
+            });
+            q.build().execute(&mut *tx).await.map_err(db_error)?;
+        }
+
+        let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
+        for chunk in tools.chunks(MAX_PARAMS / 9) {
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO tool_calls (session_id, seq, call_id, name, arguments, output, is_error, is_write, \
+                 duration_us) ",
+            );
+            q.push_values(chunk, |mut b, (session, t)| {
+                b.push_bind(*session)
+                    .push_bind(t.seq as i64)
+                    .push_bind(t.call_id.as_str())
+                    .push_bind(t.name.as_str())
+                    .push_bind(t.arguments.as_str())
+                    .push_bind(t.output.as_str())
+                    .push_bind(t.is_error)
+                    .push_bind(t.write)
+                    .push_bind(t.duration.as_micros() as i64);
+            });
+            q.build().execute(&mut *tx).await.map_err(db_error)?;
+        }
+
+        let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.session, o))).collect();
+        for chunk in finished.chunks(MAX_PARAMS / 6) {
+            // One statement for all sessions that ended in this batch.
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "WITH v (id, termination, reward, error, steps, duration_ms) AS (",
+            );
+            q.push_values(chunk, |mut b, (session, o)| {
+                b.push_bind(*session)
+                    .push_bind(o.termination.as_str())
+                    .push_bind(o.reward.as_ref().map(|r| r.value))
+                    .push_bind(o.error.as_deref())
+                    .push_bind(o.steps as i64)
+                    .push_bind(o.duration.as_secs_f64() * 1e3);
+            });
+            q.push(
+                ") UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward, \
+                 error = v.error, steps = v.steps, duration_ms = v.duration_ms, \
+                 finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM v WHERE sessions.id = v.id",
+            );
+            q.build().execute(&mut *tx).await.map_err(db_error)?;
+        }
+
+        let scored: Vec<_> = finished.iter().filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r))).collect();
+        for chunk in scored.chunks(MAX_PARAMS / 4) {
+            let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO scores (session_id, scorer, version, value, breakdown) ");
+            q.push_values(chunk, |mut b, (session, r)| {
+                b.push_bind(*session)
+                    .push_bind("environment")
+                    .push_bind(1i64)
+                    .push_bind(r.value)
+                    .push_bind(serde_json::Value::Object(r.breakdown.clone()).to_string());
+            });
+            q.build().execute(&mut *tx).await.map_err(db_error)?;
+        }
+
+        tx.commit().await.map_err(db_error)
+    }
+}
+
+impl WriterHandle {
+    pub(crate) async fn write(
+        &self,
+        session: SessionId,
+        turn: TurnRecord,
+        outcome: Option<SessionOutcome>,
+    ) -> Result<(), StoreError> {
+        let (done, ack) = oneshot::channel();
+        self.tx
+            .send(Command::Write(Write { session, turn, outcome, done }))
+            .map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
+        match ack.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Database(e)),
+            Err(_) => Err(StoreError::WriterGone("the writer task ended before committing".into())),
+        }
+    }
+
+    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        let (done, ack) = oneshot::channel();
+        self.tx.send(Command::Flush(done)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
+        ack.await.map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
+    }
+
+    /// Stops the writer after everything queued is written.
+    pub(crate) async fn close(self) {
+        let _ = self.flush().await;
+        let task = self.finished.lock().await.take();
+        drop(self.tx);
+        if let Some(task) = task {
+            // Other clones of the handle may still hold senders; do not wait forever for them.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
+        }
+    }
+}

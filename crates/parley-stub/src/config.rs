@@ -1,0 +1,120 @@
+//! The stub's configuration: how many tool calls to make, latency, fault fractions, seed.
+
+use std::fmt;
+use std::time::Duration;
+
+/// How the stub answers. See the crate documentation for what each field does to an answer.
+#[derive(Debug, Clone)]
+pub struct StubConfig {
+    /// Tool-call answers per user turn before the final text (default 2).
+    pub tool_calls: u32,
+    /// Fixed delay before every answer, errors included (default 0).
+    pub latency: Duration,
+    /// Fractions of requests that get each fault (default: none).
+    pub faults: Faults,
+    /// Mixed into every fault draw, so different seeds fault on different requests (default 0).
+    pub seed: u64,
+    /// How long a `hang` fault sleeps before answering normally (default 3600 s).
+    pub hang: Duration,
+    /// The value of the `Retry-After` header (seconds) on rate-limit faults (default 1; 0 allowed).
+    pub retry_after_secs: u64,
+    /// The final text; `None` gives the default described in the crate documentation.
+    pub final_text: Option<String>,
+}
+
+impl Default for StubConfig {
+    fn default() -> Self {
+        Self {
+            tool_calls: 2,
+            latency: Duration::ZERO,
+            faults: Faults::default(),
+            seed: 0,
+            hang: Duration::from_secs(3600),
+            retry_after_secs: 1,
+            final_text: None,
+        }
+    }
+}
+
+impl StubConfig {
+    /// Checks the configuration before a port is bound: every fault fraction must lie in
+    /// `[0, 1]` and together they must not exceed 1, otherwise later fault kinds would be
+    /// silently starved by earlier ones.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, fraction) in self.faults.named() {
+            if !(0.0..=1.0).contains(&fraction) {
+                return Err(ConfigError::FractionOutOfRange { name, fraction });
+            }
+        }
+        let total = self.faults.total();
+        // A little slack so that, say, five fractions of 0.2 read from a command line pass.
+        if total > 1.0 + 1e-9 {
+            return Err(ConfigError::FractionsExceedOne { total });
+        }
+        Ok(())
+    }
+}
+
+/// Fractions of requests, each in `[0, 1]`, that get each kind of fault. Kinds are drawn in
+/// the order of the fields, from one uniform draw per request, so the fractions add up.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    /// Answer 429 with `Retry-After` and a `rate_limit_error`.
+    pub rate_limit: f64,
+    /// Answer 500 with a `server_error`.
+    pub server_error: f64,
+    /// Sleep [`StubConfig::hang`], then answer normally.
+    pub hang: f64,
+    /// Answer 200 with a truncated JSON body.
+    pub malformed: f64,
+    /// Give a tool call invalid arguments (only when the answer is a tool call).
+    pub bad_arguments: f64,
+}
+
+impl Faults {
+    /// The fractions with their names, in the order faults are drawn.
+    pub(crate) fn named(&self) -> [(&'static str, f64); 5] {
+        [
+            ("rate_limit", self.rate_limit),
+            ("server_error", self.server_error),
+            ("hang", self.hang),
+            ("malformed", self.malformed),
+            ("bad_arguments", self.bad_arguments),
+        ]
+    }
+
+    fn total(&self) -> f64 {
+        self.named().iter().map(|(_, fraction)| fraction).sum()
+    }
+
+    /// Whether any fault can happen; when none can, the stub skips fault bookkeeping entirely.
+    pub(crate) fn any(&self) -> bool {
+        self.named().iter().any(|(_, fraction)| *fraction > 0.0)
+    }
+}
+
+/// Why a [`StubConfig`] was rejected.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigError {
+    /// One fault fraction is not in `[0, 1]` (or is NaN).
+    FractionOutOfRange { name: &'static str, fraction: f64 },
+    /// The fault fractions add up to more than 1.
+    FractionsExceedOne { total: f64 },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::FractionOutOfRange { name, fraction } => write!(
+                f,
+                "fault fraction `{name}` is {fraction}; it must be a number between 0 and 1"
+            ),
+            Self::FractionsExceedOne { total } => write!(
+                f,
+                "fault fractions add up to {total}; they must add up to at most 1"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -1,0 +1,201 @@
+//! The HTTP surface: routes, the request flow shared by both model endpoints (latency,
+//! parsing, faults, answer), and serving on a listener until shutdown.
+
+use std::io;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderValue, Uri, header};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::StubConfig;
+use crate::error::ApiError;
+use crate::fault::{Fault, FaultDice};
+use crate::hash::fnv;
+use crate::stats::Stats;
+use crate::turn::{Answer, Turn};
+use crate::{chat, responses};
+
+/// Long agent conversations are bigger than axum's default 2 MiB body limit.
+const BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Everything the handlers share.
+#[derive(Debug)]
+struct Shared {
+    config: StubConfig,
+    stats: Stats,
+    dice: FaultDice,
+    /// Turns `true` when [`serve`] is told to shut down, so hang faults stop sleeping and
+    /// graceful shutdown does not wait an hour for them.
+    shutdown: watch::Sender<bool>,
+}
+
+/// One of the two model APIs, as the shared request flow sees it.
+trait Api {
+    const MALFORMED: &'static str;
+    fn parse(body: &Value) -> Result<Turn<'_>, ApiError>;
+    fn render(turn: &Turn<'_>, answer: &Answer<'_>, body_hash: u64) -> Value;
+}
+
+struct Chat;
+
+impl Api for Chat {
+    const MALFORMED: &'static str = chat::MALFORMED;
+    fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
+        chat::parse(body)
+    }
+    fn render(turn: &Turn<'_>, answer: &Answer<'_>, body_hash: u64) -> Value {
+        chat::render(turn, answer, body_hash)
+    }
+}
+
+struct Responses;
+
+impl Api for Responses {
+    const MALFORMED: &'static str = responses::MALFORMED;
+    fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
+        responses::parse(body)
+    }
+    fn render(turn: &Turn<'_>, answer: &Answer<'_>, body_hash: u64) -> Value {
+        responses::render(turn, answer, body_hash)
+    }
+}
+
+/// The stub's routes and a handle on its counters. The configuration is used as given; call
+/// [`StubConfig::validate`] first to reject fault fractions that make no sense. Hang faults
+/// served through this router sleep their full duration even when the server shuts down;
+/// [`serve`] cuts them short.
+pub fn router(config: StubConfig) -> (Router, Stats) {
+    let (router, shared) = build(config);
+    (router, shared.stats.clone())
+}
+
+/// Serves the stub on `listener` until `shutdown` completes, then stops accepting, ends
+/// pending hang faults with a 503, and waits for the answers in flight.
+///
+/// Fails with [`io::ErrorKind::InvalidInput`] before serving anything when the configuration
+/// does not pass [`StubConfig::validate`].
+pub async fn serve(
+    listener: TcpListener,
+    config: StubConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    config
+        .validate()
+        .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+    let (router, shared) = build(config);
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, "parley-stub listening");
+    }
+    // Small answers on kept-alive connections would otherwise wait on Nagle's algorithm.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            shared.shutdown.send_replace(true);
+        })
+        .await
+}
+
+fn build(config: StubConfig) -> (Router, Arc<Shared>) {
+    let shared = Arc::new(Shared {
+        dice: FaultDice::new(config.faults, config.seed),
+        config,
+        stats: Stats::default(),
+        shutdown: watch::Sender::new(false),
+    });
+    let router = Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(complete::<Chat>))
+        .route("/v1/responses", post(complete::<Responses>))
+        .route("/stub/stats", get(stats))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(Arc::clone(&shared));
+    (router, shared)
+}
+
+async fn models() -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{"id": "parley-stub", "object": "model", "created": 0, "owned_by": "parley"}],
+    }))
+}
+
+async fn stats(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    Json(shared.stats.to_json())
+}
+
+async fn not_found(uri: Uri) -> Response {
+    ApiError::not_found(uri.path()).into_response()
+}
+
+/// The flow both model endpoints share; the answer's status is counted once it is known.
+async fn complete<A: Api>(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    shared.stats.record_request();
+    if !shared.config.latency.is_zero() {
+        tokio::time::sleep(shared.config.latency).await;
+    }
+    let response = answer::<A>(&shared, &body).await;
+    shared.stats.record_status(response.status().as_u16());
+    response
+}
+
+async fn answer<A: Api>(shared: &Shared, body: &[u8]) -> Response {
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(error) => {
+            return ApiError::invalid(format!("the request body is not valid JSON: {error}"))
+                .into_response();
+        }
+    };
+    let turn = match A::parse(&value) {
+        Ok(turn) => turn,
+        Err(error) => return error.into_response(),
+    };
+    shared.stats.record_turn(turn.conversation, turn.messages);
+
+    let body_hash = fnv(body);
+    let fault = shared.dice.draw(body_hash);
+    if let Some(fault) = fault {
+        tracing::debug!(?fault, conversation = turn.conversation, "injecting fault");
+    }
+    let bad_arguments = match fault {
+        None | Some(Fault::Hang) => None,
+        Some(Fault::RateLimit) => {
+            let mut response = ApiError::rate_limited().into_response();
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(shared.config.retry_after_secs),
+            );
+            return response;
+        }
+        Some(Fault::ServerError) => return ApiError::server_error().into_response(),
+        Some(Fault::Malformed) => {
+            return ([(header::CONTENT_TYPE, "application/json")], A::MALFORMED).into_response();
+        }
+        Some(Fault::BadArguments(bad)) => Some(bad),
+    };
+    if fault == Some(Fault::Hang) {
+        let mut shutdown = shared.shutdown.subscribe();
+        tokio::select! {
+            () = tokio::time::sleep(shared.config.hang) => {}
+            // `wait_for` only fails when the sender is gone, and `Shared` owns it.
+            _ = shutdown.wait_for(|&stopping| stopping) => {
+                return ApiError::shutting_down().into_response();
+            }
+        }
+    }
+    let answer = turn.answer(&shared.config, bad_arguments);
+    Json(A::render(&turn, &answer, body_hash)).into_response()
+}

@@ -1,0 +1,132 @@
+//! The format-neutral view of one model request and the stub's decision about it: a tool call
+//! or a final text. The chat and responses modules translate to and from their wire formats.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use crate::config::StubConfig;
+use crate::fault::BadArguments;
+use crate::hash::Fnv;
+use crate::synth::synthesize;
+
+/// The final text when there is neither a configured text nor a tool result to echo.
+pub(crate) const GREETING: &str = "Hello from parley-stub.";
+
+/// What the stub needs to know about a request, whichever API it came through.
+#[derive(Debug)]
+pub(crate) struct Turn<'a> {
+    pub(crate) model: &'a str,
+    /// The conversation key's hash (see [`crate::conversation_key`]).
+    pub(crate) conversation: u64,
+    /// Messages (chat) or input items (responses) in the request.
+    pub(crate) messages: usize,
+    /// Tool results after the last user message: how many tool calls this turn has made.
+    pub(crate) tool_results: u32,
+    /// The text of the last of those tool results.
+    pub(crate) last_tool_result: Option<Cow<'a, str>>,
+    /// Function tools, in request order; other tool kinds are left out.
+    pub(crate) tools: Vec<Tool<'a>>,
+    /// `tool_choice` was `"none"`.
+    pub(crate) tools_disabled: bool,
+    /// The JSON schema of a structured-output request.
+    pub(crate) json_schema: Option<&'a Value>,
+    /// Characters of every message's text, for the usage estimate.
+    pub(crate) prompt_chars: usize,
+}
+
+/// A function tool offered by the request.
+#[derive(Debug)]
+pub(crate) struct Tool<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) parameters: Option<&'a Value>,
+}
+
+/// The stub's answer to a turn.
+#[derive(Debug)]
+pub(crate) enum Answer<'a> {
+    ToolCall {
+        /// Hash of (conversation, tool results so far); the wire ids are built from it.
+        id: u64,
+        name: &'a str,
+        arguments: String,
+    },
+    Text(String),
+}
+
+impl Answer<'_> {
+    /// Characters of the generated output, for the usage estimate.
+    pub(crate) fn output_chars(&self) -> usize {
+        match self {
+            Self::ToolCall { arguments, .. } => arguments.chars().count(),
+            Self::Text(text) => text.chars().count(),
+        }
+    }
+}
+
+impl<'a> Turn<'a> {
+    /// Decides the answer. `bad_arguments` replaces a tool call's arguments (the fault);
+    /// it is ignored when the answer is a text.
+    pub(crate) fn answer(
+        &self,
+        config: &StubConfig,
+        bad_arguments: Option<BadArguments>,
+    ) -> Answer<'a> {
+        let k = self.tool_results;
+        if !self.tools.is_empty() && !self.tools_disabled && k < config.tool_calls {
+            // `k` fits in usize on every platform Rust supports with std.
+            let tool = &self.tools[k as usize % self.tools.len()];
+            let arguments = match (bad_arguments, tool.parameters) {
+                (Some(bad), _) => bad.text().to_owned(),
+                (None, Some(parameters)) => synthesize(parameters).to_string(),
+                // A function without parameters takes an empty object.
+                (None, None) => "{}".to_owned(),
+            };
+            let id = Fnv::new().u64(self.conversation).u64(k.into()).finish();
+            return Answer::ToolCall {
+                id,
+                name: tool.name,
+                arguments,
+            };
+        }
+        let text = if let Some(schema) = self.json_schema {
+            synthesize(schema).to_string()
+        } else if let Some(text) = &config.final_text {
+            text.clone()
+        } else if let Some(result) = &self.last_tool_result {
+            format!("Result: {result}")
+        } else {
+            GREETING.to_owned()
+        };
+        Answer::Text(text)
+    }
+}
+
+/// The text of a message's `content`: a string as is, the `text` fields of an array of parts
+/// joined together, nothing otherwise (`null`, images).
+pub(crate) fn text_of(content: Option<&Value>) -> Cow<'_, str> {
+    match content {
+        Some(Value::String(text)) => Cow::Borrowed(text),
+        Some(Value::Array(parts)) => {
+            let mut texts = parts
+                .iter()
+                .filter_map(|part| part.get("text").and_then(Value::as_str));
+            match (texts.next(), texts.next()) {
+                (None, _) => Cow::Borrowed(""),
+                // The usual single-part message needs no allocation.
+                (Some(only), None) => Cow::Borrowed(only),
+                (Some(first), Some(second)) => {
+                    let mut joined = format!("{first}{second}");
+                    texts.for_each(|text| joined.push_str(text));
+                    Cow::Owned(joined)
+                }
+            }
+        }
+        _ => Cow::Borrowed(""),
+    }
+}
+
+/// The usage estimate: a quarter of the characters, at least 1.
+pub(crate) fn tokens(chars: usize) -> usize {
+    (chars / 4).max(1)
+}

@@ -1,0 +1,86 @@
+//! An in-process environment with the task shape of NeMo Gym's `example_multi_step`: the agent
+//! looks up the values of synonyms with `get_synonym_value` and reports them with
+//! `extract_synonym_values`; the verifier checks the reported list against the expected one.
+//!
+//! Tasks are NeMo Gym JSONL rows (`responses_create_params` plus `expected_synonym_values`,
+//! `expected_synonyms`, `minefield_label`, `minefield_label_value`); [`generate`] writes any
+//! number of them. Tool outputs and verify fields are byte-for-byte those of NeMo Gym's server.
+//!
+//! Invariant: stateless; every session gets the same tools and the same answers.
+
+mod generate;
+mod verify;
+
+use async_trait::async_trait;
+use parley_core::{EnvError, EnvSession, Environment, Message, Reward, Task, ToolOutput, ToolSpec};
+use serde_json::{Value, json};
+
+pub use generate::generate;
+pub use verify::verify;
+
+pub const NAME: &str = "multi-step";
+
+/// The two tools, as NeMo Gym's example rows declare them.
+pub fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: "get_synonym_value".into(),
+            description: "Get the synonym value for a synonym. This operation returns a value that conforms to the following JSON Schema: {\"properties\": {\"synonym_value\": {\"type\": \"integer\", \"title\": \"Synonym Value\", \"description\": \"The value for this synonym.\"}}, \"type\": \"object\", \"required\": [\"synonym_value\"]}\n".into(),
+            parameters: json!({"type": "object", "properties": {"synonym": {"type": "string", "title": "Synonym", "description": "The synonym to get the value for."}}, "required": ["synonym"], "additionalProperties": false}),
+            strict: true,
+        },
+        ToolSpec {
+            name: "extract_synonym_values".into(),
+            description: "Extract the synonym values you retrieved for the term that is relevant to the user query.".into(),
+            parameters: json!({"type": "object", "properties": {"synonym_values": {"type": "array", "items": {"type": "integer"}, "title": "Synonym Values", "description": "The synonym values corresponding to the term for the user query."}}, "required": ["synonym_values"], "additionalProperties": false}),
+            strict: true,
+        },
+    ]
+}
+
+/// The value of a synonym: the sum of its characters' code points.
+pub fn synonym_value(synonym: &str) -> u64 {
+    synonym.chars().map(u64::from).sum()
+}
+
+#[derive(Debug, Default)]
+pub struct MultiStep;
+
+#[async_trait]
+impl Environment for MultiStep {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
+        let tools = if task.tools.is_empty() { tools() } else { task.tools.clone() };
+        Ok(Box::new(Session { tools, row: task.row.clone() }))
+    }
+}
+
+struct Session {
+    tools: Vec<ToolSpec>,
+    row: Value,
+}
+
+#[async_trait]
+impl EnvSession for Session {
+    fn tools(&self) -> &[ToolSpec] {
+        &self.tools
+    }
+
+    async fn call(&mut self, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
+        Ok(match name {
+            "get_synonym_value" => match arguments.get("synonym").and_then(Value::as_str) {
+                Some(synonym) => ToolOutput::ok(json!({"synonym_value": synonym_value(synonym)}).to_string()),
+                None => ToolOutput::error(json!({"error": "`synonym` must be a string"}).to_string()),
+            },
+            "extract_synonym_values" => ToolOutput::ok(json!({"success": true}).to_string()),
+            other => ToolOutput::error(json!({"error": format!("unknown tool `{other}`")}).to_string()),
+        })
+    }
+
+    async fn score(&mut self, transcript: &[Message]) -> Result<Reward, EnvError> {
+        verify(&self.row, transcript)
+    }
+}
