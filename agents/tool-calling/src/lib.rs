@@ -50,6 +50,9 @@ impl Agent for ToolCallingAgent {
             response_format: None,
         };
         let reply = self.client.chat(request).await?;
-        Ok(AgentTurn { message: reply.message, call: Some(reply.call) })
+        Ok(AgentTurn {
+            message: reply.message,
+            call: Some(reply.call),
+        })
     }
 }

@@ -1,1 +1,68 @@
-fn main() {}
+//! The `parley` binary: parses the command line, sets up logging, and runs one command.
+//! Bad usage or configuration exits with 64 before any work starts.
+
+mod cli;
+mod commands;
+mod error;
+mod progress;
+mod settings;
+mod summary;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::error::{EX_USAGE, UsageError};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EX_USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    init_tracing();
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                match cli.command {
+                    Command::Run(args) => {
+                        commands::run::run(settings::RunSettings::resolve(args)?).await
+                    }
+                    Command::Stub(args) => commands::stub::stub(args).await,
+                    Command::Tasks(args) => commands::tasks::tasks(args),
+                }
+            })
+        });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+            eprintln!("error: {e}");
+            ExitCode::from(EX_USAGE as u8)
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr; `RUST_LOG` sets the level (default: warnings); colour only on a terminal
+/// and never with `NO_COLOR`.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .init();
+}

@@ -24,26 +24,46 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
         Some(Value::String(text)) => messages.push(Message::user(text.clone())),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                messages.push(message_from_item(item).map_err(|e| RowError(format!("input item {i}: {e}")))?);
+                messages.push(
+                    message_from_item(item)
+                        .map_err(|e| RowError(format!("input item {i}: {e}")))?,
+                );
             }
         }
-        _ => return Err(RowError("`responses_create_params.input` must be a string or a list of items".into())),
+        _ => {
+            return Err(RowError(
+                "`responses_create_params.input` must be a string or a list of items".into(),
+            ));
+        }
     }
     let tools = match params.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(tools)) => tools
             .iter()
             .enumerate()
-            .map(|(i, t)| ToolSpec::from_openai_json(t).ok_or_else(|| RowError(format!("tool {i} has no `name`"))))
+            .map(|(i, t)| {
+                ToolSpec::from_openai_json(t)
+                    .ok_or_else(|| RowError(format!("tool {i} has no `name`")))
+            })
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err(RowError("`responses_create_params.tools` must be a list".into())),
+        Some(_) => {
+            return Err(RowError(
+                "`responses_create_params.tools` must be a list".into(),
+            ));
+        }
     };
     let id = match row.get("id") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
         _ => index.to_string(),
     };
-    Ok(Task { index, id, messages, tools, row })
+    Ok(Task {
+        index,
+        id,
+        messages,
+        tools,
+        row,
+    })
 }
 
 fn message_from_item(item: &Value) -> Result<Message, String> {
@@ -57,11 +77,17 @@ fn message_from_item(item: &Value) -> Result<Message, String> {
             return Ok(Message::assistant_calls(None, vec![call]));
         }
         Some("function_call_output") => {
-            return Ok(Message::tool_result(str_field(item, "call_id")?, str_field(item, "output")?));
+            return Ok(Message::tool_result(
+                str_field(item, "call_id")?,
+                str_field(item, "output")?,
+            ));
         }
         _ => {}
     }
-    let role = item.get("role").and_then(Value::as_str).ok_or("an input message needs a `role`")?;
+    let role = item
+        .get("role")
+        .and_then(Value::as_str)
+        .ok_or("an input message needs a `role`")?;
     let role = Role::parse(role).ok_or_else(|| format!("unknown role `{role}`"))?;
     let content = match item.get("content") {
         Some(Value::String(s)) => s.clone(),
@@ -76,7 +102,9 @@ fn message_from_item(item: &Value) -> Result<Message, String> {
 }
 
 fn str_field<'a>(item: &'a Value, key: &str) -> Result<&'a str, String> {
-    item.get(key).and_then(Value::as_str).ok_or_else(|| format!("a `{}` item needs a string `{key}`", item["type"]))
+    item.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("a `{}` item needs a string `{key}`", item["type"]))
 }
 
 /// The Responses `output` items for the part of a transcript that the session produced.
@@ -85,7 +113,11 @@ pub fn output_items(messages: &[Message]) -> Vec<Value> {
     for (i, m) in messages.iter().enumerate() {
         match m.role {
             Role::Assistant => {
-                if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty() || m.tool_calls.is_empty()) {
+                if let Some(text) = m
+                    .content
+                    .as_deref()
+                    .filter(|t| !t.is_empty() || m.tool_calls.is_empty())
+                {
                     items.push(json!({
                         "type": "message", "role": "assistant", "id": format!("msg_{i}"), "status": "completed",
                         "content": [{"type": "output_text", "text": text, "annotations": []}],
@@ -103,8 +135,12 @@ pub fn output_items(messages: &[Message]) -> Vec<Value> {
                 "call_id": m.tool_call_id.as_deref().unwrap_or_default(),
                 "output": m.content_str(),
             })),
-            Role::User => items.push(json!({"type": "message", "role": "user", "content": m.content_str()})),
-            Role::System => items.push(json!({"type": "message", "role": "system", "content": m.content_str()})),
+            Role::User => {
+                items.push(json!({"type": "message", "role": "user", "content": m.content_str()}))
+            }
+            Role::System => {
+                items.push(json!({"type": "message", "role": "system", "content": m.content_str()}))
+            }
         }
     }
     items
@@ -170,7 +206,10 @@ mod tests {
             "expected_synonym_values": [1]});
         let task = task_from_row(3, row).unwrap();
         assert_eq!(task.id, "7");
-        assert_eq!(task.messages, vec![Message::system("sys"), Message::user("hi")]);
+        assert_eq!(
+            task.messages,
+            vec![Message::system("sys"), Message::user("hi")]
+        );
         assert_eq!(task.tools[0].name, "get_synonym_value");
         assert!(task.tools[0].strict);
     }
@@ -183,7 +222,11 @@ mod tests {
 
     #[test]
     fn output_items_follow_the_responses_shape() {
-        let call = ToolCall { id: "c1".into(), name: "f".into(), arguments: "{}".into() };
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+        };
         let items = output_items(&[
             Message::assistant_calls(None, vec![call]),
             Message::tool_result("c1", "ok"),

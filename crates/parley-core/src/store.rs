@@ -1,5 +1,6 @@
 //! The store seam: every turn is committed before the next one starts.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -84,7 +85,7 @@ pub trait SessionStore: Send + Sync {
     async fn create_run(
         &self,
         spec: &RunSpec,
-        tasks: &[Task],
+        tasks: &[Arc<Task>],
         sessions: &[SessionSpec],
     ) -> Result<(RunId, Vec<SessionId>), StoreError>;
 

@@ -1,1 +1,194 @@
-//! placeholder
+//! Run metrics: reward means with 95% intervals, pass@k and pass^k over trials, and latency
+//! percentiles. Pure functions over outcomes, so the same numbers come from a live run and from
+//! the store alone.
+//!
+//! Invariant: sessions that ended in an infrastructure failure are counted by termination but
+//! excluded from reward means, pass@k and pass^k.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// A reward at or above this counts as a success for pass@k and pass^k (tau2 counts reward 1).
+pub const SUCCESS: f64 = 1.0 - 1e-6;
+
+/// One finished session, as metrics see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub task: usize,
+    pub termination: String,
+    /// Whether the termination is an infrastructure failure.
+    pub infrastructure: bool,
+    pub reward: Option<f64>,
+    pub duration_ms: f64,
+}
+
+/// A mean with the half-width of its 95% interval (normal approximation).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Mean {
+    pub mean: f64,
+    pub ci95: f64,
+    pub n: usize,
+}
+
+pub fn mean(values: &[f64]) -> Option<Mean> {
+    let n = values.len();
+    if n == 0 {
+        return None;
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let ci95 = if n < 2 {
+        0.0
+    } else {
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        1.96 * (var / n as f64).sqrt()
+    };
+    Some(Mean { mean, ci95, n })
+}
+
+/// The value below which `q` of the values lie (nearest rank on sorted values).
+pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+fn choose(n: usize, k: usize) -> f64 {
+    if k > n {
+        return 0.0;
+    }
+    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
+/// pass@k (at least one of k trials succeeds) and pass^k (all k succeed), each estimated per
+/// task from its n trials and c successes without bias, `1 - C(n-c,k)/C(n,k)` and
+/// `C(c,k)/C(n,k)` as tau2 computes them, then averaged over tasks that have at least k trials.
+pub fn pass_at_k(outcomes: &[Outcome], k: usize) -> (Option<f64>, Option<f64>) {
+    let mut per_task: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| !o.infrastructure) {
+        let entry = per_task.entry(o.task).or_default();
+        entry.0 += 1;
+        entry.1 += usize::from(o.reward.is_some_and(|r| r >= SUCCESS));
+    }
+    let eligible: Vec<(usize, usize)> = per_task.into_values().filter(|(n, _)| *n >= k).collect();
+    if eligible.is_empty() || k == 0 {
+        return (None, None);
+    }
+    let count = eligible.len() as f64;
+    let at = eligible
+        .iter()
+        .map(|&(n, c)| 1.0 - choose(n - c, k) / choose(n, k))
+        .sum::<f64>()
+        / count;
+    let hat = eligible
+        .iter()
+        .map(|&(n, c)| choose(c, k) / choose(n, k))
+        .sum::<f64>()
+        / count;
+    (Some(at), Some(hat))
+}
+
+/// The whole summary of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub sessions: usize,
+    pub terminations: BTreeMap<String, usize>,
+    pub reward: Option<Mean>,
+    /// (k, pass@k, pass^k) for k = 1..=trials.
+    pub pass: Vec<(usize, Option<f64>, Option<f64>)>,
+    pub session_ms_p50: Option<f64>,
+    pub session_ms_p99: Option<f64>,
+}
+
+pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
+    let mut terminations = BTreeMap::new();
+    for o in outcomes {
+        *terminations.entry(o.termination.clone()).or_insert(0) += 1;
+    }
+    let rewards: Vec<f64> = outcomes
+        .iter()
+        .filter(|o| !o.infrastructure)
+        .filter_map(|o| o.reward)
+        .collect();
+    let mut durations: Vec<f64> = outcomes.iter().map(|o| o.duration_ms).collect();
+    durations.sort_by(f64::total_cmp);
+    Summary {
+        sessions: outcomes.len(),
+        terminations,
+        reward: mean(&rewards),
+        pass: (1..=trials.max(1))
+            .map(|k| {
+                let (at, hat) = pass_at_k(outcomes, k);
+                (k, at, hat)
+            })
+            .collect(),
+        session_ms_p50: percentile(&durations, 0.5),
+        session_ms_p99: percentile(&durations, 0.99),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(task: usize, reward: Option<f64>, infrastructure: bool) -> Outcome {
+        Outcome {
+            task,
+            termination: if infrastructure {
+                "infrastructure_error"
+            } else {
+                "agent_stop"
+            }
+            .into(),
+            infrastructure,
+            reward,
+            duration_ms: 10.0 * (task + 1) as f64,
+        }
+    }
+
+    #[test]
+    fn pass_k_follows_the_unbiased_estimator() {
+        // Task 0: 2 of 4 succeed; task 1: 4 of 4.
+        let mut outcomes = Vec::new();
+        for r in [1.0, 0.0, 1.0, 0.0] {
+            outcomes.push(outcome(0, Some(r), false));
+        }
+        for _ in 0..4 {
+            outcomes.push(outcome(1, Some(1.0), false));
+        }
+        let (at1, hat1) = pass_at_k(&outcomes, 1);
+        assert_eq!((at1, hat1), (Some(0.75), Some(0.75)));
+        let (at2, hat2) = pass_at_k(&outcomes, 2);
+        // Task 0: pass@2 = 1 - C(2,2)/C(4,2) = 5/6; pass^2 = C(2,2)/C(4,2) = 1/6.
+        assert!((at2.unwrap() - (5.0 / 6.0 + 1.0) / 2.0).abs() < 1e-12);
+        assert!((hat2.unwrap() - (1.0 / 6.0 + 1.0) / 2.0).abs() < 1e-12);
+        assert_eq!(pass_at_k(&outcomes, 5), (None, None));
+    }
+
+    #[test]
+    fn infrastructure_failures_are_excluded() {
+        let outcomes = vec![
+            outcome(0, Some(1.0), false),
+            outcome(0, None, true),
+            outcome(1, Some(0.0), false),
+        ];
+        let summary = summarize(&outcomes, 1);
+        assert_eq!(summary.reward.unwrap().mean, 0.5);
+        assert_eq!(summary.reward.unwrap().n, 2);
+        assert_eq!(summary.terminations["infrastructure_error"], 1);
+        assert_eq!(summary.pass[0].2, Some(0.5));
+    }
+
+    #[test]
+    fn mean_interval_and_percentiles() {
+        let m = mean(&[0.0, 1.0, 0.0, 1.0]).unwrap();
+        assert_eq!(m.mean, 0.5);
+        assert!((m.ci95 - 1.96 * (1.0f64 / 3.0 / 4.0).sqrt()).abs() < 1e-12);
+        let sorted: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&sorted, 0.5), Some(50.0));
+        assert_eq!(percentile(&sorted, 0.99), Some(99.0));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+}

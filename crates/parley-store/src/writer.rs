@@ -28,7 +28,6 @@ enum Command {
 #[derive(Clone)]
 pub(crate) struct WriterHandle {
     tx: mpsc::UnboundedSender<Command>,
-    finished: std::sync::Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 pub(crate) struct Writer {
@@ -39,8 +38,8 @@ pub(crate) struct Writer {
 impl Writer {
     pub(crate) fn spawn(conn: SqliteConnection, options: StoreOptions) -> WriterHandle {
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(Writer { conn, options }.run(rx));
-        WriterHandle { tx, finished: std::sync::Arc::new(tokio::sync::Mutex::new(Some(task))) }
+        tokio::spawn(Writer { conn, options }.run(rx));
+        WriterHandle { tx }
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
@@ -77,8 +76,10 @@ impl Writer {
         let raw = self.options.raw_model_calls;
         let mut tx = self.conn.begin().await.map_err(db_error)?;
 
-        let messages: Vec<_> =
-            batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.session, m))).collect();
+        let messages: Vec<_> = batch
+            .iter()
+            .flat_map(|w| w.turn.messages.iter().map(move |m| (w.session, m)))
+            .collect();
         for chunk in messages.chunks(MAX_PARAMS / 6) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id) ",
@@ -96,7 +97,10 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let calls: Vec<_> = messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c))).collect();
+        let calls: Vec<_> = messages
+            .iter()
+            .filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c)))
+            .collect();
         for chunk in calls.chunks(MAX_PARAMS / 10) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
@@ -107,7 +111,11 @@ impl Writer {
                     .push_bind(*seq as i64)
                     .push_bind(c.endpoint.as_str())
                     .push_bind(raw.then(|| c.request.to_string()))
-                    .push_bind(if raw { c.response.as_ref().map(|r| r.to_string()) } else { None })
+                    .push_bind(if raw {
+                        c.response.as_ref().map(|r| r.to_string())
+                    } else {
+                        None
+                    })
                     .push_bind(c.usage.prompt_tokens as i64)
                     .push_bind(c.usage.completion_tokens as i64)
                     .push_bind(c.latency.as_secs_f64() * 1e3)
@@ -117,7 +125,10 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
+        let tools: Vec<_> = batch
+            .iter()
+            .flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t)))
+            .collect();
         for chunk in tools.chunks(MAX_PARAMS / 9) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO tool_calls (session_id, seq, call_id, name, arguments, output, is_error, is_write, \
@@ -137,7 +148,10 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.session, o))).collect();
+        let finished: Vec<_> = batch
+            .iter()
+            .filter_map(|w| w.outcome.as_ref().map(|o| (w.session, o)))
+            .collect();
         for chunk in finished.chunks(MAX_PARAMS / 6) {
             // One statement for all sessions that ended in this batch.
             let mut q = QueryBuilder::<Sqlite>::new(
@@ -159,9 +173,14 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let scored: Vec<_> = finished.iter().filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r))).collect();
+        let scored: Vec<_> = finished
+            .iter()
+            .filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r)))
+            .collect();
         for chunk in scored.chunks(MAX_PARAMS / 4) {
-            let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO scores (session_id, scorer, version, value, breakdown) ");
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO scores (session_id, scorer, version, value, breakdown) ",
+            );
             q.push_values(chunk, |mut b, (session, r)| {
                 b.push_bind(*session)
                     .push_bind("environment")
@@ -185,29 +204,28 @@ impl WriterHandle {
     ) -> Result<(), StoreError> {
         let (done, ack) = oneshot::channel();
         self.tx
-            .send(Command::Write(Write { session, turn, outcome, done }))
+            .send(Command::Write(Write {
+                session,
+                turn,
+                outcome,
+                done,
+            }))
             .map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
         match ack.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(StoreError::Database(e)),
-            Err(_) => Err(StoreError::WriterGone("the writer task ended before committing".into())),
+            Err(_) => Err(StoreError::WriterGone(
+                "the writer task ended before committing".into(),
+            )),
         }
     }
 
     pub(crate) async fn flush(&self) -> Result<(), StoreError> {
         let (done, ack) = oneshot::channel();
-        self.tx.send(Command::Flush(done)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
-        ack.await.map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
-    }
-
-    /// Stops the writer after everything queued is written.
-    pub(crate) async fn close(self) {
-        let _ = self.flush().await;
-        let task = self.finished.lock().await.take();
-        drop(self.tx);
-        if let Some(task) = task {
-            // Other clones of the handle may still hold senders; do not wait forever for them.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
-        }
+        self.tx
+            .send(Command::Flush(done))
+            .map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
+        ack.await
+            .map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
     }
 }

@@ -21,9 +21,7 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
         .get("messages")
         .and_then(Value::as_array)
         .filter(|messages| !messages.is_empty())
-        .ok_or_else(|| {
-            ApiError::invalid("'messages' is required and must be a non-empty array")
-        })?;
+        .ok_or_else(|| ApiError::invalid("'messages' is required and must be a non-empty array"))?;
 
     let mut roles = Vec::with_capacity(messages.len());
     let mut system = None;
@@ -92,14 +90,19 @@ fn tools(body: &Map<String, Value>) -> Result<Vec<Tool<'_>>, ApiError> {
     };
     let mut functions = Vec::with_capacity(tools.len());
     for (i, tool) in tools.iter().enumerate() {
-        if !matches!(tool.get("type").and_then(Value::as_str), None | Some("function")) {
+        if !matches!(
+            tool.get("type").and_then(Value::as_str),
+            None | Some("function")
+        ) {
             continue;
         }
         let function = tool.get("function");
         let name = function
             .and_then(|function| function.get("name"))
             .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::invalid(format!("tools[{i}].function.name must be a string")))?;
+            .ok_or_else(|| {
+                ApiError::invalid(format!("tools[{i}].function.name must be a string"))
+            })?;
         let parameters = function.and_then(|function| function.get("parameters"));
         functions.push(Tool { name, parameters });
     }

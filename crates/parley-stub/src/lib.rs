@@ -71,7 +71,8 @@
 //!   a schema without `type` but with `properties` is an object;
 //! - object → the properties named in `required` (every property when there is no
 //!   `required`), each synthesized from its own schema; a required name without a schema
-//!   gets `null`. Keys come out in `serde_json`'s map order: sorted by name;
+//!   gets `null`. Keys come out in `serde_json`'s map order: sorted by name (in schema order
+//!   instead if something in the build turns on `serde_json`'s `preserve_order` feature);
 //! - string → the property's name with its first letter uppercased (`synonym` →
 //!   `"Synonym"`); array items use the array's name; a top-level string is `"Value"`;
 //! - integer → `minimum` (rounded up) if given, else 0; number → `minimum` if given, else

@@ -108,9 +108,10 @@ fn item_of(i: usize, item: &Value) -> Result<Item<'_>, ApiError> {
     match kind {
         // Easy input messages carry no type; full ones say "message".
         None | Some("message") => {
-            let role = item.get("role").and_then(Value::as_str).ok_or_else(|| {
-                ApiError::invalid(format!("input[{i}].role must be a string"))
-            })?;
+            let role = item
+                .get("role")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid(format!("input[{i}].role must be a string")))?;
             Ok(Item::Message {
                 role,
                 text: text_of(item.get("content")),

@@ -145,10 +145,19 @@ mod tests {
     fn scalars() {
         assert_eq!(synthesize(&json!({"type": "string"})), json!("Value"));
         assert_eq!(synthesize(&json!({"type": "integer"})), json!(0));
-        assert_eq!(synthesize(&json!({"type": "integer", "minimum": 3})), json!(3));
-        assert_eq!(synthesize(&json!({"type": "integer", "minimum": 2.5})), json!(3));
+        assert_eq!(
+            synthesize(&json!({"type": "integer", "minimum": 3})),
+            json!(3)
+        );
+        assert_eq!(
+            synthesize(&json!({"type": "integer", "minimum": 2.5})),
+            json!(3)
+        );
         assert_eq!(synthesize(&json!({"type": "number"})), json!(0.0));
-        assert_eq!(synthesize(&json!({"type": "number", "minimum": -1.5})), json!(-1.5));
+        assert_eq!(
+            synthesize(&json!({"type": "number", "minimum": -1.5})),
+            json!(-1.5)
+        );
         assert_eq!(synthesize(&json!({"type": "boolean"})), json!(true));
         assert_eq!(synthesize(&json!({"type": "null"})), json!(null));
     }
@@ -157,7 +166,10 @@ mod tests {
     fn enum_and_const_win_over_type() {
         let unit = json!({"type": "string", "enum": ["celsius", "fahrenheit"]});
         assert_eq!(synthesize(&unit), json!("celsius"));
-        assert_eq!(synthesize(&json!({"type": "integer", "enum": [7, 9]})), json!(7));
+        assert_eq!(
+            synthesize(&json!({"type": "integer", "enum": [7, 9]})),
+            json!(7)
+        );
         assert_eq!(synthesize(&json!({"const": {"a": 1}})), json!({"a": 1}));
     }
 

@@ -14,8 +14,16 @@ pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {
     let actual = last_extraction(transcript);
     let accuracy = same_numbers(&expected, &actual);
     // NeMo Gym divides the size of the set intersection by the length of the expected list.
-    let shared = distinct(expected.iter().filter(|e| actual.iter().any(|a| same_number(a, e))));
-    let set_overlap = if expected.is_empty() { 0.0 } else { shared as f64 / expected.len() as f64 };
+    let shared = distinct(
+        expected
+            .iter()
+            .filter(|e| actual.iter().any(|a| same_number(a, e))),
+    );
+    let set_overlap = if expected.is_empty() {
+        0.0
+    } else {
+        shared as f64 / expected.len() as f64
+    };
     let minefield_hit = ["minefield_label", "minefield_label_value"]
         .iter()
         .filter_map(|k| row.get(*k))
@@ -25,7 +33,10 @@ pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {
         .with("accuracy", accuracy)
         .with("set_overlap", set_overlap)
         .with("original_term_minefield_hit", minefield_hit)
-        .with("order_instruction_following_failure", !accuracy && set_overlap == 1.0))
+        .with(
+            "order_instruction_following_failure",
+            !accuracy && set_overlap == 1.0,
+        ))
 }
 
 fn last_extraction(transcript: &[Message]) -> Vec<Value> {
@@ -36,7 +47,11 @@ fn last_extraction(transcript: &[Message]) -> Vec<Value> {
         .flat_map(|m| m.tool_calls.iter().rev())
         .find(|c| c.name == "extract_synonym_values")
         .and_then(|c| serde_json::from_str::<Value>(&c.arguments).ok())
-        .and_then(|args| args.get("synonym_values").and_then(Value::as_array).cloned())
+        .and_then(|args| {
+            args.get("synonym_values")
+                .and_then(Value::as_array)
+                .cloned()
+        })
         .unwrap_or_default()
 }
 
@@ -81,7 +96,11 @@ mod tests {
     fn extraction(args: &str) -> Vec<Message> {
         vec![Message::assistant_calls(
             None,
-            vec![ToolCall { id: "c".into(), name: "extract_synonym_values".into(), arguments: args.into() }],
+            vec![ToolCall {
+                id: "c".into(),
+                name: "extract_synonym_values".into(),
+                arguments: args.into(),
+            }],
         )]
     }
 
@@ -90,7 +109,13 @@ mod tests {
         let (row, expected) = nemo_gym_example();
         let reward = verify(&row, &extraction(r#"{"synonym_values":[711,407]}"#)).unwrap();
         assert_eq!(reward.value, expected["reward"].as_f64().unwrap());
-        for key in ["accuracy", "set_overlap", "parsed_synonym_values", "original_term_minefield_hit", "order_instruction_following_failure"] {
+        for key in [
+            "accuracy",
+            "set_overlap",
+            "parsed_synonym_values",
+            "original_term_minefield_hit",
+            "order_instruction_following_failure",
+        ] {
             assert_eq!(reward.breakdown[key], expected[key], "{key}");
         }
     }
@@ -101,7 +126,10 @@ mod tests {
         let reward = verify(&row, &extraction(r#"{"synonym_values":[407,711]}"#)).unwrap();
         assert_eq!(reward.value, 0.0);
         assert_eq!(reward.breakdown["set_overlap"], 1.0);
-        assert_eq!(reward.breakdown["order_instruction_following_failure"], true);
+        assert_eq!(
+            reward.breakdown["order_instruction_following_failure"],
+            true
+        );
     }
 
     #[test]
@@ -110,7 +138,10 @@ mod tests {
         let reward = verify(&row, &extraction(r#"{"synonym_values":[407,299]}"#)).unwrap();
         assert_eq!(reward.breakdown["set_overlap"], 0.5);
         assert_eq!(reward.breakdown["original_term_minefield_hit"], true);
-        assert_eq!(reward.breakdown["order_instruction_following_failure"], false);
+        assert_eq!(
+            reward.breakdown["order_instruction_following_failure"],
+            false
+        );
     }
 
     #[test]

@@ -1,0 +1,156 @@
+//! The command line: clap definitions. Doc comments here are the `--help` text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Parley runs multi-turn, multi-step conversations between an LLM agent, a simulated user and
+/// an environment of tools, keeps every turn in SQLite, and scores them.
+#[derive(Debug, Parser)]
+#[command(name = "parley", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run rollouts: every task × trial is a session; each turn is stored, each trajectory scored.
+    Run(RunArgs),
+    /// Serve the deterministic stub model (a test double, not a model) on loopback.
+    Stub(StubArgs),
+    /// Write task files for the built-in environments.
+    Tasks(TasksArgs),
+}
+
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// Settings file; flags override it. Defaults to ./parley.toml when that file exists.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Environment to run: `multi-step`.
+    #[arg(long)]
+    pub env: Option<String>,
+    /// Task rows, NeMo Gym JSONL (`responses_create_params` plus task fields). Without it,
+    /// `--num-tasks` generated tasks are used.
+    #[arg(long, value_name = "FILE")]
+    pub tasks: Option<PathBuf>,
+    /// How many tasks to generate when no `--tasks` file is given [default: 100].
+    #[arg(long, value_name = "N")]
+    pub num_tasks: Option<usize>,
+    /// Base URL of the OpenAI-compatible endpoint, up to `/v1`. Without it, Parley starts its
+    /// stub model in-process: a dry run that exercises everything but a real model.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Model name sent to the endpoint [default: parley-stub].
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Name of the environment variable holding the endpoint's API key (the key is never stored).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// Sessions in flight at once [default: 64].
+    #[arg(long, short = 'c', value_name = "N")]
+    pub concurrency: Option<usize>,
+    /// Model calls in flight to the endpoint at once [default: the concurrency].
+    #[arg(long, value_name = "N")]
+    pub endpoint_concurrency: Option<usize>,
+    /// Trials (rollouts) per task [default: 1].
+    #[arg(long, short = 'k', value_name = "K")]
+    pub trials: Option<u32>,
+    /// SQLite database holding every run [default: parley.db].
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// Rollouts as NeMo Gym JSONL; failures go beside it in `<out>_failures.jsonl`
+    /// [default: rollouts-<run>.jsonl].
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Agent model calls allowed per session [default: 30].
+    #[arg(long, value_name = "N")]
+    pub max_steps: Option<u32>,
+    /// Malformed tool calls allowed per session before it ends as `too_many_errors` [default: 5].
+    #[arg(long, value_name = "N")]
+    pub max_errors: Option<u32>,
+    /// Wall-time limit per session, in seconds [default: 600].
+    #[arg(long, value_name = "SECONDS")]
+    pub session_timeout: Option<f64>,
+    /// Limit per model-call attempt, in seconds [default: 120].
+    #[arg(long, value_name = "SECONDS")]
+    pub call_timeout: Option<f64>,
+    /// Retries per model call after the first attempt [default: 3].
+    #[arg(long, value_name = "N")]
+    pub max_retries: Option<u32>,
+    /// Agent system prompt, put before each task's own messages.
+    #[arg(long, value_name = "TEXT")]
+    pub system_prompt: Option<String>,
+    /// Sampling temperature.
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Tokens per completion.
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u32>,
+    /// Do not store raw request and response bodies of model calls (usage and latency are kept).
+    #[arg(long)]
+    pub no_raw_calls: bool,
+}
+
+/// The stub answers a request that offers tools with one tool call per turn, its arguments
+/// synthesized from the tool's JSON schema, `--tool-calls` times, then with a final text.
+/// Faults are drawn deterministically from the request body and how often it was seen, so a
+/// retry can succeed. `GET /stub/stats` reports request counts.
+#[derive(Debug, Args)]
+pub struct StubArgs {
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Tool-call answers per conversation before the final text.
+    #[arg(long, default_value_t = 2)]
+    pub tool_calls: u32,
+    /// Fixed latency added to every answer, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Fraction of answers that are 429 with `Retry-After`.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate_limit: f64,
+    /// The `Retry-After` a 429 carries, in seconds.
+    #[arg(long, default_value_t = 1)]
+    pub retry_after: u64,
+    /// Fraction of answers that are 500.
+    #[arg(long, default_value_t = 0.0)]
+    pub server_error: f64,
+    /// Fraction of answers that hang for `--hang-secs` first.
+    #[arg(long, default_value_t = 0.0)]
+    pub hang: f64,
+    /// How long a hang lasts, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub hang_secs: u64,
+    /// Fraction of answers whose body is truncated JSON.
+    #[arg(long, default_value_t = 0.0)]
+    pub malformed: f64,
+    /// Fraction of tool calls whose arguments are invalid (not JSON, or missing properties).
+    #[arg(long, default_value_t = 0.0)]
+    pub bad_arguments: f64,
+    /// Mixed into every fault decision.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct TasksArgs {
+    /// The environment to write tasks for: `multi-step`.
+    pub env: String,
+    /// How many tasks.
+    #[arg(long, default_value_t = 100)]
+    pub count: usize,
+    /// Seed of the generator; the same seed writes the same tasks.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output file (stdout when absent).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}

@@ -1,0 +1,5 @@
+//! One module per command.
+
+pub mod run;
+pub mod stub;
+pub mod tasks;

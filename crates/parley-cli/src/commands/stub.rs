@@ -1,0 +1,47 @@
+//! `parley stub`: serve the deterministic stub model until Ctrl-C.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use parley_stub::{Faults, StubConfig};
+
+use crate::cli::StubArgs;
+use crate::error::usage;
+
+pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
+    let config = StubConfig {
+        tool_calls: args.tool_calls,
+        latency: Duration::from_millis(args.latency_ms),
+        faults: Faults {
+            rate_limit: args.rate_limit,
+            server_error: args.server_error,
+            hang: args.hang,
+            malformed: args.malformed,
+            bad_arguments: args.bad_arguments,
+        },
+        seed: args.seed,
+        hang: Duration::from_secs(args.hang_secs),
+        retry_after_secs: args.retry_after,
+        final_text: None,
+    };
+    config.validate().map_err(|e| usage(e.to_string()))?;
+    Ok(config)
+}
+
+pub async fn stub(args: StubArgs) -> anyhow::Result<()> {
+    let config = config(&args)?;
+    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+        .await
+        .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+    let address = listener.local_addr()?;
+    eprintln!(
+        "parley stub (a deterministic test double, not a model) listening on http://{address}/v1"
+    );
+    // The address on stdout, alone, so scripts can read it.
+    println!("http://{address}/v1");
+    parley_stub::serve(listener, config, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .context("serving the stub")
+}

@@ -1,0 +1,36 @@
+//! `parley tasks`: write generated task files.
+
+use std::io::Write;
+
+use anyhow::Context;
+
+use crate::cli::TasksArgs;
+use crate::error::usage;
+
+pub fn tasks(args: TasksArgs) -> anyhow::Result<()> {
+    if args.env != environment_multi_step::NAME {
+        return Err(usage(format!(
+            "no task generator for `{}`; choose: multi-step",
+            args.env
+        )));
+    }
+    let mut out: Box<dyn Write> = match &args.out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    for row in environment_multi_step::generate(args.count, args.seed) {
+        serde_json::to_writer(&mut out, &row)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    if let Some(path) = &args.out {
+        eprintln!(
+            "wrote {} multi-step tasks to {}",
+            args.count,
+            path.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! Settings: `parley.toml` merged under the command-line flags, validated completely before any
+//! work starts. A bad value is a [`UsageError`](crate::error::UsageError) naming it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use parley_core::{Limits, Sampling};
+use serde::{Deserialize, Serialize};
+
+use crate::cli::RunArgs;
+use crate::error::usage;
+
+/// The `[run]` table of `parley.toml`; every key mirrors a flag of `parley run`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRun {
+    env: Option<String>,
+    tasks: Option<PathBuf>,
+    num_tasks: Option<usize>,
+    base_url: Option<String>,
+    model: Option<String>,
+    api_key_env: Option<String>,
+    concurrency: Option<usize>,
+    endpoint_concurrency: Option<usize>,
+    trials: Option<u32>,
+    db: Option<PathBuf>,
+    out: Option<PathBuf>,
+    max_steps: Option<u32>,
+    max_errors: Option<u32>,
+    session_timeout: Option<f64>,
+    call_timeout: Option<f64>,
+    max_retries: Option<u32>,
+    system_prompt: Option<String>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    max_tokens: Option<u32>,
+    raw_calls: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    run: FileRun,
+}
+
+/// Everything `parley run` needs, resolved and checked. Serialized into the run's record, so it
+/// must never hold a secret: the API key is named (`api_key_env`), never read here.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSettings {
+    pub env: String,
+    pub tasks: Option<PathBuf>,
+    pub num_tasks: usize,
+    /// `None`: start the stub in-process.
+    pub base_url: Option<String>,
+    pub model: String,
+    pub api_key_env: Option<String>,
+    pub concurrency: usize,
+    pub endpoint_concurrency: usize,
+    pub trials: u32,
+    pub db: PathBuf,
+    pub out: Option<PathBuf>,
+    pub max_steps: u32,
+    pub max_errors: u32,
+    pub session_timeout_secs: f64,
+    pub call_timeout_secs: f64,
+    pub max_retries: u32,
+    pub system_prompt: Option<String>,
+    pub sampling: Sampling,
+    pub raw_calls: bool,
+}
+
+pub const ENVIRONMENTS: &[&str] = &["multi-step"];
+
+impl RunSettings {
+    pub fn resolve(args: RunArgs) -> anyhow::Result<RunSettings> {
+        let file = load_file(args.config.as_deref())?;
+        let f = file.run;
+        let env = args.env.or(f.env).unwrap_or_else(|| "multi-step".into());
+        if !ENVIRONMENTS.contains(&env.as_str()) {
+            return Err(usage(format!(
+                "unknown environment `{env}` for --env; choose one of: {}",
+                ENVIRONMENTS.join(", ")
+            )));
+        }
+        let concurrency = args.concurrency.or(f.concurrency).unwrap_or(64);
+        let settings = RunSettings {
+            env,
+            tasks: args.tasks.or(f.tasks),
+            num_tasks: args.num_tasks.or(f.num_tasks).unwrap_or(100),
+            base_url: args.base_url.or(f.base_url),
+            model: args
+                .model
+                .or(f.model)
+                .unwrap_or_else(|| "parley-stub".into()),
+            api_key_env: args.api_key_env.or(f.api_key_env),
+            concurrency,
+            endpoint_concurrency: args
+                .endpoint_concurrency
+                .or(f.endpoint_concurrency)
+                .unwrap_or(concurrency),
+            trials: args.trials.or(f.trials).unwrap_or(1),
+            db: args.db.or(f.db).unwrap_or_else(|| "parley.db".into()),
+            out: args.out.or(f.out),
+            max_steps: args
+                .max_steps
+                .or(f.max_steps)
+                .unwrap_or(Limits::default().max_steps),
+            max_errors: args
+                .max_errors
+                .or(f.max_errors)
+                .unwrap_or(Limits::default().max_errors),
+            session_timeout_secs: args.session_timeout.or(f.session_timeout).unwrap_or(600.0),
+            call_timeout_secs: args.call_timeout.or(f.call_timeout).unwrap_or(120.0),
+            max_retries: args.max_retries.or(f.max_retries).unwrap_or(3),
+            system_prompt: args.system_prompt.or(f.system_prompt),
+            sampling: Sampling {
+                temperature: args.temperature.or(f.temperature),
+                top_p: args.top_p.or(f.top_p),
+                max_tokens: args.max_tokens.or(f.max_tokens),
+                seed: None,
+            },
+            raw_calls: !args.no_raw_calls && f.raw_calls.unwrap_or(true),
+        };
+        settings.check()?;
+        Ok(settings)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        let positive = [
+            ("--concurrency", self.concurrency as f64),
+            ("--endpoint-concurrency", self.endpoint_concurrency as f64),
+            ("--trials", f64::from(self.trials)),
+            ("--max-steps", f64::from(self.max_steps)),
+            ("--num-tasks", self.num_tasks as f64),
+            ("--session-timeout", self.session_timeout_secs),
+            ("--call-timeout", self.call_timeout_secs),
+        ];
+        for (flag, value) in positive {
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(usage(format!("{flag} must be greater than 0, not {value}")));
+            }
+        }
+        if let Some(t) = self
+            .sampling
+            .temperature
+            .filter(|t| !(0.0..=2.0).contains(t))
+        {
+            return Err(usage(format!(
+                "--temperature must be between 0 and 2, not {t}"
+            )));
+        }
+        if let Some(p) = self.sampling.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(usage(format!("--top-p must be between 0 and 1, not {p}")));
+        }
+        if let Some(url) = &self.base_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(usage(format!(
+                    "--base-url `{url}` is not a URL; use http://host:port/v1"
+                )));
+            }
+        }
+        if let Some(var) = &self.api_key_env {
+            if std::env::var_os(var).is_none() {
+                return Err(usage(format!(
+                    "--api-key-env names `{var}`, which is not set; export {var}=... first"
+                )));
+            }
+        }
+        if let Some(tasks) = &self.tasks {
+            if !tasks.is_file() {
+                return Err(usage(format!("--tasks {}: no such file", tasks.display())));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_steps: self.max_steps,
+            max_errors: self.max_errors,
+            timeout: Duration::from_secs_f64(self.session_timeout_secs),
+            ..Limits::default()
+        }
+    }
+}
+
+fn load_file(explicit: Option<&Path>) -> anyhow::Result<File> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None if Path::new("parley.toml").is_file() => PathBuf::from("parley.toml"),
+        None => return Ok(File::default()),
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| usage(format!("--config {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| usage(format!("{}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_and_unknown_keys_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("parley.toml");
+        std::fs::write(&path, "[run]\nconcurrency = 8\ntrials = 3\n").unwrap();
+        let args = RunArgs {
+            config: Some(path.clone()),
+            concurrency: Some(2),
+            ..RunArgs::default()
+        };
+        let s = RunSettings::resolve(args).unwrap();
+        assert_eq!((s.concurrency, s.trials), (2, 3));
+
+        std::fs::write(&path, "[run]\nconcurency = 8\n").unwrap();
+        let err = RunSettings::resolve(RunArgs {
+            config: Some(path),
+            ..RunArgs::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("concurency"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        let err = RunSettings::resolve(RunArgs {
+            concurrency: Some(0),
+            ..RunArgs::default()
+        })
+        .unwrap_err();
+        assert!(err.downcast_ref::<crate::error::UsageError>().is_some());
+        assert!(err.to_string().contains("--concurrency"));
+        let err = RunSettings::resolve(RunArgs {
+            env: Some("chess".into()),
+            ..RunArgs::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("chess"));
+    }
+}

@@ -1,0 +1,102 @@
+//! The summary of a run, computed from the store alone.
+
+use std::io::Write;
+use std::time::Duration;
+
+use parley_core::Termination;
+use parley_scoring::{Outcome, Summary, percentile, summarize};
+use parley_store::{SqliteStore, TokenTotals};
+
+pub struct Report {
+    pub run: i64,
+    pub summary: Summary,
+    pub tokens: TokenTotals,
+    pub call_ms_p50: Option<f64>,
+    pub call_ms_p99: Option<f64>,
+    pub unfinished: usize,
+}
+
+impl Report {
+    pub async fn load(store: &SqliteStore, run: i64, trials: usize) -> anyhow::Result<Report> {
+        let rows = store.sessions(run).await?;
+        let outcomes: Vec<Outcome> = rows
+            .iter()
+            .filter(|r| r.status == "finished")
+            .map(|r| {
+                let termination = r.termination.clone().unwrap_or_default();
+                Outcome {
+                    task: r.task_index as usize,
+                    infrastructure: Termination::parse(&termination)
+                        .is_none_or(Termination::is_infrastructure),
+                    termination,
+                    reward: r.reward,
+                    duration_ms: r.duration_ms.unwrap_or(0.0),
+                }
+            })
+            .collect();
+        let mut latencies = store.call_latencies(run).await?;
+        latencies.sort_by(f64::total_cmp);
+        Ok(Report {
+            run,
+            unfinished: rows.len() - outcomes.len(),
+            summary: summarize(&outcomes, trials),
+            tokens: store.token_totals(run).await?,
+            call_ms_p50: percentile(&latencies, 0.5),
+            call_ms_p99: percentile(&latencies, 0.99),
+        })
+    }
+
+    pub fn print(&self, w: &mut impl Write, elapsed: Duration) -> std::io::Result<()> {
+        let s = &self.summary;
+        let secs = elapsed.as_secs_f64();
+        writeln!(
+            w,
+            "run {}        {} sessions in {secs:.2} s ({:.1} sessions/s)",
+            self.run,
+            s.sessions,
+            s.sessions as f64 / secs.max(1e-9)
+        )?;
+        let terminations: Vec<String> = s
+            .terminations
+            .iter()
+            .map(|(t, n)| format!("{t} {n}"))
+            .collect();
+        writeln!(w, "terminations   {}", terminations.join(" · "))?;
+        match s.reward {
+            Some(m) => writeln!(
+                w,
+                "reward         {:.3} ± {:.3} (95% interval, n={})",
+                m.mean, m.ci95, m.n
+            )?,
+            None => writeln!(w, "reward         no scored sessions")?,
+        }
+        let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
+        let at: Vec<String> = s
+            .pass
+            .iter()
+            .map(|(k, at, _)| format!("k={k} {}", fmt(*at)))
+            .collect();
+        let hat: Vec<String> = s
+            .pass
+            .iter()
+            .map(|(k, _, hat)| format!("k={k} {}", fmt(*hat)))
+            .collect();
+        writeln!(w, "pass@k         {}", at.join("  "))?;
+        writeln!(w, "pass^k         {}", hat.join("  "))?;
+        let t = self.tokens;
+        writeln!(
+            w,
+            "tokens         prompt {} · completion {} · {} model calls",
+            t.prompt_tokens, t.completion_tokens, t.model_calls
+        )?;
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"));
+        writeln!(
+            w,
+            "latency        model call p50 {} p99 {} · session p50 {} p99 {}",
+            ms(self.call_ms_p50),
+            ms(self.call_ms_p99),
+            ms(s.session_ms_p50),
+            ms(s.session_ms_p99)
+        )
+    }
+}

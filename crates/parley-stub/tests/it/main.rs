@@ -1,0 +1,8 @@
+//! Integration tests for parley-stub: the router driven with `oneshot`, and one real socket.
+
+mod conversation;
+mod faults;
+mod requests;
+mod serve;
+mod stats;
+mod support;
