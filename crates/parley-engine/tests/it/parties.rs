@@ -1,0 +1,230 @@
+//! Scripted parties: an agent that plays a list of turns, an environment with one counter tool,
+//! and a store that keeps every committed turn in memory.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parley_core::{
+    Agent, AgentFailure, AgentTurn, AgentView, EnvError, EnvSession, Environment, Message,
+    ModelCall, ModelFailure, ModelFailureKind, Reward, RunId, RunSpec, SessionId, SessionOutcome,
+    SessionSpec, SessionStore, StoreError, Task, ToolCall, ToolOutput, ToolSpec, TurnRecord,
+};
+use serde_json::{Value, json};
+
+/// What the scripted agent does on one step.
+#[derive(Clone)]
+pub enum Play {
+    Say(&'static str),
+    Call(&'static str, &'static str),
+    Fail(ModelFailureKind),
+    GiveUp,
+    Sleep(Duration),
+    Panic,
+}
+
+pub struct ScriptedAgent {
+    plays: Mutex<VecDeque<Play>>,
+    /// How many messages the agent saw on each step.
+    pub seen: Mutex<Vec<Vec<Message>>>,
+}
+
+impl ScriptedAgent {
+    pub fn new(plays: impl IntoIterator<Item = Play>) -> Arc<ScriptedAgent> {
+        Arc::new(ScriptedAgent {
+            plays: Mutex::new(plays.into_iter().collect()),
+            seen: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+pub fn call(name: &str, arguments: &str) -> ToolCall {
+    ToolCall {
+        id: format!("call_{name}"),
+        name: name.into(),
+        arguments: arguments.into(),
+    }
+}
+
+#[async_trait]
+impl Agent for ScriptedAgent {
+    async fn act(&self, view: AgentView<'_>) -> Result<AgentTurn, AgentFailure> {
+        self.seen.lock().unwrap().push(view.messages.to_vec());
+        let play = self
+            .plays
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Play::Say("done"));
+        let record = Some(ModelCall {
+            attempts: 1,
+            ..ModelCall::default()
+        });
+        match play {
+            Play::Say(text) => Ok(AgentTurn {
+                message: Message::assistant(text),
+                call: record,
+            }),
+            Play::Call(name, args) => Ok(AgentTurn {
+                message: Message::assistant_calls(None, vec![call(name, args)]),
+                call: record,
+            }),
+            Play::Fail(kind) => Err(AgentFailure::Model(ModelFailure {
+                kind,
+                message: format!("scripted failure {kind:?}"),
+                call: ModelCall::default(),
+            })),
+            Play::GiveUp => Err(AgentFailure::Agent {
+                message: "cannot continue".into(),
+                call: None,
+            }),
+            Play::Sleep(d) => {
+                tokio::time::sleep(d).await;
+                Ok(AgentTurn {
+                    message: Message::assistant("late"),
+                    call: record,
+                })
+            }
+            Play::Panic => panic!("scripted panic"),
+        }
+    }
+}
+
+/// A counter: `add` adds to it, `broken` fails as an environment, the score is the counter.
+pub struct Counter {
+    pub fail_open: bool,
+}
+
+pub fn counter_tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: "add".into(),
+            description: "add n".into(),
+            parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                              "additionalProperties": false}),
+            strict: true,
+        },
+        ToolSpec {
+            name: "broken".into(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+            strict: false,
+        },
+    ]
+}
+
+#[async_trait]
+impl Environment for Counter {
+    fn name(&self) -> &str {
+        "counter"
+    }
+
+    async fn open(&self, _task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
+        if self.fail_open {
+            return Err(EnvError("the counter server is down".into()));
+        }
+        Ok(Box::new(CounterSession {
+            tools: counter_tools(),
+            total: 0,
+        }))
+    }
+}
+
+struct CounterSession {
+    tools: Vec<ToolSpec>,
+    total: i64,
+}
+
+#[async_trait]
+impl EnvSession for CounterSession {
+    fn tools(&self) -> &[ToolSpec] {
+        &self.tools
+    }
+
+    async fn call(&mut self, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
+        match name {
+            "add" => {
+                self.total += arguments["n"].as_i64().unwrap_or(0);
+                Ok(ToolOutput {
+                    content: self.total.to_string(),
+                    is_error: false,
+                    write: true,
+                })
+            }
+            _ => Err(EnvError("the tool crashed".into())),
+        }
+    }
+
+    async fn score(&mut self, _transcript: &[Message]) -> Result<Reward, EnvError> {
+        Ok(Reward::new(self.total as f64))
+    }
+}
+
+/// Everything a session asked the store to keep.
+#[derive(Default)]
+pub struct MemoryStore {
+    pub turns: Mutex<Vec<(SessionId, TurnRecord)>>,
+    pub finished: Mutex<Vec<(SessionId, SessionOutcome)>>,
+    pub fail_commits: bool,
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn create_run(
+        &self,
+        _spec: &RunSpec,
+        _tasks: &[Arc<Task>],
+        sessions: &[SessionSpec],
+    ) -> Result<(RunId, Vec<SessionId>), StoreError> {
+        Ok((1, (1..=sessions.len() as i64).collect()))
+    }
+
+    async fn commit_turn(&self, session: SessionId, turn: TurnRecord) -> Result<(), StoreError> {
+        if self.fail_commits {
+            return Err(StoreError::Database("disk full".into()));
+        }
+        self.turns.lock().unwrap().push((session, turn));
+        Ok(())
+    }
+
+    async fn finish_session(
+        &self,
+        session: SessionId,
+        last_turn: TurnRecord,
+        outcome: &SessionOutcome,
+    ) -> Result<(), StoreError> {
+        self.turns.lock().unwrap().push((session, last_turn));
+        self.finished
+            .lock()
+            .unwrap()
+            .push((session, outcome.clone()));
+        Ok(())
+    }
+
+    async fn finish_run(&self, _run: RunId, _status: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+impl MemoryStore {
+    /// Every message stored for a session, in commit order.
+    pub fn messages(&self, session: SessionId) -> Vec<Message> {
+        let turns = self.turns.lock().unwrap();
+        turns
+            .iter()
+            .filter(|(s, _)| *s == session)
+            .flat_map(|(_, t)| t.messages.iter().map(|m| m.message.clone()))
+            .collect()
+    }
+}
+
+pub fn task() -> Arc<Task> {
+    Arc::new(Task {
+        index: 0,
+        id: "t0".into(),
+        messages: vec![Message::system("count"), Message::user("add two then stop")],
+        tools: Vec::new(),
+        row: json!({}),
+    })
+}
