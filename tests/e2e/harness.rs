@@ -1,0 +1,173 @@
+//! Starting the binary, the stub and task files for the tests.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
+
+/// `parley stub` on a free port, killed when dropped.
+pub struct Stub {
+    child: Child,
+    pub url: String,
+}
+
+impl Stub {
+    pub fn start(args: &[&str]) -> Stub {
+        let mut child = Command::new(PARLEY)
+            .args(["stub", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start parley stub");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("read the stub's address");
+        assert!(
+            line.starts_with("http://127.0.0.1:"),
+            "unexpected stub banner: {line}"
+        );
+        Stub {
+            child,
+            url: line.trim().to_owned(),
+        }
+    }
+
+    /// The stub's `/stub/stats`, fetched over a raw HTTP/1.1 connection.
+    pub fn stats(&self) -> Value {
+        use std::io::{Read, Write};
+        let authority = self
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/v1");
+        let mut stream = std::net::TcpStream::connect(authority).unwrap();
+        write!(
+            stream,
+            "GET /stub/stats HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let body = response.split("\r\n\r\n").nth(1).unwrap();
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("stats body {body}: {e}"))
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A scratch folder that holds the database, the task file and the outputs.
+pub struct Workdir {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workdir {
+    pub fn new() -> Workdir {
+        Workdir {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Runs `parley` in this folder.
+    pub fn parley(&self, args: &[&str]) -> Output {
+        self.parley_with_env(args, &[])
+    }
+
+    pub fn parley_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut command = Command::new(PARLEY);
+        command
+            .current_dir(self.dir.path())
+            .args(args)
+            .env("NO_COLOR", "1");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().expect("run parley")
+    }
+
+    /// `count` multi-step tasks; those with an even index expect `[0]`, which is what the stub
+    /// reports, so exactly they score 1.
+    pub fn tasks(&self, count: usize) -> PathBuf {
+        let path = self.path("tasks.jsonl");
+        let out = self.parley(&[
+            "tasks",
+            "multi-step",
+            "--count",
+            &count.to_string(),
+            "--out",
+            "tasks.jsonl",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Vec<String> = read_jsonl(&path)
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut row)| {
+                if i % 2 == 0 {
+                    row["expected_synonym_values"] = serde_json::json!([0]);
+                }
+                row.to_string()
+            })
+            .collect();
+        std::fs::write(&path, rows.join("\n") + "\n").unwrap();
+        path
+    }
+
+    pub async fn db(&self) -> sqlx::SqlitePool {
+        let url = format!("sqlite://{}", self.path("parley.db").display());
+        sqlx::SqlitePool::connect(&url)
+            .await
+            .expect("open the run's database")
+    }
+}
+
+pub fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs a job against `stub` with the usual file names and returns its output.
+pub fn run(work: &Workdir, stub: &Stub, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "--env",
+        "multi-step",
+        "--tasks",
+        "tasks.jsonl",
+        "--base-url",
+        &stub.url,
+    ];
+    args.extend([
+        "--model",
+        "stub-model",
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
+    ]);
+    args.extend(extra);
+    work.parley(&args)
+}

@@ -1,0 +1,190 @@
+//! A whole run: rewards, the rollout JSONL, the SQLite rows and the summary.
+
+use serde_json::Value;
+
+use crate::harness::{Stub, Workdir, read_jsonl, text};
+
+#[tokio::test]
+async fn a_run_scores_stores_and_writes_every_rollout() {
+    let work = Workdir::new();
+    work.tasks(10);
+    let stub = Stub::start(&[]);
+    let key = "sk-parley-test-4e7a1c0d9b";
+    let out = work.parley_with_env(
+        &[
+            "run",
+            "--env",
+            "multi-step",
+            "--tasks",
+            "tasks.jsonl",
+            "--base-url",
+            &stub.url,
+            "--model",
+            "stub-model",
+            "--db",
+            "parley.db",
+            "--out",
+            "out.jsonl",
+            "--trials",
+            "2",
+            "--concurrency",
+            "4",
+            "--api-key-env",
+            "PARLEY_E2E_KEY",
+        ],
+        &[("PARLEY_E2E_KEY", key)],
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        text(&out.stderr)
+    );
+
+    // The summary.
+    assert!(stdout.contains("20 sessions"), "{stdout}");
+    assert!(stdout.contains("terminations   agent_stop 20"), "{stdout}");
+    assert!(stdout.contains("reward         0.500 ±"), "{stdout}");
+    assert!(
+        stdout.contains("pass@k         k=1 0.500  k=2 0.500"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("pass^k         k=1 0.500  k=2 0.500"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("60 model calls"), "{stdout}");
+
+    // The rollouts, in NeMo Gym's shape.
+    let rows = read_jsonl(&work.path("out.jsonl"));
+    assert_eq!(rows.len(), 20);
+    assert!(read_jsonl(&work.path("out_failures.jsonl")).is_empty());
+    for row in &rows {
+        let task = row["_ng_task_index"].as_u64().unwrap();
+        assert!(row["_ng_rollout_index"].as_u64().unwrap() < 2);
+        let expected = if task % 2 == 0 { 1.0 } else { 0.0 };
+        assert_eq!(row["reward"].as_f64(), Some(expected), "task {task}");
+        assert_eq!(row["accuracy"], Value::Bool(task % 2 == 0));
+        assert_eq!(row["parsed_synonym_values"], serde_json::json!([0]));
+        let types: Vec<&str> = row["response"]["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "function_call",
+                "function_call_output",
+                "function_call",
+                "function_call_output",
+                "message"
+            ]
+        );
+        // The environment's tool output is NeMo Gym's: the value of "Synonym".
+        assert_eq!(
+            row["response"]["output"][1]["output"],
+            r#"{"synonym_value":742}"#
+        );
+        assert!(row["responses_create_params"]["tools"].is_array());
+        assert!(row["response"]["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    }
+
+    // The store.
+    let db = work.db().await;
+    let count = |sql: &'static str| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&db)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        count("SELECT COUNT(*) FROM runs WHERE status = 'finished'").await,
+        1
+    );
+    assert_eq!(count("SELECT COUNT(*) FROM tasks").await, 10);
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM sessions WHERE status = 'finished' AND termination = 'agent_stop'"
+        )
+        .await,
+        20
+    );
+    // Each session: system and user, then call, result, call, result, final text.
+    assert_eq!(count("SELECT COUNT(*) FROM messages").await, 20 * 7);
+    assert_eq!(count("SELECT COUNT(*) FROM model_calls WHERE request LIKE '%\"messages\"%' AND response IS NOT NULL").await, 60);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM tool_calls WHERE is_error = 0").await,
+        40
+    );
+    assert_eq!(count("SELECT COUNT(*) FROM scores s JOIN sessions x ON x.id = s.session_id WHERE s.value = x.reward").await, 20);
+    assert_eq!(
+        count("SELECT CAST(SUM(reward) AS INTEGER) FROM sessions").await,
+        10
+    );
+    let config: String = sqlx::query_scalar("SELECT config FROM runs")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert!(
+        config.contains("PARLEY_E2E_KEY"),
+        "the key's variable is named: {config}"
+    );
+    db.close().await;
+
+    // The key itself is nowhere: not in the database, its WAL, the outputs or the logs.
+    for name in [
+        "parley.db",
+        "parley.db-wal",
+        "out.jsonl",
+        "out_failures.jsonl",
+    ] {
+        let bytes = std::fs::read(work.path(name)).unwrap_or_default();
+        assert!(!text(&bytes).contains(key), "{name} holds the API key");
+    }
+    assert!(!stdout.contains(key) && !text(&out.stderr).contains(key));
+
+    // The stub saw each conversation's turns: 3 model calls per session.
+    assert_eq!(stub.stats()["requests"], 60);
+}
+
+#[tokio::test]
+async fn raw_bodies_can_be_left_out() {
+    let work = Workdir::new();
+    work.tasks(4);
+    let stub = Stub::start(&[]);
+    let out = crate::harness::run(&work, &stub, &["--no-raw-calls"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let db = work.db().await;
+    let (bodies, calls): (i64, i64) =
+        sqlx::query_as("SELECT COUNT(request), COUNT(*) FROM model_calls")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(
+        (bodies, calls),
+        (0, 12),
+        "usage rows are kept without bodies"
+    );
+}
+
+#[test]
+fn a_dry_run_needs_no_endpoint() {
+    let work = Workdir::new();
+    let out = work.parley(&[
+        "run",
+        "--num-tasks",
+        "5",
+        "--db",
+        "dry.db",
+        "--out",
+        "dry.jsonl",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("the built-in stub, a test double"));
+    assert_eq!(read_jsonl(&work.path("dry.jsonl")).len(), 5);
+}
