@@ -85,7 +85,7 @@ async fn a_run_scores_stores_and_writes_every_rollout() {
         // The environment's tool output is NeMo Gym's: the value of "Synonym".
         assert_eq!(
             row["response"]["output"][1]["output"],
-            r#"{"synonym_value":742}"#
+            r#"{"synonym_value":765}"#
         );
         assert!(row["responses_create_params"]["tools"].is_array());
         assert!(row["response"]["usage"]["input_tokens"].as_u64().unwrap() > 0);
