@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run rollouts: every task × trial is a session; each turn is stored, each trajectory scored.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Serve the deterministic stub model (a test double, not a model) on loopback.
     Stub(StubArgs),
     /// Write task files for the built-in environments.

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
             runtime.block_on(async {
                 match cli.command {
                     Command::Run(args) => {
-                        commands::run::run(settings::RunSettings::resolve(args)?).await
+                        commands::run::run(settings::RunSettings::resolve(*args)?).await
                     }
                     Command::Stub(args) => commands::stub::stub(args).await,
                     Command::Tasks(args) => commands::tasks::tasks(args),

@@ -153,24 +153,20 @@ impl RunSettings {
         if let Some(p) = self.sampling.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
             return Err(usage(format!("--top-p must be between 0 and 1, not {p}")));
         }
-        if let Some(url) = &self.base_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(usage(format!(
-                    "--base-url `{url}` is not a URL; use http://host:port/v1"
-                )));
-            }
+        if let Some(url) = &self.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(usage(format!("--base-url `{url}` is not a URL; use http://host:port/v1")));
         }
-        if let Some(var) = &self.api_key_env {
-            if std::env::var_os(var).is_none() {
-                return Err(usage(format!(
-                    "--api-key-env names `{var}`, which is not set; export {var}=... first"
-                )));
-            }
+        if let Some(var) = &self.api_key_env
+            && std::env::var_os(var).is_none()
+        {
+            return Err(usage(format!("--api-key-env names `{var}`, which is not set; export {var}=... first")));
         }
-        if let Some(tasks) = &self.tasks {
-            if !tasks.is_file() {
-                return Err(usage(format!("--tasks {}: no such file", tasks.display())));
-            }
+        if let Some(tasks) = &self.tasks
+            && !tasks.is_file()
+        {
+            return Err(usage(format!("--tasks {}: no such file", tasks.display())));
         }
         Ok(())
     }

@@ -13,27 +13,17 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
     let Some(schema) = schema.as_object() else {
         return Ok(());
     };
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            return Err(format!(
-                "{path} must be one of {}",
-                Value::Array(allowed.clone())
-            ));
-        }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        return Err(format!("{path} must be one of {}", Value::Array(allowed.clone())));
     }
     match schema.get("type") {
         Some(Value::String(t)) => type_matches(t, value, path)?,
-        Some(Value::Array(types)) => {
-            if !types
-                .iter()
-                .filter_map(Value::as_str)
-                .any(|t| type_matches(t, value, path).is_ok())
-            {
-                return Err(format!(
-                    "{path} must be of type {}",
-                    Value::Array(types.clone())
-                ));
-            }
+        Some(Value::Array(types))
+            if !types.iter().filter_map(Value::as_str).any(|t| type_matches(t, value, path).is_ok()) =>
+        {
+            return Err(format!("{path} must be of type {}", Value::Array(types.clone())));
         }
         _ => {}
     }
