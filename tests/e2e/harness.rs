@@ -24,32 +24,17 @@ impl Stub {
             .spawn()
             .expect("start parley stub");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("read the stub's address");
-        assert!(
-            line.starts_with("http://127.0.0.1:"),
-            "unexpected stub banner: {line}"
-        );
-        Stub {
-            child,
-            url: line.trim().to_owned(),
-        }
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("read the stub's address");
+        assert!(line.starts_with("http://127.0.0.1:"), "unexpected stub banner: {line}");
+        Stub { child, url: line.trim().to_owned() }
     }
 
     /// The stub's `/stub/stats`, fetched over a raw HTTP/1.1 connection.
     pub fn stats(&self) -> Value {
         use std::io::{Read, Write};
-        let authority = self
-            .url
-            .trim_start_matches("http://")
-            .trim_end_matches("/v1");
+        let authority = self.url.trim_start_matches("http://").trim_end_matches("/v1");
         let mut stream = std::net::TcpStream::connect(authority).unwrap();
-        write!(
-            stream,
-            "GET /stub/stats HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
+        write!(stream, "GET /stub/stats HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n").unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).unwrap();
         let body = response.split("\r\n\r\n").nth(1).unwrap();
@@ -71,9 +56,7 @@ pub struct Workdir {
 
 impl Workdir {
     pub fn new() -> Workdir {
-        Workdir {
-            dir: tempfile::tempdir().unwrap(),
-        }
+        Workdir { dir: tempfile::tempdir().unwrap() }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -87,10 +70,7 @@ impl Workdir {
 
     pub fn parley_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut command = Command::new(PARLEY);
-        command
-            .current_dir(self.dir.path())
-            .args(args)
-            .env("NO_COLOR", "1");
+        command.current_dir(self.dir.path()).args(args).env("NO_COLOR", "1");
         for (k, v) in env {
             command.env(k, v);
         }
@@ -101,19 +81,8 @@ impl Workdir {
     /// reports, so exactly they score 1.
     pub fn tasks(&self, count: usize) -> PathBuf {
         let path = self.path("tasks.jsonl");
-        let out = self.parley(&[
-            "tasks",
-            "multi-step",
-            "--count",
-            &count.to_string(),
-            "--out",
-            "tasks.jsonl",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.parley(&["tasks", "multi-step", "--count", &count.to_string(), "--out", "tasks.jsonl"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let rows: Vec<String> = read_jsonl(&path)
             .into_iter()
             .enumerate()
@@ -130,9 +99,7 @@ impl Workdir {
 
     pub async fn db(&self) -> sqlx::SqlitePool {
         let url = format!("sqlite://{}", self.path("parley.db").display());
-        sqlx::SqlitePool::connect(&url)
-            .await
-            .expect("open the run's database")
+        sqlx::SqlitePool::connect(&url).await.expect("open the run's database")
     }
 }
 
@@ -151,23 +118,8 @@ pub fn text(bytes: &[u8]) -> String {
 
 /// Runs a job against `stub` with the usual file names and returns its output.
 pub fn run(work: &Workdir, stub: &Stub, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "run",
-        "--env",
-        "multi-step",
-        "--tasks",
-        "tasks.jsonl",
-        "--base-url",
-        &stub.url,
-    ];
-    args.extend([
-        "--model",
-        "stub-model",
-        "--db",
-        "parley.db",
-        "--out",
-        "out.jsonl",
-    ]);
+    let mut args = vec!["run", "--env", "multi-step", "--tasks", "tasks.jsonl", "--base-url", &stub.url];
+    args.extend(["--model", "stub-model", "--db", "parley.db", "--out", "out.jsonl"]);
     args.extend(extra);
     work.parley(&args)
 }

@@ -35,24 +35,14 @@ async fn a_run_scores_stores_and_writes_every_rollout() {
         &[("PARLEY_E2E_KEY", key)],
     );
     let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        text(&out.stderr)
-    );
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", text(&out.stderr));
 
     // The summary.
     assert!(stdout.contains("20 sessions"), "{stdout}");
     assert!(stdout.contains("terminations   agent_stop 20"), "{stdout}");
     assert!(stdout.contains("reward         0.500 ±"), "{stdout}");
-    assert!(
-        stdout.contains("pass@k         k=1 0.500  k=2 0.500"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("pass^k         k=1 0.500  k=2 0.500"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("pass@k         k=1 0.500  k=2 0.500"), "{stdout}");
+    assert!(stdout.contains("pass^k         k=1 0.500  k=2 0.500"), "{stdout}");
     assert!(stdout.contains("60 model calls"), "{stdout}");
 
     // The rollouts, in NeMo Gym's shape.
@@ -66,27 +56,14 @@ async fn a_run_scores_stores_and_writes_every_rollout() {
         assert_eq!(row["reward"].as_f64(), Some(expected), "task {task}");
         assert_eq!(row["accuracy"], Value::Bool(task % 2 == 0));
         assert_eq!(row["parsed_synonym_values"], serde_json::json!([0]));
-        let types: Vec<&str> = row["response"]["output"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["type"].as_str().unwrap())
-            .collect();
+        let types: Vec<&str> =
+            row["response"]["output"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap()).collect();
         assert_eq!(
             types,
-            [
-                "function_call",
-                "function_call_output",
-                "function_call",
-                "function_call_output",
-                "message"
-            ]
+            ["function_call", "function_call_output", "function_call", "function_call_output", "message"]
         );
         // The environment's tool output is NeMo Gym's: the value of "Synonym".
-        assert_eq!(
-            row["response"]["output"][1]["output"],
-            r#"{"synonym_value":765}"#
-        );
+        assert_eq!(row["response"]["output"][1]["output"], r#"{"synonym_value":765}"#);
         assert!(row["responses_create_params"]["tools"].is_array());
         assert!(row["response"]["usage"]["input_tokens"].as_u64().unwrap() > 0);
     }
@@ -95,54 +72,32 @@ async fn a_run_scores_stores_and_writes_every_rollout() {
     let db = work.db().await;
     let count = |sql: &'static str| {
         let db = db.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&db)
-                .await
-                .unwrap()
-        }
+        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&db).await.unwrap() }
     };
-    assert_eq!(
-        count("SELECT COUNT(*) FROM runs WHERE status = 'finished'").await,
-        1
-    );
+    assert_eq!(count("SELECT COUNT(*) FROM runs WHERE status = 'finished'").await, 1);
     assert_eq!(count("SELECT COUNT(*) FROM tasks").await, 10);
     assert_eq!(
-        count(
-            "SELECT COUNT(*) FROM sessions WHERE status = 'finished' AND termination = 'agent_stop'"
-        )
-        .await,
+        count("SELECT COUNT(*) FROM sessions WHERE status = 'finished' AND termination = 'agent_stop'").await,
         20
     );
     // Each session: system and user, then call, result, call, result, final text.
     assert_eq!(count("SELECT COUNT(*) FROM messages").await, 20 * 7);
-    assert_eq!(count("SELECT COUNT(*) FROM model_calls WHERE request LIKE '%\"messages\"%' AND response IS NOT NULL").await, 60);
     assert_eq!(
-        count("SELECT COUNT(*) FROM tool_calls WHERE is_error = 0").await,
-        40
+        count("SELECT COUNT(*) FROM model_calls WHERE request LIKE '%\"messages\"%' AND response IS NOT NULL").await,
+        60
     );
-    assert_eq!(count("SELECT COUNT(*) FROM scores s JOIN sessions x ON x.id = s.session_id WHERE s.value = x.reward").await, 20);
+    assert_eq!(count("SELECT COUNT(*) FROM tool_calls WHERE is_error = 0").await, 40);
     assert_eq!(
-        count("SELECT CAST(SUM(reward) AS INTEGER) FROM sessions").await,
-        10
+        count("SELECT COUNT(*) FROM scores s JOIN sessions x ON x.id = s.session_id WHERE s.value = x.reward").await,
+        20
     );
-    let config: String = sqlx::query_scalar("SELECT config FROM runs")
-        .fetch_one(&db)
-        .await
-        .unwrap();
-    assert!(
-        config.contains("PARLEY_E2E_KEY"),
-        "the key's variable is named: {config}"
-    );
+    assert_eq!(count("SELECT CAST(SUM(reward) AS INTEGER) FROM sessions").await, 10);
+    let config: String = sqlx::query_scalar("SELECT config FROM runs").fetch_one(&db).await.unwrap();
+    assert!(config.contains("PARLEY_E2E_KEY"), "the key's variable is named: {config}");
     db.close().await;
 
     // The key itself is nowhere: not in the database, its WAL, the outputs or the logs.
-    for name in [
-        "parley.db",
-        "parley.db-wal",
-        "out.jsonl",
-        "out_failures.jsonl",
-    ] {
+    for name in ["parley.db", "parley.db-wal", "out.jsonl", "out_failures.jsonl"] {
         let bytes = std::fs::read(work.path(name)).unwrap_or_default();
         assert!(!text(&bytes).contains(key), "{name} holds the API key");
     }
@@ -161,29 +116,14 @@ async fn raw_bodies_can_be_left_out() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let db = work.db().await;
     let (bodies, calls): (i64, i64) =
-        sqlx::query_as("SELECT COUNT(request), COUNT(*) FROM model_calls")
-            .fetch_one(&db)
-            .await
-            .unwrap();
-    assert_eq!(
-        (bodies, calls),
-        (0, 12),
-        "usage rows are kept without bodies"
-    );
+        sqlx::query_as("SELECT COUNT(request), COUNT(*) FROM model_calls").fetch_one(&db).await.unwrap();
+    assert_eq!((bodies, calls), (0, 12), "usage rows are kept without bodies");
 }
 
 #[test]
 fn a_dry_run_needs_no_endpoint() {
     let work = Workdir::new();
-    let out = work.parley(&[
-        "run",
-        "--num-tasks",
-        "5",
-        "--db",
-        "dry.db",
-        "--out",
-        "dry.jsonl",
-    ]);
+    let out = work.parley(&["run", "--num-tasks", "5", "--db", "dry.db", "--out", "dry.jsonl"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("the built-in stub, a test double"));
     assert_eq!(read_jsonl(&work.path("dry.jsonl")).len(), 5);

@@ -4,21 +4,10 @@ use crate::harness::{Workdir, text};
 
 fn usage_error(work: &Workdir, args: &[&str], needle: &str) {
     let out = work.parley(args);
-    assert_eq!(
-        out.status.code(),
-        Some(64),
-        "{args:?}: {}",
-        text(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(64), "{args:?}: {}", text(&out.stderr));
     let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains(needle),
-        "{args:?}: `{stderr}` should name `{needle}`"
-    );
-    assert!(
-        !work.path("parley.db").exists(),
-        "{args:?}: no work may start"
-    );
+    assert!(stderr.contains(needle), "{args:?}: `{stderr}` should name `{needle}`");
+    assert!(!work.path("parley.db").exists(), "{args:?}: no work may start");
 }
 
 #[test]
@@ -27,16 +16,8 @@ fn bad_flags_and_values_exit_64() {
     usage_error(&work, &["run", "--concurrency", "0"], "--concurrency");
     usage_error(&work, &["run", "--env", "chess"], "chess");
     usage_error(&work, &["run", "--tasks", "missing.jsonl"], "missing.jsonl");
-    usage_error(
-        &work,
-        &["run", "--base-url", "localhost:8000"],
-        "localhost:8000",
-    );
-    usage_error(
-        &work,
-        &["run", "--api-key-env", "PARLEY_UNSET_VARIABLE"],
-        "PARLEY_UNSET_VARIABLE",
-    );
+    usage_error(&work, &["run", "--base-url", "localhost:8000"], "localhost:8000");
+    usage_error(&work, &["run", "--api-key-env", "PARLEY_UNSET_VARIABLE"], "PARLEY_UNSET_VARIABLE");
     usage_error(&work, &["run", "--temperature", "7"], "--temperature");
     usage_error(&work, &["run", "--trials", "many"], "many");
     usage_error(&work, &["run", "--no-such-flag"], "--no-such-flag");
@@ -46,18 +27,10 @@ fn bad_flags_and_values_exit_64() {
 #[test]
 fn bad_task_rows_and_config_files_are_named() {
     let work = Workdir::new();
-    std::fs::write(
-        work.path("bad.jsonl"),
-        "{\"responses_create_params\": {\"input\": \"hi\"}}\n{oops\n",
-    )
-    .unwrap();
+    std::fs::write(work.path("bad.jsonl"), "{\"responses_create_params\": {\"input\": \"hi\"}}\n{oops\n").unwrap();
     usage_error(&work, &["run", "--tasks", "bad.jsonl"], "bad.jsonl:2");
     std::fs::write(work.path("norow.jsonl"), "{\"input\": \"hi\"}\n").unwrap();
-    usage_error(
-        &work,
-        &["run", "--tasks", "norow.jsonl"],
-        "responses_create_params",
-    );
+    usage_error(&work, &["run", "--tasks", "norow.jsonl"], "responses_create_params");
     std::fs::write(work.path("parley.toml"), "[run]\nconcurency = 3\n").unwrap();
     usage_error(&work, &["run"], "concurency");
 }

@@ -50,9 +50,6 @@ impl Agent for ToolCallingAgent {
             response_format: None,
         };
         let reply = self.client.chat(request).await?;
-        Ok(AgentTurn {
-            message: reply.message,
-            call: Some(reply.call),
-        })
+        Ok(AgentTurn { message: reply.message, call: Some(reply.call) })
     }
 }

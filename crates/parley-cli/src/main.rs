@@ -26,21 +26,18 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|runtime| {
-            runtime.block_on(async {
-                match cli.command {
-                    Command::Run(args) => {
-                        commands::run::run(settings::RunSettings::resolve(*args)?).await
+    let result =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(anyhow::Error::from).and_then(
+            |runtime| {
+                runtime.block_on(async {
+                    match cli.command {
+                        Command::Run(args) => commands::run::run(settings::RunSettings::resolve(*args)?).await,
+                        Command::Stub(args) => commands::stub::stub(args).await,
+                        Command::Tasks(args) => commands::tasks::tasks(args),
                     }
-                    Command::Stub(args) => commands::stub::stub(args).await,
-                    Command::Tasks(args) => commands::tasks::tasks(args),
-                }
-            })
-        });
+                })
+            },
+        );
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
@@ -60,9 +57,5 @@ fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).init();
 }

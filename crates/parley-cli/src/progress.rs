@@ -27,10 +27,8 @@ impl Progress {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new(total);
             bar.set_style(
-                ProgressStyle::with_template(
-                    "{elapsed_precise} [{wide_bar}] {pos}/{len} sessions · {per_sec} · {msg}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} sessions · {per_sec} · {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             bar
         });
@@ -38,13 +36,7 @@ impl Progress {
         Progress {
             bar,
             total,
-            state: Mutex::new(State {
-                done: 0,
-                reward_sum: 0.0,
-                rewarded: 0,
-                last_log: now,
-                started: now,
-            }),
+            state: Mutex::new(State { done: 0, reward_sum: 0.0, rewarded: 0, last_log: now, started: now }),
         }
     }
 
@@ -55,11 +47,7 @@ impl Progress {
             s.reward_sum += r;
             s.rewarded += 1;
         }
-        let mean = if s.rewarded > 0 {
-            s.reward_sum / s.rewarded as f64
-        } else {
-            0.0
-        };
+        let mean = if s.rewarded > 0 { s.reward_sum / s.rewarded as f64 } else { 0.0 };
         match &self.bar {
             Some(bar) => {
                 bar.inc(1);
@@ -68,10 +56,7 @@ impl Progress {
             None if s.last_log.elapsed() >= LOG_EVERY => {
                 s.last_log = Instant::now();
                 let rate = s.done as f64 / s.started.elapsed().as_secs_f64();
-                eprintln!(
-                    "{}/{} sessions · {rate:.1}/s · mean reward {mean:.3}",
-                    s.done, self.total
-                );
+                eprintln!("{}/{} sessions · {rate:.1}/s · mean reward {mean:.3}", s.done, self.total);
             }
             None => {}
         }

@@ -89,27 +89,15 @@ impl RunSettings {
             tasks: args.tasks.or(f.tasks),
             num_tasks: args.num_tasks.or(f.num_tasks).unwrap_or(100),
             base_url: args.base_url.or(f.base_url),
-            model: args
-                .model
-                .or(f.model)
-                .unwrap_or_else(|| "parley-stub".into()),
+            model: args.model.or(f.model).unwrap_or_else(|| "parley-stub".into()),
             api_key_env: args.api_key_env.or(f.api_key_env),
             concurrency,
-            endpoint_concurrency: args
-                .endpoint_concurrency
-                .or(f.endpoint_concurrency)
-                .unwrap_or(concurrency),
+            endpoint_concurrency: args.endpoint_concurrency.or(f.endpoint_concurrency).unwrap_or(concurrency),
             trials: args.trials.or(f.trials).unwrap_or(1),
             db: args.db.or(f.db).unwrap_or_else(|| "parley.db".into()),
             out: args.out.or(f.out),
-            max_steps: args
-                .max_steps
-                .or(f.max_steps)
-                .unwrap_or(Limits::default().max_steps),
-            max_errors: args
-                .max_errors
-                .or(f.max_errors)
-                .unwrap_or(Limits::default().max_errors),
+            max_steps: args.max_steps.or(f.max_steps).unwrap_or(Limits::default().max_steps),
+            max_errors: args.max_errors.or(f.max_errors).unwrap_or(Limits::default().max_errors),
             session_timeout_secs: args.session_timeout.or(f.session_timeout).unwrap_or(600.0),
             call_timeout_secs: args.call_timeout.or(f.call_timeout).unwrap_or(120.0),
             max_retries: args.max_retries.or(f.max_retries).unwrap_or(3),
@@ -141,14 +129,8 @@ impl RunSettings {
                 return Err(usage(format!("{flag} must be greater than 0, not {value}")));
             }
         }
-        if let Some(t) = self
-            .sampling
-            .temperature
-            .filter(|t| !(0.0..=2.0).contains(t))
-        {
-            return Err(usage(format!(
-                "--temperature must be between 0 and 2, not {t}"
-            )));
+        if let Some(t) = self.sampling.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(usage(format!("--temperature must be between 0 and 2, not {t}")));
         }
         if let Some(p) = self.sampling.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
             return Err(usage(format!("--top-p must be between 0 and 1, not {p}")));
@@ -187,8 +169,7 @@ fn load_file(explicit: Option<&Path>) -> anyhow::Result<File> {
         None if Path::new("parley.toml").is_file() => PathBuf::from("parley.toml"),
         None => return Ok(File::default()),
     };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| usage(format!("--config {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| usage(format!("--config {}: {e}", path.display())))?;
     toml::from_str(&text).map_err(|e| usage(format!("{}: {e}", path.display())))
 }
 
@@ -201,37 +182,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("parley.toml");
         std::fs::write(&path, "[run]\nconcurrency = 8\ntrials = 3\n").unwrap();
-        let args = RunArgs {
-            config: Some(path.clone()),
-            concurrency: Some(2),
-            ..RunArgs::default()
-        };
+        let args = RunArgs { config: Some(path.clone()), concurrency: Some(2), ..RunArgs::default() };
         let s = RunSettings::resolve(args).unwrap();
         assert_eq!((s.concurrency, s.trials), (2, 3));
 
         std::fs::write(&path, "[run]\nconcurency = 8\n").unwrap();
-        let err = RunSettings::resolve(RunArgs {
-            config: Some(path),
-            ..RunArgs::default()
-        })
-        .unwrap_err();
+        let err = RunSettings::resolve(RunArgs { config: Some(path), ..RunArgs::default() }).unwrap_err();
         assert!(err.to_string().contains("concurency"), "{err}");
     }
 
     #[test]
     fn bad_values_are_usage_errors() {
-        let err = RunSettings::resolve(RunArgs {
-            concurrency: Some(0),
-            ..RunArgs::default()
-        })
-        .unwrap_err();
+        let err = RunSettings::resolve(RunArgs { concurrency: Some(0), ..RunArgs::default() }).unwrap_err();
         assert!(err.downcast_ref::<crate::error::UsageError>().is_some());
         assert!(err.to_string().contains("--concurrency"));
-        let err = RunSettings::resolve(RunArgs {
-            env: Some("chess".into()),
-            ..RunArgs::default()
-        })
-        .unwrap_err();
+        let err = RunSettings::resolve(RunArgs { env: Some("chess".into()), ..RunArgs::default() }).unwrap_err();
         assert!(err.to_string().contains("chess"));
     }
 }

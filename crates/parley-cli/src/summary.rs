@@ -26,8 +26,7 @@ impl Report {
                 let termination = r.termination.clone().unwrap_or_default();
                 Outcome {
                     task: r.task_index as usize,
-                    infrastructure: Termination::parse(&termination)
-                        .is_none_or(Termination::is_infrastructure),
+                    infrastructure: Termination::parse(&termination).is_none_or(Termination::is_infrastructure),
                     termination,
                     reward: r.reward,
                     duration_ms: r.duration_ms.unwrap_or(0.0),
@@ -56,31 +55,15 @@ impl Report {
             s.sessions,
             s.sessions as f64 / secs.max(1e-9)
         )?;
-        let terminations: Vec<String> = s
-            .terminations
-            .iter()
-            .map(|(t, n)| format!("{t} {n}"))
-            .collect();
+        let terminations: Vec<String> = s.terminations.iter().map(|(t, n)| format!("{t} {n}")).collect();
         writeln!(w, "terminations   {}", terminations.join(" · "))?;
         match s.reward {
-            Some(m) => writeln!(
-                w,
-                "reward         {:.3} ± {:.3} (95% interval, n={})",
-                m.mean, m.ci95, m.n
-            )?,
+            Some(m) => writeln!(w, "reward         {:.3} ± {:.3} (95% interval, n={})", m.mean, m.ci95, m.n)?,
             None => writeln!(w, "reward         no scored sessions")?,
         }
         let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
-        let at: Vec<String> = s
-            .pass
-            .iter()
-            .map(|(k, at, _)| format!("k={k} {}", fmt(*at)))
-            .collect();
-        let hat: Vec<String> = s
-            .pass
-            .iter()
-            .map(|(k, _, hat)| format!("k={k} {}", fmt(*hat)))
-            .collect();
+        let at: Vec<String> = s.pass.iter().map(|(k, at, _)| format!("k={k} {}", fmt(*at))).collect();
+        let hat: Vec<String> = s.pass.iter().map(|(k, _, hat)| format!("k={k} {}", fmt(*hat))).collect();
         writeln!(w, "pass@k         {}", at.join("  "))?;
         writeln!(w, "pass^k         {}", hat.join("  "))?;
         let t = self.tokens;

@@ -30,10 +30,7 @@ pub enum AgentFailure {
     Model(#[from] ModelFailure),
     /// The agent itself gave up (for example, output it cannot turn into a message).
     #[error("{message}")]
-    Agent {
-        message: String,
-        call: Option<ModelCall>,
-    },
+    Agent { message: String, call: Option<ModelCall> },
 }
 
 #[async_trait]

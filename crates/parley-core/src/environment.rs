@@ -19,19 +19,11 @@ pub struct ToolOutput {
 
 impl ToolOutput {
     pub fn ok(content: impl Into<String>) -> ToolOutput {
-        ToolOutput {
-            content: content.into(),
-            is_error: false,
-            write: false,
-        }
+        ToolOutput { content: content.into(), is_error: false, write: false }
     }
 
     pub fn error(content: impl Into<String>) -> ToolOutput {
-        ToolOutput {
-            content: content.into(),
-            is_error: true,
-            write: false,
-        }
+        ToolOutput { content: content.into(), is_error: true, write: false }
     }
 }
 

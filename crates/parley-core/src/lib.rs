@@ -22,14 +22,12 @@ pub mod user;
 pub use agent::{Agent, AgentFailure, AgentTurn, AgentView};
 pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
 pub use message::{Message, Role, ToolCall, ToolSpec};
-pub use model::{
-    ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, Sampling, Usage,
-};
+pub use model::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, Sampling, Usage};
 pub use reward::Reward;
 pub use session::{Limits, Termination};
 pub use store::{
-    MessageRecord, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore,
-    StoreError, ToolCallRecord, TurnRecord,
+    MessageRecord, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, ToolCallRecord,
+    TurnRecord,
 };
 pub use task::{Task, stable_seed};
 pub use user::{UserSimulator, UserStop, UserTurn};

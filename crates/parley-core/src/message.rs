@@ -58,12 +58,7 @@ pub struct Message {
 
 impl Message {
     pub fn text(role: Role, content: impl Into<String>) -> Message {
-        Message {
-            role,
-            content: Some(content.into()),
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-        }
+        Message { role, content: Some(content.into()), tool_calls: Vec::new(), tool_call_id: None }
     }
 
     pub fn system(content: impl Into<String>) -> Message {
@@ -88,12 +83,7 @@ impl Message {
     }
 
     pub fn assistant_calls(content: Option<String>, tool_calls: Vec<ToolCall>) -> Message {
-        Message {
-            role: Role::Assistant,
-            content,
-            tool_calls,
-            tool_call_id: None,
-        }
+        Message { role: Role::Assistant, content, tool_calls, tool_call_id: None }
     }
 
     pub fn content_str(&self) -> &str {
@@ -138,19 +128,9 @@ impl ToolSpec {
         let name = function.get("name")?.as_str()?.to_owned();
         Some(ToolSpec {
             name,
-            description: function
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            parameters: function
-                .get("parameters")
-                .cloned()
-                .unwrap_or_else(empty_object_schema),
-            strict: function
-                .get("strict")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            description: function.get("description").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            parameters: function.get("parameters").cloned().unwrap_or_else(empty_object_schema),
+            strict: function.get("strict").and_then(Value::as_bool).unwrap_or(false),
         })
     }
 }

@@ -24,16 +24,11 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
         Some(Value::String(text)) => messages.push(Message::user(text.clone())),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                messages.push(
-                    message_from_item(item)
-                        .map_err(|e| RowError(format!("input item {i}: {e}")))?,
-                );
+                messages.push(message_from_item(item).map_err(|e| RowError(format!("input item {i}: {e}")))?);
             }
         }
         _ => {
-            return Err(RowError(
-                "`responses_create_params.input` must be a string or a list of items".into(),
-            ));
+            return Err(RowError("`responses_create_params.input` must be a string or a list of items".into()));
         }
     }
     let tools = match params.get("tools") {
@@ -41,15 +36,10 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
         Some(Value::Array(tools)) => tools
             .iter()
             .enumerate()
-            .map(|(i, t)| {
-                ToolSpec::from_openai_json(t)
-                    .ok_or_else(|| RowError(format!("tool {i} has no `name`")))
-            })
+            .map(|(i, t)| ToolSpec::from_openai_json(t).ok_or_else(|| RowError(format!("tool {i} has no `name`"))))
             .collect::<Result<_, _>>()?,
         Some(_) => {
-            return Err(RowError(
-                "`responses_create_params.tools` must be a list".into(),
-            ));
+            return Err(RowError("`responses_create_params.tools` must be a list".into()));
         }
     };
     let id = match row.get("id") {
@@ -57,13 +47,7 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
         Some(Value::Number(n)) => n.to_string(),
         _ => index.to_string(),
     };
-    Ok(Task {
-        index,
-        id,
-        messages,
-        tools,
-        row,
-    })
+    Ok(Task { index, id, messages, tools, row })
 }
 
 fn message_from_item(item: &Value) -> Result<Message, String> {
@@ -77,34 +61,24 @@ fn message_from_item(item: &Value) -> Result<Message, String> {
             return Ok(Message::assistant_calls(None, vec![call]));
         }
         Some("function_call_output") => {
-            return Ok(Message::tool_result(
-                str_field(item, "call_id")?,
-                str_field(item, "output")?,
-            ));
+            return Ok(Message::tool_result(str_field(item, "call_id")?, str_field(item, "output")?));
         }
         _ => {}
     }
-    let role = item
-        .get("role")
-        .and_then(Value::as_str)
-        .ok_or("an input message needs a `role`")?;
+    let role = item.get("role").and_then(Value::as_str).ok_or("an input message needs a `role`")?;
     let role = Role::parse(role).ok_or_else(|| format!("unknown role `{role}`"))?;
     let content = match item.get("content") {
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(""),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("")
+        }
         _ => String::new(),
     };
     Ok(Message::text(role, content))
 }
 
 fn str_field<'a>(item: &'a Value, key: &str) -> Result<&'a str, String> {
-    item.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("a `{}` item needs a string `{key}`", item["type"]))
+    item.get(key).and_then(Value::as_str).ok_or_else(|| format!("a `{}` item needs a string `{key}`", item["type"]))
 }
 
 /// The Responses `output` items for the part of a transcript that the session produced.
@@ -113,11 +87,7 @@ pub fn output_items(messages: &[Message]) -> Vec<Value> {
     for (i, m) in messages.iter().enumerate() {
         match m.role {
             Role::Assistant => {
-                if let Some(text) = m
-                    .content
-                    .as_deref()
-                    .filter(|t| !t.is_empty() || m.tool_calls.is_empty())
-                {
+                if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty() || m.tool_calls.is_empty()) {
                     items.push(json!({
                         "type": "message", "role": "assistant", "id": format!("msg_{i}"), "status": "completed",
                         "content": [{"type": "output_text", "text": text, "annotations": []}],
@@ -135,12 +105,8 @@ pub fn output_items(messages: &[Message]) -> Vec<Value> {
                 "call_id": m.tool_call_id.as_deref().unwrap_or_default(),
                 "output": m.content_str(),
             })),
-            Role::User => {
-                items.push(json!({"type": "message", "role": "user", "content": m.content_str()}))
-            }
-            Role::System => {
-                items.push(json!({"type": "message", "role": "system", "content": m.content_str()}))
-            }
+            Role::User => items.push(json!({"type": "message", "role": "user", "content": m.content_str()})),
+            Role::System => items.push(json!({"type": "message", "role": "system", "content": m.content_str()})),
         }
     }
     items
@@ -206,10 +172,7 @@ mod tests {
             "expected_synonym_values": [1]});
         let task = task_from_row(3, row).unwrap();
         assert_eq!(task.id, "7");
-        assert_eq!(
-            task.messages,
-            vec![Message::system("sys"), Message::user("hi")]
-        );
+        assert_eq!(task.messages, vec![Message::system("sys"), Message::user("hi")]);
         assert_eq!(task.tools[0].name, "get_synonym_value");
         assert!(task.tools[0].strict);
     }
@@ -222,11 +185,7 @@ mod tests {
 
     #[test]
     fn output_items_follow_the_responses_shape() {
-        let call = ToolCall {
-            id: "c1".into(),
-            name: "f".into(),
-            arguments: "{}".into(),
-        };
+        let call = ToolCall { id: "c1".into(), name: "f".into(), arguments: "{}".into() };
         let items = output_items(&[
             Message::assistant_calls(None, vec![call]),
             Message::tool_result("c1", "ok"),

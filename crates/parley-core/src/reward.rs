@@ -14,10 +14,7 @@ pub struct Reward {
 
 impl Reward {
     pub fn new(value: f64) -> Reward {
-        Reward {
-            value,
-            breakdown: Map::new(),
-        }
+        Reward { value, breakdown: Map::new() }
     }
 
     pub fn with(mut self, key: &str, value: impl Into<Value>) -> Reward {

@@ -63,12 +63,7 @@ impl Termination {
     /// A failure of the machinery rather than of the agent. Such sessions are excluded from
     /// reward means and pass^k, and written to the failures file.
     pub fn is_infrastructure(self) -> bool {
-        matches!(
-            self,
-            Termination::InfrastructureError
-                | Termination::EnvironmentError
-                | Termination::Cancelled
-        )
+        matches!(self, Termination::InfrastructureError | Termination::EnvironmentError | Termination::Cancelled)
     }
 
     /// Whether the trajectory is complete enough to be scored.
@@ -98,11 +93,6 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits {
-            max_steps: 30,
-            max_turns: 30,
-            max_errors: 5,
-            timeout: Duration::from_secs(600),
-        }
+        Limits { max_steps: 30, max_turns: 30, max_errors: 5, timeout: Duration::from_secs(600) }
     }
 }

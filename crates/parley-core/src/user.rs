@@ -27,9 +27,7 @@ impl UserStop {
 
     /// Finds a stop marker anywhere in a user message.
     pub fn find(text: &str) -> Option<UserStop> {
-        [UserStop::Stop, UserStop::Transfer, UserStop::OutOfScope]
-            .into_iter()
-            .find(|s| text.contains(s.marker()))
+        [UserStop::Stop, UserStop::Transfer, UserStop::OutOfScope].into_iter().find(|s| text.contains(s.marker()))
     }
 }
 

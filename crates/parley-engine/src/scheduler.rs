@@ -45,8 +45,16 @@ impl Scheduler {
                         let this = this.clone();
                         let job = job.clone();
                         async move {
-                            run_session(&this.parties, job.id, job.task, job.trial, job.seed, &this.limits, &this.cancel)
-                                .await
+                            run_session(
+                                &this.parties,
+                                job.id,
+                                job.task,
+                                job.trial,
+                                job.seed,
+                                &this.limits,
+                                &this.cancel,
+                            )
+                            .await
                         }
                         .instrument(span)
                     });
@@ -54,7 +62,8 @@ impl Scheduler {
                         Ok(result) => result,
                         Err(e) => {
                             let result = panicked(job, e.to_string());
-                            let record = this.parties.store.finish_session(result.id, Default::default(), &result.outcome);
+                            let record =
+                                this.parties.store.finish_session(result.id, Default::default(), &result.outcome);
                             if let Err(e) = record.await {
                                 tracing::error!(session = result.id, error = %e, "could not record a panicked session");
                             }

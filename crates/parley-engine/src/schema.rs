@@ -68,20 +68,11 @@ fn type_matches(expected: &str, value: &Value, path: &str) -> Result<(), String>
         "null" => value.is_null(),
         "number" => value.is_number(),
         "integer" => {
-            value.as_i64().is_some()
-                || value.as_u64().is_some()
-                || value.as_f64().is_some_and(|f| f.fract() == 0.0)
+            value.as_i64().is_some() || value.as_u64().is_some() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
         }
         _ => true,
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{path} must be of type {expected}, not {}",
-            kind(value)
-        ))
-    }
+    if ok { Ok(()) } else { Err(format!("{path} must be of type {expected}, not {}", kind(value))) }
 }
 
 fn kind(value: &Value) -> &'static str {
@@ -109,28 +100,16 @@ mod tests {
 
     #[test]
     fn accepts_valid_arguments() {
-        assert_eq!(
-            validate(&schema(), &json!({"synonym_values": [1, 2], "mode": "a"})),
-            Ok(())
-        );
+        assert_eq!(validate(&schema(), &json!({"synonym_values": [1, 2], "mode": "a"})), Ok(()));
     }
 
     #[test]
     fn names_each_violation() {
         let cases = [
             (json!({}), "missing the required property `synonym_values`"),
-            (
-                json!({"synonym_values": ["x"]}),
-                "arguments.synonym_values[0] must be of type integer, not string",
-            ),
-            (
-                json!({"synonym_values": [], "extra": 1}),
-                "unknown property `extra`",
-            ),
-            (
-                json!({"synonym_values": [], "mode": "c"}),
-                "arguments.mode must be one of",
-            ),
+            (json!({"synonym_values": ["x"]}), "arguments.synonym_values[0] must be of type integer, not string"),
+            (json!({"synonym_values": [], "extra": 1}), "unknown property `extra`"),
+            (json!({"synonym_values": [], "mode": "c"}), "arguments.mode must be one of"),
             (json!([1]), "arguments must be of type object, not array"),
         ];
         for (value, expected) in cases {

@@ -5,9 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parley_core::{
-    Agent, AgentFailure, AgentView, EnvSession, Environment, Limits, Message, MessageRecord,
-    ModelFailureKind, Reward, SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall,
-    ToolCallRecord, TurnRecord, Usage,
+    Agent, AgentFailure, AgentView, EnvSession, Environment, Limits, Message, MessageRecord, ModelFailureKind, Reward,
+    SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord, Usage,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -58,11 +57,7 @@ impl State {
         if let Some(call) = &call {
             self.usage += call.usage;
         }
-        self.pending.messages.push(MessageRecord {
-            seq,
-            message: message.clone(),
-            call,
-        });
+        self.pending.messages.push(MessageRecord { seq, message: message.clone(), call });
         self.messages.push(message);
         seq
     }
@@ -97,11 +92,7 @@ pub async fn run_session(
     let produced_from = state.messages.len();
 
     let (termination, error, reward) = match parties.environment.open(&task).await {
-        Err(e) => (
-            Termination::EnvironmentError,
-            Some(format!("opening the environment: {e}")),
-            None,
-        ),
+        Err(e) => (Termination::EnvironmentError, Some(format!("opening the environment: {e}")), None),
         Ok(mut env) => {
             let ended = tokio::select! {
                 ended = drive(parties, &mut state, env.as_mut(), limits, seed) => ended,
@@ -123,31 +114,13 @@ pub async fn run_session(
         }
     };
 
-    let outcome = SessionOutcome {
-        termination,
-        reward,
-        error,
-        steps: state.steps,
-        duration: started.elapsed(),
-    };
+    let outcome = SessionOutcome { termination, reward, error, steps: state.steps, duration: started.elapsed() };
     if termination == Termination::Cancelled {
         // A cancelled session keeps its committed turns and stays pending, so it can be resumed.
-    } else if let Err(e) = parties
-        .store
-        .finish_session(id, std::mem::take(&mut state.pending), &outcome)
-        .await
-    {
+    } else if let Err(e) = parties.store.finish_session(id, std::mem::take(&mut state.pending), &outcome).await {
         tracing::error!(session = id, error = %e, "could not record the end of a session");
     }
-    SessionResult {
-        id,
-        task,
-        trial,
-        outcome,
-        transcript: state.messages,
-        produced_from,
-        usage: state.usage,
-    }
+    SessionResult { id, task, trial, outcome, transcript: state.messages, produced_from, usage: state.usage }
 }
 
 /// The loop proper. Returns how the session ended; the caller scores and records it.
@@ -181,10 +154,7 @@ async fn drive(
                 Ok(arguments) => match env.call(&call.name, &arguments).await {
                     Ok(output) => Ok(output),
                     Err(e) => {
-                        return (
-                            Termination::EnvironmentError,
-                            Some(format!("tool `{}`: {e}", call.name)),
-                        );
+                        return (Termination::EnvironmentError, Some(format!("tool `{}`: {e}", call.name)));
                     }
                 },
             };
@@ -207,10 +177,7 @@ async fn drive(
         if state.errors > limits.max_errors {
             return (
                 Termination::TooManyErrors,
-                Some(format!(
-                    "{} malformed tool calls, more than the limit of {}",
-                    state.errors, limits.max_errors
-                )),
+                Some(format!("{} malformed tool calls, more than the limit of {}", state.errors, limits.max_errors)),
             );
         }
         if let Err(e) = commit(parties, state).await {
@@ -227,17 +194,10 @@ async fn agent_step(
     seed: u64,
 ) -> Step {
     if state.steps >= limits.max_steps {
-        return Step::End(
-            Termination::MaxSteps,
-            Some(format!("the agent used all {} steps", limits.max_steps)),
-        );
+        return Step::End(Termination::MaxSteps, Some(format!("the agent used all {} steps", limits.max_steps)));
     }
     state.steps += 1;
-    let view = AgentView {
-        messages: &state.messages,
-        tools,
-        seed,
-    };
+    let view = AgentView { messages: &state.messages, tools, seed };
     match parties.agent.act(view).await {
         Ok(turn) => {
             state.push(turn.message.clone(), turn.call);
@@ -250,9 +210,7 @@ async fn agent_step(
             };
             Step::End(termination, Some(failure.message))
         }
-        Err(AgentFailure::Agent { message, .. }) => {
-            Step::End(Termination::AgentError, Some(message))
-        }
+        Err(AgentFailure::Agent { message, .. }) => Step::End(Termination::AgentError, Some(message)),
     }
 }
 
@@ -261,23 +219,11 @@ async fn agent_step(
 fn check_call(tools: &[parley_core::ToolSpec], call: &ToolCall) -> Result<Value, String> {
     let Some(tool) = tools.iter().find(|t| t.name == call.name) else {
         let known: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-        return Err(format!(
-            "Unknown tool `{}`. Available tools: {}",
-            call.name,
-            known.join(", ")
-        ));
+        return Err(format!("Unknown tool `{}`. Available tools: {}", call.name, known.join(", ")));
     };
-    let text = if call.arguments.trim().is_empty() {
-        "{}"
-    } else {
-        call.arguments.as_str()
-    };
-    let arguments: Value = serde_json::from_str(text).map_err(|e| {
-        format!(
-            "Invalid tool call arguments for `{}`: not JSON ({e})",
-            call.name
-        )
-    })?;
+    let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
+    let arguments: Value = serde_json::from_str(text)
+        .map_err(|e| format!("Invalid tool call arguments for `{}`: not JSON ({e})", call.name))?;
     schema::validate(&tool.parameters, &arguments)
         .map_err(|e| format!("Invalid tool call arguments for `{}`: {e}", call.name))?;
     Ok(arguments)
@@ -285,11 +231,7 @@ fn check_call(tools: &[parley_core::ToolSpec], call: &ToolCall) -> Result<Value,
 
 async fn commit(parties: &Parties, state: &mut State) -> Result<(), String> {
     let turn = std::mem::take(&mut state.pending);
-    parties
-        .store
-        .commit_turn(state.id, turn)
-        .await
-        .map_err(|e| format!("committing a turn: {e}"))
+    parties.store.commit_turn(state.id, turn).await.map_err(|e| format!("committing a turn: {e}"))
 }
 
 impl SessionResult {

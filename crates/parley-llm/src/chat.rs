@@ -69,9 +69,7 @@ pub struct ChatClient {
 impl std::fmt::Debug for ChatClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The async-openai client holds the key; never print it.
-        f.debug_struct("ChatClient")
-            .field("endpoint", &self.endpoint)
-            .finish_non_exhaustive()
+        f.debug_struct("ChatClient").field("endpoint", &self.endpoint).finish_non_exhaustive()
     }
 }
 
@@ -84,8 +82,7 @@ impl ChatClient {
         let mut openai = OpenAIConfig::new().with_api_base(base);
         openai = match &config.api_key_env {
             Some(var) => {
-                let key =
-                    std::env::var(var).map_err(|_| ClientConfigError::MissingKey(var.clone()))?;
+                let key = std::env::var(var).map_err(|_| ClientConfigError::MissingKey(var.clone()))?;
                 openai.with_api_key(key)
             }
             None => openai.with_api_key(""),
@@ -101,17 +98,11 @@ impl ChatClient {
                 base_backoff: Duration::from_millis(200),
                 max_backoff: Duration::from_secs(10),
             })
-            .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::new(
-                Semaphore::new(config.max_concurrency.max(1)),
-            )))
+            .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::new(Semaphore::new(config.max_concurrency.max(1)))))
             .timeout(config.timeout)
             .service(ReqwestService::new(http.clone()));
         let client = Client::build(http, openai).with_http_service(service);
-        Ok(ChatClient {
-            client,
-            endpoint: base.into(),
-            max_retries: config.max_retries,
-        })
+        Ok(ChatClient { client, endpoint: base.into(), max_retries: config.max_retries })
     }
 
     async fn post(&self, body: &Value) -> Result<Value, OpenAIError> {
@@ -151,25 +142,16 @@ impl ModelClient for ChatClient {
                                 call.usage = usage;
                                 call.response = Some(response);
                                 call.request = body;
-                                return Ok(ChatReply {
-                                    message,
-                                    finish_reason,
-                                    call,
-                                });
+                                return Ok(ChatReply { message, finish_reason, call });
                             }
                             Err(why) => {
                                 call.response = Some(response);
-                                (
-                                    ModelFailureKind::MalformedResponse,
-                                    format!("not a chat completion: {why}"),
-                                )
+                                (ModelFailureKind::MalformedResponse, format!("not a chat completion: {why}"))
                             }
                         },
                         Err(error) => classify(&error),
                     };
-                    if failure.0 == ModelFailureKind::MalformedResponse
-                        && malformed_rounds < self.max_retries
-                    {
+                    if failure.0 == ModelFailureKind::MalformedResponse && malformed_rounds < self.max_retries {
                         malformed_rounds += 1;
                         continue;
                     }
@@ -177,10 +159,7 @@ impl ModelClient for ChatClient {
                     call.error = Some(failure.1.clone());
                     return Err(ModelFailure {
                         kind: failure.0,
-                        message: format!(
-                            "{} after {attempts} attempt(s) to {}",
-                            failure.1, self.endpoint
-                        ),
+                        message: format!("{} after {attempts} attempt(s) to {}", failure.1, self.endpoint),
                         call,
                     });
                 }
@@ -194,29 +173,19 @@ fn classify(error: &OpenAIError) -> (ModelFailureKind, String) {
         OpenAIError::ApiError(api) => {
             let text = api.api_error.message.to_lowercase();
             let code = api.api_error.code.as_deref().unwrap_or_default();
-            if code == "context_length_exceeded"
-                || text.contains("context length")
-                || text.contains("context window")
-            {
+            if code == "context_length_exceeded" || text.contains("context length") || text.contains("context window") {
                 (ModelFailureKind::ContextWindowExceeded, api.to_string())
             } else {
-                (
-                    ModelFailureKind::Status(api.status_code.as_u16()),
-                    api.to_string(),
-                )
+                (ModelFailureKind::Status(api.status_code.as_u16()), api.to_string())
             }
         }
         OpenAIError::JSONDeserialize(e, body) => {
             let head: String = body.chars().take(120).collect();
-            (
-                ModelFailureKind::MalformedResponse,
-                format!("the body is not JSON ({e}): {head}"),
-            )
+            (ModelFailureKind::MalformedResponse, format!("the body is not JSON ({e}): {head}"))
         }
-        OpenAIError::Boxed(e) if e.is::<tower::timeout::error::Elapsed>() => (
-            ModelFailureKind::Timeout,
-            "no answer within the per-call timeout".into(),
-        ),
+        OpenAIError::Boxed(e) if e.is::<tower::timeout::error::Elapsed>() => {
+            (ModelFailureKind::Timeout, "no answer within the per-call timeout".into())
+        }
         other => (ModelFailureKind::Transport, other.to_string()),
     }
 }

@@ -31,10 +31,7 @@ impl<S> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Retry<S> {
-        Retry {
-            inner,
-            policy: *self,
-        }
+        Retry { inner, policy: *self }
     }
 }
 
@@ -67,11 +64,7 @@ where
     }
 }
 
-async fn retry<S>(
-    mut inner: S,
-    request: HttpRequestFactory,
-    policy: RetryLayer,
-) -> Result<Response, OpenAIError>
+async fn retry<S>(mut inner: S, request: HttpRequestFactory, policy: RetryLayer) -> Result<Response, OpenAIError>
 where
     S: Service<HttpRequestFactory, Response = Response>,
     S::Error: Into<BoxError> + Send,
@@ -106,21 +99,13 @@ fn is_retryable_status(status: u16) -> bool {
 }
 
 fn backoff(policy: RetryLayer, attempt: u32) -> Duration {
-    policy
-        .base_backoff
-        .saturating_mul(2u32.saturating_pow(attempt))
-        .min(policy.max_backoff)
+    policy.base_backoff.saturating_mul(2u32.saturating_pow(attempt)).min(policy.max_backoff)
 }
 
 fn retry_after(response: &Response) -> Option<Duration> {
-    let value = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?;
+    let value = response.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
     let seconds: f64 = value.trim().parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0)
-        .then(|| Duration::from_secs_f64(seconds).min(MAX_RETRY_AFTER))
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds).min(MAX_RETRY_AFTER))
 }
 
 fn to_openai_error(error: BoxError) -> OpenAIError {

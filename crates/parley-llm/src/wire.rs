@@ -7,15 +7,9 @@ use serde_json::{Map, Value, json};
 pub(crate) fn request_json(request: &ChatRequest<'_>) -> Value {
     let mut body = Map::with_capacity(8);
     body.insert("model".into(), Value::from(request.model));
-    body.insert(
-        "messages".into(),
-        Value::Array(request.messages.iter().map(message_json).collect()),
-    );
+    body.insert("messages".into(), Value::Array(request.messages.iter().map(message_json).collect()));
     if !request.tools.is_empty() {
-        body.insert(
-            "tools".into(),
-            Value::Array(request.tools.iter().map(|t| t.to_chat_json()).collect()),
-        );
+        body.insert("tools".into(), Value::Array(request.tools.iter().map(|t| t.to_chat_json()).collect()));
     }
     let sampling = request.sampling;
     if let Some(t) = sampling.temperature {
@@ -39,10 +33,7 @@ pub(crate) fn request_json(request: &ChatRequest<'_>) -> Value {
 fn message_json(message: &Message) -> Value {
     let mut m = Map::with_capacity(4);
     m.insert("role".into(), Value::from(message.role.as_str()));
-    m.insert(
-        "content".into(),
-        message.content.as_deref().map_or(Value::Null, Value::from),
-    );
+    m.insert("content".into(), message.content.as_deref().map_or(Value::Null, Value::from));
     if !message.tool_calls.is_empty() {
         let calls = message
             .tool_calls
@@ -59,13 +50,8 @@ fn message_json(message: &Message) -> Value {
 
 /// The assistant message, finish reason and usage of a chat completion, or why it is not one.
 pub(crate) fn parse_reply(body: &Value) -> Result<(Message, Option<String>, Usage), String> {
-    let choice = body
-        .get("choices")
-        .and_then(|c| c.get(0))
-        .ok_or("the response has no `choices[0]`")?;
-    let message = choice
-        .get("message")
-        .ok_or("`choices[0]` has no `message`")?;
+    let choice = body.get("choices").and_then(|c| c.get(0)).ok_or("the response has no `choices[0]`")?;
+    let message = choice.get("message").ok_or("`choices[0]` has no `message`")?;
     let content = match message.get("content") {
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Null) | None => None,
@@ -74,9 +60,7 @@ pub(crate) fn parse_reply(body: &Value) -> Result<(Message, Option<String>, Usag
     let mut tool_calls = Vec::new();
     if let Some(Value::Array(calls)) = message.get("tool_calls") {
         for (i, call) in calls.iter().enumerate() {
-            let function = call
-                .get("function")
-                .ok_or_else(|| format!("tool call {i} has no `function`"))?;
+            let function = call.get("function").ok_or_else(|| format!("tool call {i} has no `function`"))?;
             let arguments = match function.get("arguments") {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),
@@ -84,40 +68,18 @@ pub(crate) fn parse_reply(body: &Value) -> Result<(Message, Option<String>, Usag
                 Some(other) => other.to_string(),
             };
             tool_calls.push(ToolCall {
-                id: call
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| format!("call_{i}"), str::to_owned),
-                name: function
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
+                id: call.get("id").and_then(Value::as_str).map_or_else(|| format!("call_{i}"), str::to_owned),
+                name: function.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
                 arguments,
             });
         }
     }
-    let finish_reason = choice
-        .get("finish_reason")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
+    let finish_reason = choice.get("finish_reason").and_then(Value::as_str).map(str::to_owned);
     let usage = body.get("usage").map_or_else(Usage::default, |u| Usage {
         prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-        completion_tokens: u
-            .get("completion_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
+        completion_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
     });
-    Ok((
-        Message {
-            role: Role::Assistant,
-            content,
-            tool_calls,
-            tool_call_id: None,
-        },
-        finish_reason,
-        usage,
-    ))
+    Ok((Message { role: Role::Assistant, content, tool_calls, tool_call_id: None }, finish_reason, usage))
 }
 
 #[cfg(test)]
@@ -129,27 +91,11 @@ mod tests {
     fn request_carries_tools_sampling_and_tool_results() {
         let messages = [
             Message::user("hi"),
-            Message::assistant_calls(
-                None,
-                vec![ToolCall {
-                    id: "c".into(),
-                    name: "f".into(),
-                    arguments: "{}".into(),
-                }],
-            ),
+            Message::assistant_calls(None, vec![ToolCall { id: "c".into(), name: "f".into(), arguments: "{}".into() }]),
             Message::tool_result("c", "out"),
         ];
-        let tools = [ToolSpec {
-            name: "f".into(),
-            description: "d".into(),
-            parameters: json!({}),
-            strict: false,
-        }];
-        let sampling = Sampling {
-            temperature: Some(0.5),
-            seed: Some(9),
-            ..Sampling::default()
-        };
+        let tools = [ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}), strict: false }];
+        let sampling = Sampling { temperature: Some(0.5), seed: Some(9), ..Sampling::default() };
         let body = request_json(&ChatRequest {
             model: "m",
             messages: &messages,
@@ -157,10 +103,7 @@ mod tests {
             sampling: &sampling,
             response_format: None,
         });
-        assert_eq!(
-            body["messages"][1]["tool_calls"][0]["function"]["name"],
-            "f"
-        );
+        assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["name"], "f");
         assert_eq!(body["messages"][2]["tool_call_id"], "c");
         assert_eq!(body["tools"][0]["function"]["name"], "f");
         assert_eq!(body["temperature"], 0.5);
@@ -176,21 +119,11 @@ mod tests {
         let (m, finish, usage) = parse_reply(&body).unwrap();
         assert_eq!(m.tool_calls[0].arguments, "{\"a\":1}");
         assert_eq!(finish.as_deref(), Some("tool_calls"));
-        assert_eq!(
-            usage,
-            Usage {
-                prompt_tokens: 3,
-                completion_tokens: 4
-            }
-        );
+        assert_eq!(usage, Usage { prompt_tokens: 3, completion_tokens: 4 });
     }
 
     #[test]
     fn reply_without_choices_is_malformed() {
-        assert!(
-            parse_reply(&json!({"id": "x"}))
-                .unwrap_err()
-                .contains("choices")
-        );
+        assert!(parse_reply(&json!({"id": "x"})).unwrap_err().contains("choices"));
     }
 }

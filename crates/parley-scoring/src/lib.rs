@@ -77,16 +77,8 @@ pub fn pass_at_k(outcomes: &[Outcome], k: usize) -> (Option<f64>, Option<f64>) {
         return (None, None);
     }
     let count = eligible.len() as f64;
-    let at = eligible
-        .iter()
-        .map(|&(n, c)| 1.0 - choose(n - c, k) / choose(n, k))
-        .sum::<f64>()
-        / count;
-    let hat = eligible
-        .iter()
-        .map(|&(n, c)| choose(c, k) / choose(n, k))
-        .sum::<f64>()
-        / count;
+    let at = eligible.iter().map(|&(n, c)| 1.0 - choose(n - c, k) / choose(n, k)).sum::<f64>() / count;
+    let hat = eligible.iter().map(|&(n, c)| choose(c, k) / choose(n, k)).sum::<f64>() / count;
     (Some(at), Some(hat))
 }
 
@@ -107,11 +99,7 @@ pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
     for o in outcomes {
         *terminations.entry(o.termination.clone()).or_insert(0) += 1;
     }
-    let rewards: Vec<f64> = outcomes
-        .iter()
-        .filter(|o| !o.infrastructure)
-        .filter_map(|o| o.reward)
-        .collect();
+    let rewards: Vec<f64> = outcomes.iter().filter(|o| !o.infrastructure).filter_map(|o| o.reward).collect();
     let mut durations: Vec<f64> = outcomes.iter().map(|o| o.duration_ms).collect();
     durations.sort_by(f64::total_cmp);
     Summary {
@@ -136,12 +124,7 @@ mod tests {
     fn outcome(task: usize, reward: Option<f64>, infrastructure: bool) -> Outcome {
         Outcome {
             task,
-            termination: if infrastructure {
-                "infrastructure_error"
-            } else {
-                "agent_stop"
-            }
-            .into(),
+            termination: if infrastructure { "infrastructure_error" } else { "agent_stop" }.into(),
             infrastructure,
             reward,
             duration_ms: 10.0 * (task + 1) as f64,
@@ -169,11 +152,7 @@ mod tests {
 
     #[test]
     fn infrastructure_failures_are_excluded() {
-        let outcomes = vec![
-            outcome(0, Some(1.0), false),
-            outcome(0, None, true),
-            outcome(1, Some(0.0), false),
-        ];
+        let outcomes = vec![outcome(0, Some(1.0), false), outcome(0, None, true), outcome(1, Some(0.0), false)];
         let summary = summarize(&outcomes, 1);
         assert_eq!(summary.reward.unwrap().mean, 0.5);
         assert_eq!(summary.reward.unwrap().n, 2);

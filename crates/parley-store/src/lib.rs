@@ -15,10 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use parley_core::{
-    RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
-    TurnRecord,
-};
+use parley_core::{RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task, TurnRecord};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, QueryBuilder, SqliteConnection, SqlitePool};
 
@@ -36,9 +33,7 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> StoreOptions {
-        StoreOptions {
-            raw_model_calls: true,
-        }
+        StoreOptions { raw_model_calls: true }
     }
 }
 
@@ -74,13 +69,8 @@ impl SqliteStore {
             .connect_with(connect.clone())
             .await
             .map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
-        MIGRATOR
-            .run(&pool)
-            .await
-            .map_err(|e| StoreError::Database(format!("migrating {}: {e}", path.display())))?;
-        let conn = SqliteConnection::connect_with(&connect)
-            .await
-            .map_err(db_error)?;
+        MIGRATOR.run(&pool).await.map_err(|e| StoreError::Database(format!("migrating {}: {e}", path.display())))?;
+        let conn = SqliteConnection::connect_with(&connect).await.map_err(db_error)?;
         let writer = Writer::spawn(conn, options);
         Ok(SqliteStore { pool, writer })
     }
@@ -109,21 +99,16 @@ impl SessionStore for SqliteStore {
     ) -> Result<(RunId, Vec<SessionId>), StoreError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let config = spec.config.to_string();
-        let run: RunId =
-            sqlx::query_scalar("INSERT INTO runs (environment, config) VALUES (?, ?) RETURNING id")
-                .bind(&spec.environment)
-                .bind(config)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db_error)?;
+        let run: RunId = sqlx::query_scalar("INSERT INTO runs (environment, config) VALUES (?, ?) RETURNING id")
+            .bind(&spec.environment)
+            .bind(config)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
         for chunk in tasks.chunks(1000) {
-            let mut insert =
-                QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row) ");
+            let mut insert = QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row) ");
             insert.push_values(chunk, |mut b, task| {
-                b.push_bind(run)
-                    .push_bind(task.index as i64)
-                    .push_bind(&task.id)
-                    .push_bind(task.row.to_string());
+                b.push_bind(run).push_bind(task.index as i64).push_bind(&task.id).push_bind(task.row.to_string());
             });
             insert.build().execute(&mut *tx).await.map_err(db_error)?;
         }
@@ -134,8 +119,7 @@ impl SessionStore for SqliteStore {
             .map_err(db_error)?;
         let ids: Vec<SessionId> = (0..sessions.len() as i64).map(|i| first + i).collect();
         for (chunk, id_chunk) in sessions.chunks(1000).zip(ids.chunks(1000)) {
-            let mut insert =
-                QueryBuilder::new("INSERT INTO sessions (id, run_id, task_index, trial, seed) ");
+            let mut insert = QueryBuilder::new("INSERT INTO sessions (id, run_id, task_index, trial, seed) ");
             insert.push_values(chunk.iter().zip(id_chunk), |mut b, (s, id)| {
                 // SQLite integers are signed: the seed's bits are kept, reinterpreted.
                 b.push_bind(id)
@@ -160,9 +144,7 @@ impl SessionStore for SqliteStore {
         last_turn: TurnRecord,
         outcome: &SessionOutcome,
     ) -> Result<(), StoreError> {
-        self.writer
-            .write(session, last_turn, Some(outcome.clone()))
-            .await
+        self.writer.write(session, last_turn, Some(outcome.clone())).await
     }
 
     async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError> {

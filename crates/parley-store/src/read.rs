@@ -49,11 +49,7 @@ impl SqliteStore {
         .fetch_one(self.pool())
         .await
         .map_err(db_error)?;
-        Ok(TokenTotals {
-            model_calls: row.calls,
-            prompt_tokens: row.prompt,
-            completion_tokens: row.completion,
-        })
+        Ok(TokenTotals { model_calls: row.calls, prompt_tokens: row.prompt, completion_tokens: row.completion })
     }
 
     /// Latencies of the model calls of a run, in milliseconds.

@@ -76,10 +76,7 @@ impl Writer {
         let raw = self.options.raw_model_calls;
         let mut tx = self.conn.begin().await.map_err(db_error)?;
 
-        let messages: Vec<_> = batch
-            .iter()
-            .flat_map(|w| w.turn.messages.iter().map(move |m| (w.session, m)))
-            .collect();
+        let messages: Vec<_> = batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.session, m))).collect();
         for chunk in messages.chunks(MAX_PARAMS / 6) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id) ",
@@ -97,10 +94,7 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let calls: Vec<_> = messages
-            .iter()
-            .filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c)))
-            .collect();
+        let calls: Vec<_> = messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c))).collect();
         for chunk in calls.chunks(MAX_PARAMS / 10) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
@@ -111,11 +105,7 @@ impl Writer {
                     .push_bind(*seq as i64)
                     .push_bind(c.endpoint.as_str())
                     .push_bind(raw.then(|| c.request.to_string()))
-                    .push_bind(if raw {
-                        c.response.as_ref().map(|r| r.to_string())
-                    } else {
-                        None
-                    })
+                    .push_bind(if raw { c.response.as_ref().map(|r| r.to_string()) } else { None })
                     .push_bind(c.usage.prompt_tokens as i64)
                     .push_bind(c.usage.completion_tokens as i64)
                     .push_bind(c.latency.as_secs_f64() * 1e3)
@@ -125,10 +115,7 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let tools: Vec<_> = batch
-            .iter()
-            .flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t)))
-            .collect();
+        let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
         for chunk in tools.chunks(MAX_PARAMS / 9) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO tool_calls (session_id, seq, call_id, name, arguments, output, is_error, is_write, \
@@ -148,15 +135,10 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let finished: Vec<_> = batch
-            .iter()
-            .filter_map(|w| w.outcome.as_ref().map(|o| (w.session, o)))
-            .collect();
+        let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.session, o))).collect();
         for chunk in finished.chunks(MAX_PARAMS / 6) {
             // One statement for all sessions that ended in this batch.
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "WITH v (id, termination, reward, error, steps, duration_ms) AS (",
-            );
+            let mut q = QueryBuilder::<Sqlite>::new("WITH v (id, termination, reward, error, steps, duration_ms) AS (");
             q.push_values(chunk, |mut b, (session, o)| {
                 b.push_bind(*session)
                     .push_bind(o.termination.as_str())
@@ -173,14 +155,10 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let scored: Vec<_> = finished
-            .iter()
-            .filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r)))
-            .collect();
+        let scored: Vec<_> = finished.iter().filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r))).collect();
         for chunk in scored.chunks(MAX_PARAMS / 4) {
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO scores (session_id, scorer, version, value, breakdown) ",
-            );
+            let mut q =
+                QueryBuilder::<Sqlite>::new("INSERT INTO scores (session_id, scorer, version, value, breakdown) ");
             q.push_values(chunk, |mut b, (session, r)| {
                 b.push_bind(*session)
                     .push_bind("environment")
@@ -204,28 +182,18 @@ impl WriterHandle {
     ) -> Result<(), StoreError> {
         let (done, ack) = oneshot::channel();
         self.tx
-            .send(Command::Write(Write {
-                session,
-                turn,
-                outcome,
-                done,
-            }))
+            .send(Command::Write(Write { session, turn, outcome, done }))
             .map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
         match ack.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(StoreError::Database(e)),
-            Err(_) => Err(StoreError::WriterGone(
-                "the writer task ended before committing".into(),
-            )),
+            Err(_) => Err(StoreError::WriterGone("the writer task ended before committing".into())),
         }
     }
 
     pub(crate) async fn flush(&self) -> Result<(), StoreError> {
         let (done, ack) = oneshot::channel();
-        self.tx
-            .send(Command::Flush(done))
-            .map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
-        ack.await
-            .map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
+        self.tx.send(Command::Flush(done)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
+        ack.await.map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
     }
 }

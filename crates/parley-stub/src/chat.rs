@@ -13,9 +13,7 @@ pub(crate) const MALFORMED: &str = r#"{"id": "chatcmpl-broken", "choices": ["#;
 
 /// Reads a Chat Completions request.
 pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
-    let body = body
-        .as_object()
-        .ok_or_else(|| ApiError::invalid("the request body must be a JSON object"))?;
+    let body = body.as_object().ok_or_else(|| ApiError::invalid("the request body must be a JSON object"))?;
     let model = model(body)?;
     let messages = body
         .get("messages")
@@ -60,10 +58,7 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
 
     Ok(Turn {
         model,
-        conversation: conversation_hash(
-            system.as_deref().unwrap_or(""),
-            first_user.as_deref().unwrap_or(""),
-        ),
+        conversation: conversation_hash(system.as_deref().unwrap_or(""), first_user.as_deref().unwrap_or("")),
         messages: messages.len(),
         tool_results,
         last_tool_result,
@@ -90,19 +85,14 @@ fn tools(body: &Map<String, Value>) -> Result<Vec<Tool<'_>>, ApiError> {
     };
     let mut functions = Vec::with_capacity(tools.len());
     for (i, tool) in tools.iter().enumerate() {
-        if !matches!(
-            tool.get("type").and_then(Value::as_str),
-            None | Some("function")
-        ) {
+        if !matches!(tool.get("type").and_then(Value::as_str), None | Some("function")) {
             continue;
         }
         let function = tool.get("function");
         let name = function
             .and_then(|function| function.get("name"))
             .and_then(Value::as_str)
-            .ok_or_else(|| {
-                ApiError::invalid(format!("tools[{i}].function.name must be a string"))
-            })?;
+            .ok_or_else(|| ApiError::invalid(format!("tools[{i}].function.name must be a string")))?;
         let parameters = function.and_then(|function| function.get("parameters"));
         functions.push(Tool { name, parameters });
     }
@@ -128,11 +118,7 @@ fn json_schema(body: &Map<String, Value>) -> Result<Option<&Value>, ApiError> {
 /// request always gets the same id.
 pub(crate) fn render(turn: &Turn<'_>, answer: &Answer<'_>, body_hash: u64) -> Value {
     let (message, finish_reason) = match answer {
-        Answer::ToolCall {
-            id,
-            name,
-            arguments,
-        } => (
+        Answer::ToolCall { id, name, arguments } => (
             json!({
                 "role": "assistant",
                 "content": null,

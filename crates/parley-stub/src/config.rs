@@ -105,14 +105,12 @@ pub enum ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::FractionOutOfRange { name, fraction } => write!(
-                f,
-                "fault fraction `{name}` is {fraction}; it must be a number between 0 and 1"
-            ),
-            Self::FractionsExceedOne { total } => write!(
-                f,
-                "fault fractions add up to {total}; they must add up to at most 1"
-            ),
+            Self::FractionOutOfRange { name, fraction } => {
+                write!(f, "fault fraction `{name}` is {fraction}; it must be a number between 0 and 1")
+            }
+            Self::FractionsExceedOne { total } => {
+                write!(f, "fault fractions add up to {total}; they must add up to at most 1")
+            }
         }
     }
 }

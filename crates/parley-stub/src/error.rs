@@ -17,12 +17,7 @@ pub(crate) struct ApiError {
 impl ApiError {
     /// 400 `invalid_request_error`: the request could not be understood.
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::BAD_REQUEST,
-            kind: "invalid_request_error",
-            code: None,
-            message: message.into(),
-        }
+        Self { status: StatusCode::BAD_REQUEST, kind: "invalid_request_error", code: None, message: message.into() }
     }
 
     /// 429 `rate_limit_error`, the injected rate-limit fault.
@@ -31,8 +26,7 @@ impl ApiError {
             status: StatusCode::TOO_MANY_REQUESTS,
             kind: "rate_limit_error",
             code: Some("rate_limit_exceeded"),
-            message: "parley-stub: injected rate-limit fault; retry after the Retry-After delay"
-                .to_owned(),
+            message: "parley-stub: injected rate-limit fault; retry after the Retry-After delay".to_owned(),
         }
     }
 

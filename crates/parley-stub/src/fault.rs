@@ -48,11 +48,7 @@ pub(crate) struct FaultDice {
 
 impl FaultDice {
     pub(crate) fn new(faults: Faults, seed: u64) -> Self {
-        Self {
-            faults,
-            seed,
-            seen: Mutex::default(),
-        }
+        Self { faults, seed, seen: Mutex::default() }
     }
 
     /// The fault for a request whose body hashes to `body_hash`, if any.
@@ -68,11 +64,7 @@ impl FaultDice {
             *count += 1;
             before
         };
-        let h = mix(Fnv::new()
-            .u64(self.seed)
-            .u64(body_hash)
-            .u64(seen_before)
-            .finish());
+        let h = mix(Fnv::new().u64(self.seed).u64(body_hash).u64(seen_before).finish());
         let u = unit(h);
         // One draw walks the cumulative fractions, so the kinds never overlap and a fraction
         // of 1.0 always wins for the first kind that has it.
@@ -81,11 +73,7 @@ impl FaultDice {
             Fault::ServerError,
             Fault::Hang,
             Fault::Malformed,
-            Fault::BadArguments(if h & 1 == 0 {
-                BadArguments::NotJson
-            } else {
-                BadArguments::MissingRequired
-            }),
+            Fault::BadArguments(if h & 1 == 0 { BadArguments::NotJson } else { BadArguments::MissingRequired }),
         ];
         let mut threshold = 0.0;
         for (kind, (_, fraction)) in kinds.into_iter().zip(self.faults.named()) {
@@ -111,10 +99,7 @@ mod tests {
 
     #[test]
     fn repeats_of_a_body_draw_afresh() {
-        let faults = Faults {
-            rate_limit: 0.5,
-            ..Faults::default()
-        };
+        let faults = Faults { rate_limit: 0.5, ..Faults::default() };
         let dice = FaultDice::new(faults, 7);
         let draws: Vec<_> = (0..64).map(|_| dice.draw(42)).collect();
         assert!(draws.contains(&None));
@@ -127,10 +112,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_alternate_between_both_kinds() {
-        let faults = Faults {
-            bad_arguments: 1.0,
-            ..Faults::default()
-        };
+        let faults = Faults { bad_arguments: 1.0, ..Faults::default() };
         let dice = FaultDice::new(faults, 0);
         let draws: Vec<_> = (0..32).filter_map(|body| dice.draw(body)).collect();
         assert!(draws.contains(&Fault::BadArguments(BadArguments::NotJson)));

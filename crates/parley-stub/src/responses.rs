@@ -23,32 +23,20 @@ enum Item<'a> {
 
 /// Reads a Responses request.
 pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
-    let body = body
-        .as_object()
-        .ok_or_else(|| ApiError::invalid("the request body must be a JSON object"))?;
+    let body = body.as_object().ok_or_else(|| ApiError::invalid("the request body must be a JSON object"))?;
     let model = model(body)?;
     let items = match body.get("input") {
-        Some(Value::String(text)) => vec![Item::Message {
-            role: "user",
-            text: Cow::Borrowed(text),
-        }],
-        Some(Value::Array(items)) if !items.is_empty() => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| item_of(i, item))
-            .collect::<Result<_, _>>()?,
+        Some(Value::String(text)) => vec![Item::Message { role: "user", text: Cow::Borrowed(text) }],
+        Some(Value::Array(items)) if !items.is_empty() => {
+            items.iter().enumerate().map(|(i, item)| item_of(i, item)).collect::<Result<_, _>>()?
+        }
         _ => {
-            return Err(ApiError::invalid(
-                "'input' is required and must be a string or a non-empty array of items",
-            ));
+            return Err(ApiError::invalid("'input' is required and must be a string or a non-empty array of items"));
         }
     };
 
     // `instructions` play the system message's part in the conversation key.
-    let instructions = body
-        .get("instructions")
-        .and_then(Value::as_str)
-        .filter(|text| !text.is_empty());
+    let instructions = body.get("instructions").and_then(Value::as_str).filter(|text| !text.is_empty());
     let mut system = instructions.map(Cow::Borrowed);
     let mut first_user = None;
     let mut prompt_chars = instructions.map_or(0, |text| text.chars().count());
@@ -86,10 +74,7 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
 
     Ok(Turn {
         model,
-        conversation: conversation_hash(
-            system.as_deref().unwrap_or(""),
-            first_user.as_deref().unwrap_or(""),
-        ),
+        conversation: conversation_hash(system.as_deref().unwrap_or(""), first_user.as_deref().unwrap_or("")),
         messages: items.len(),
         tool_results,
         last_tool_result,
@@ -101,9 +86,7 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
 }
 
 fn item_of(i: usize, item: &Value) -> Result<Item<'_>, ApiError> {
-    let item = item
-        .as_object()
-        .ok_or_else(|| ApiError::invalid(format!("input[{i}] must be an object")))?;
+    let item = item.as_object().ok_or_else(|| ApiError::invalid(format!("input[{i}] must be an object")))?;
     let kind = item.get("type").and_then(Value::as_str);
     match kind {
         // Easy input messages carry no type; full ones say "message".
@@ -112,10 +95,7 @@ fn item_of(i: usize, item: &Value) -> Result<Item<'_>, ApiError> {
                 .get("role")
                 .and_then(Value::as_str)
                 .ok_or_else(|| ApiError::invalid(format!("input[{i}].role must be a string")))?;
-            Ok(Item::Message {
-                role,
-                text: text_of(item.get("content")),
-            })
+            Ok(Item::Message { role, text: text_of(item.get("content")) })
         }
         Some("function_call_output") => Ok(Item::ToolResult(text_of(item.get("output")))),
         // Function calls, reasoning and the rest only count towards the number of items.
@@ -140,10 +120,7 @@ fn tools(body: &Map<String, Value>) -> Result<Vec<Tool<'_>>, ApiError> {
             .get("name")
             .and_then(Value::as_str)
             .ok_or_else(|| ApiError::invalid(format!("tools[{i}].name must be a string")))?;
-        functions.push(Tool {
-            name,
-            parameters: tool.get("parameters"),
-        });
+        functions.push(Tool { name, parameters: tool.get("parameters") });
     }
     Ok(functions)
 }
@@ -156,21 +133,14 @@ fn json_schema(body: &Map<String, Value>) -> Result<Option<&Value>, ApiError> {
     if format.get("type").and_then(Value::as_str) != Some("json_schema") {
         return Ok(None);
     }
-    format
-        .get("schema")
-        .map(Some)
-        .ok_or_else(|| ApiError::invalid("text.format.schema is required"))
+    format.get("schema").map(Some).ok_or_else(|| ApiError::invalid("text.format.schema is required"))
 }
 
 /// Writes the response for `answer`. `body_hash` names the response and its message, so the
 /// same request always gets the same ids.
 pub(crate) fn render(turn: &Turn<'_>, answer: &Answer<'_>, body_hash: u64) -> Value {
     let output = match answer {
-        Answer::ToolCall {
-            id,
-            name,
-            arguments,
-        } => json!({
+        Answer::ToolCall { id, name, arguments } => json!({
             "type": "function_call",
             "id": format!("fc_{}", hex(*id)),
             "call_id": format!("call_{}", hex(*id)),

@@ -86,9 +86,7 @@ pub async fn serve(
     config: StubConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    config
-        .validate()
-        .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+    config.validate().map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
     let (router, shared) = build(config);
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "parley-stub listening");
@@ -155,8 +153,7 @@ async fn answer<A: Api>(shared: &Shared, body: &[u8]) -> Response {
     let value: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
         Err(error) => {
-            return ApiError::invalid(format!("the request body is not valid JSON: {error}"))
-                .into_response();
+            return ApiError::invalid(format!("the request body is not valid JSON: {error}")).into_response();
         }
     };
     let turn = match A::parse(&value) {
@@ -174,10 +171,7 @@ async fn answer<A: Api>(shared: &Shared, body: &[u8]) -> Response {
         None | Some(Fault::Hang) => None,
         Some(Fault::RateLimit) => {
             let mut response = ApiError::rate_limited().into_response();
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(shared.config.retry_after_secs),
-            );
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(shared.config.retry_after_secs));
             return response;
         }
         Some(Fault::ServerError) => return ApiError::server_error().into_response(),

@@ -45,23 +45,13 @@ impl Stats {
 
     /// Well-formed requests per conversation key, sorted by key.
     pub fn conversation_requests(&self) -> Vec<(String, u64)> {
-        sorted(
-            self.tables()
-                .conversations
-                .iter()
-                .map(|(&key, &n)| (hex(key), n)),
-        )
+        sorted(self.tables().conversations.iter().map(|(&key, &n)| (hex(key), n)))
     }
 
     /// Well-formed requests per conversation key and number of messages (one turn of one
     /// conversation), sorted.
     pub fn turn_requests(&self) -> Vec<(String, usize, u64)> {
-        sorted(
-            self.tables()
-                .turns
-                .iter()
-                .map(|(&(key, messages), &n)| (hex(key), messages, n)),
-        )
+        sorted(self.tables().turns.iter().map(|(&(key, messages), &n)| (hex(key), messages, n)))
     }
 
     /// The turns requested more than once: empty after a run with no retries and a resume
@@ -75,21 +65,11 @@ impl Stats {
     /// The document `GET /stub/stats` serves.
     pub fn to_json(&self) -> Value {
         let tables = self.tables();
-        let by_status: BTreeMap<String, u64> = tables
-            .by_status
-            .iter()
-            .map(|(s, &n)| (s.to_string(), n))
-            .collect();
-        let conversations: BTreeMap<String, u64> = tables
-            .conversations
-            .iter()
-            .map(|(&key, &n)| (hex(key), n))
-            .collect();
-        let turns: BTreeMap<String, u64> = tables
-            .turns
-            .iter()
-            .map(|(&(key, messages), &n)| (format!("{}/{messages}", hex(key)), n))
-            .collect();
+        let by_status: BTreeMap<String, u64> = tables.by_status.iter().map(|(s, &n)| (s.to_string(), n)).collect();
+        let conversations: BTreeMap<String, u64> =
+            tables.conversations.iter().map(|(&key, &n)| (hex(key), n)).collect();
+        let turns: BTreeMap<String, u64> =
+            tables.turns.iter().map(|(&(key, messages), &n)| (format!("{}/{messages}", hex(key)), n)).collect();
         drop(tables);
         json!({
             "requests": self.requests(),
@@ -116,10 +96,7 @@ impl Stats {
     fn tables(&self) -> MutexGuard<'_, Tables> {
         // Counting never panics while holding the lock, but a poisoned counter table is still
         // better read than turned into a panic in a test double.
-        self.inner
-            .tables
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.inner.tables.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -131,11 +108,7 @@ pub fn conversation_key(system: &str, first_user: &str) -> String {
 }
 
 pub(crate) fn conversation_hash(system: &str, first_user: &str) -> u64 {
-    Fnv::new()
-        .bytes(system.as_bytes())
-        .bytes(&[0xff])
-        .bytes(first_user.as_bytes())
-        .finish()
+    Fnv::new().bytes(system.as_bytes()).bytes(&[0xff]).bytes(first_user.as_bytes()).finish()
 }
 
 fn sorted<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {

@@ -59,11 +59,7 @@ fn first_of<'a>(schema: &'a Map<String, Value>, key: &str) -> Option<&'a Value> 
 fn schema_type(schema: &Map<String, Value>) -> Option<&str> {
     match schema.get("type") {
         Some(Value::String(ty)) => Some(ty),
-        Some(Value::Array(types)) => types
-            .iter()
-            .filter_map(Value::as_str)
-            .find(|ty| *ty != "null")
-            .or(Some("null")),
+        Some(Value::Array(types)) => types.iter().filter_map(Value::as_str).find(|ty| *ty != "null").or(Some("null")),
         _ if schema.contains_key("properties") => Some("object"),
         _ => None,
     }
@@ -145,19 +141,10 @@ mod tests {
     fn scalars() {
         assert_eq!(synthesize(&json!({"type": "string"})), json!("Value"));
         assert_eq!(synthesize(&json!({"type": "integer"})), json!(0));
-        assert_eq!(
-            synthesize(&json!({"type": "integer", "minimum": 3})),
-            json!(3)
-        );
-        assert_eq!(
-            synthesize(&json!({"type": "integer", "minimum": 2.5})),
-            json!(3)
-        );
+        assert_eq!(synthesize(&json!({"type": "integer", "minimum": 3})), json!(3));
+        assert_eq!(synthesize(&json!({"type": "integer", "minimum": 2.5})), json!(3));
         assert_eq!(synthesize(&json!({"type": "number"})), json!(0.0));
-        assert_eq!(
-            synthesize(&json!({"type": "number", "minimum": -1.5})),
-            json!(-1.5)
-        );
+        assert_eq!(synthesize(&json!({"type": "number", "minimum": -1.5})), json!(-1.5));
         assert_eq!(synthesize(&json!({"type": "boolean"})), json!(true));
         assert_eq!(synthesize(&json!({"type": "null"})), json!(null));
     }
@@ -166,10 +153,7 @@ mod tests {
     fn enum_and_const_win_over_type() {
         let unit = json!({"type": "string", "enum": ["celsius", "fahrenheit"]});
         assert_eq!(synthesize(&unit), json!("celsius"));
-        assert_eq!(
-            synthesize(&json!({"type": "integer", "enum": [7, 9]})),
-            json!(7)
-        );
+        assert_eq!(synthesize(&json!({"type": "integer", "enum": [7, 9]})), json!(7));
         assert_eq!(synthesize(&json!({"const": {"a": 1}})), json!({"a": 1}));
     }
 
@@ -200,10 +184,7 @@ mod tests {
                 "where": {"type": "object", "properties": {"city": {"type": "string"}}}
             }
         });
-        assert_eq!(
-            synthesize(&schema),
-            json!({"tags": ["Tags"], "where": {"city": "City"}})
-        );
+        assert_eq!(synthesize(&schema), json!({"tags": ["Tags"], "where": {"city": "City"}}));
     }
 
     #[test]

@@ -67,11 +67,7 @@ impl Answer<'_> {
 impl<'a> Turn<'a> {
     /// Decides the answer. `bad_arguments` replaces a tool call's arguments (the fault);
     /// it is ignored when the answer is a text.
-    pub(crate) fn answer(
-        &self,
-        config: &StubConfig,
-        bad_arguments: Option<BadArguments>,
-    ) -> Answer<'a> {
+    pub(crate) fn answer(&self, config: &StubConfig, bad_arguments: Option<BadArguments>) -> Answer<'a> {
         let k = self.tool_results;
         if !self.tools.is_empty() && !self.tools_disabled && k < config.tool_calls {
             // `k` fits in usize on every platform Rust supports with std.
@@ -83,11 +79,7 @@ impl<'a> Turn<'a> {
                 (None, None) => "{}".to_owned(),
             };
             let id = Fnv::new().u64(self.conversation).u64(k.into()).finish();
-            return Answer::ToolCall {
-                id,
-                name: tool.name,
-                arguments,
-            };
+            return Answer::ToolCall { id, name: tool.name, arguments };
         }
         let text = if let Some(schema) = self.json_schema {
             synthesize(schema).to_string()
@@ -108,9 +100,7 @@ pub(crate) fn text_of(content: Option<&Value>) -> Cow<'_, str> {
     match content {
         Some(Value::String(text)) => Cow::Borrowed(text),
         Some(Value::Array(parts)) => {
-            let mut texts = parts
-                .iter()
-                .filter_map(|part| part.get("text").and_then(Value::as_str));
+            let mut texts = parts.iter().filter_map(|part| part.get("text").and_then(Value::as_str));
             match (texts.next(), texts.next()) {
                 (None, _) => Cow::Borrowed(""),
                 // The usual single-part message needs no allocation.

@@ -7,22 +7,13 @@ use crate::{synonym_value, tools};
 /// Terms and their synonyms. A task names one term; its answer is the values of some of the
 /// term's synonyms, and the term itself is the minefield (reporting its value is a mistake).
 const VOCABULARY: &[(&str, &[&str])] = &[
-    (
-        "Hot",
-        &["Blazing", "Warm", "Scorching", "Heated", "Sweltering"],
-    ),
+    ("Hot", &["Blazing", "Warm", "Scorching", "Heated", "Sweltering"]),
     ("Cold", &["Chilly", "Frigid", "Icy", "Freezing", "Cool"]),
     ("Fast", &["Quick", "Rapid", "Swift", "Speedy", "Brisk"]),
     ("Big", &["Large", "Huge", "Vast", "Enormous", "Massive"]),
     ("Happy", &["Cheerful", "Joyful", "Content", "Glad", "Merry"]),
-    (
-        "Sad",
-        &["Gloomy", "Unhappy", "Sorrowful", "Downcast", "Blue"],
-    ),
-    (
-        "Bright",
-        &["Brilliant", "Radiant", "Luminous", "Vivid", "Gleaming"],
-    ),
+    ("Sad", &["Gloomy", "Unhappy", "Sorrowful", "Downcast", "Blue"]),
+    ("Bright", &["Brilliant", "Radiant", "Luminous", "Vivid", "Gleaming"]),
     ("Old", &["Ancient", "Aged", "Elderly", "Antique", "Vintage"]),
 ];
 

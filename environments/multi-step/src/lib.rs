@@ -53,15 +53,8 @@ impl Environment for MultiStep {
     }
 
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
-        let tools = if task.tools.is_empty() {
-            tools()
-        } else {
-            task.tools.clone()
-        };
-        Ok(Box::new(Session {
-            tools,
-            row: task.row.clone(),
-        }))
+        let tools = if task.tools.is_empty() { tools() } else { task.tools.clone() };
+        Ok(Box::new(Session { tools, row: task.row.clone() }))
     }
 }
 
@@ -79,17 +72,11 @@ impl EnvSession for Session {
     async fn call(&mut self, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
         Ok(match name {
             "get_synonym_value" => match arguments.get("synonym").and_then(Value::as_str) {
-                Some(synonym) => {
-                    ToolOutput::ok(json!({"synonym_value": synonym_value(synonym)}).to_string())
-                }
-                None => {
-                    ToolOutput::error(json!({"error": "`synonym` must be a string"}).to_string())
-                }
+                Some(synonym) => ToolOutput::ok(json!({"synonym_value": synonym_value(synonym)}).to_string()),
+                None => ToolOutput::error(json!({"error": "`synonym` must be a string"}).to_string()),
             },
             "extract_synonym_values" => ToolOutput::ok(json!({"success": true}).to_string()),
-            other => {
-                ToolOutput::error(json!({"error": format!("unknown tool `{other}`")}).to_string())
-            }
+            other => ToolOutput::error(json!({"error": format!("unknown tool `{other}`")}).to_string()),
         })
     }
 

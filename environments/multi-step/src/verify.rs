@@ -14,16 +14,8 @@ pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {
     let actual = last_extraction(transcript);
     let accuracy = same_numbers(&expected, &actual);
     // NeMo Gym divides the size of the set intersection by the length of the expected list.
-    let shared = distinct(
-        expected
-            .iter()
-            .filter(|e| actual.iter().any(|a| same_number(a, e))),
-    );
-    let set_overlap = if expected.is_empty() {
-        0.0
-    } else {
-        shared as f64 / expected.len() as f64
-    };
+    let shared = distinct(expected.iter().filter(|e| actual.iter().any(|a| same_number(a, e))));
+    let set_overlap = if expected.is_empty() { 0.0 } else { shared as f64 / expected.len() as f64 };
     let minefield_hit = ["minefield_label", "minefield_label_value"]
         .iter()
         .filter_map(|k| row.get(*k))
@@ -33,10 +25,7 @@ pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {
         .with("accuracy", accuracy)
         .with("set_overlap", set_overlap)
         .with("original_term_minefield_hit", minefield_hit)
-        .with(
-            "order_instruction_following_failure",
-            !accuracy && set_overlap == 1.0,
-        ))
+        .with("order_instruction_following_failure", !accuracy && set_overlap == 1.0))
 }
 
 fn last_extraction(transcript: &[Message]) -> Vec<Value> {
@@ -47,11 +36,7 @@ fn last_extraction(transcript: &[Message]) -> Vec<Value> {
         .flat_map(|m| m.tool_calls.iter().rev())
         .find(|c| c.name == "extract_synonym_values")
         .and_then(|c| serde_json::from_str::<Value>(&c.arguments).ok())
-        .and_then(|args| {
-            args.get("synonym_values")
-                .and_then(Value::as_array)
-                .cloned()
-        })
+        .and_then(|args| args.get("synonym_values").and_then(Value::as_array).cloned())
         .unwrap_or_default()
 }
 
@@ -96,11 +81,7 @@ mod tests {
     fn extraction(args: &str) -> Vec<Message> {
         vec![Message::assistant_calls(
             None,
-            vec![ToolCall {
-                id: "c".into(),
-                name: "extract_synonym_values".into(),
-                arguments: args.into(),
-            }],
+            vec![ToolCall { id: "c".into(), name: "extract_synonym_values".into(), arguments: args.into() }],
         )]
     }
 
@@ -126,10 +107,7 @@ mod tests {
         let reward = verify(&row, &extraction(r#"{"synonym_values":[407,711]}"#)).unwrap();
         assert_eq!(reward.value, 0.0);
         assert_eq!(reward.breakdown["set_overlap"], 1.0);
-        assert_eq!(
-            reward.breakdown["order_instruction_following_failure"],
-            true
-        );
+        assert_eq!(reward.breakdown["order_instruction_following_failure"], true);
     }
 
     #[test]
@@ -138,10 +116,7 @@ mod tests {
         let reward = verify(&row, &extraction(r#"{"synonym_values":[407,299]}"#)).unwrap();
         assert_eq!(reward.breakdown["set_overlap"], 0.5);
         assert_eq!(reward.breakdown["original_term_minefield_hit"], true);
-        assert_eq!(
-            reward.breakdown["order_instruction_following_failure"],
-            false
-        );
+        assert_eq!(reward.breakdown["order_instruction_following_failure"], false);
     }
 
     #[test]

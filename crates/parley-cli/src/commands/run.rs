@@ -37,14 +37,9 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         max_concurrency: settings.endpoint_concurrency,
     })
     .map_err(|e| usage(e.to_string()))?;
-    let store = SqliteStore::open(
-        &settings.db,
-        StoreOptions {
-            raw_model_calls: settings.raw_calls,
-        },
-    )
-    .await
-    .with_context(|| format!("opening the store {}", settings.db.display()))?;
+    let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
+        .await
+        .with_context(|| format!("opening the store {}", settings.db.display()))?;
     let agent = ToolCallingAgent::new(
         Arc::new(client),
         ToolCallingConfig {
@@ -66,27 +61,14 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
             })
         })
         .collect();
-    let spec = RunSpec {
-        environment: settings.env.clone(),
-        config: serde_json::to_value(&settings)?,
-    };
-    let (run, ids) = store
-        .create_run(&spec, &tasks, &specs)
-        .await
-        .context("recording the run")?;
-    let out = settings
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("rollouts-{run}.jsonl")));
+    let spec = RunSpec { environment: settings.env.clone(), config: serde_json::to_value(&settings)? };
+    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.context("recording the run")?;
+    let out = settings.out.clone().unwrap_or_else(|| PathBuf::from(format!("rollouts-{run}.jsonl")));
     let failures_path = failures_path(&out);
     let mut rollouts = JsonlWriter::create(&out)?;
     let mut failures = JsonlWriter::create(&failures_path)?;
 
-    let stub_note = if settings.base_url.is_none() {
-        " (the built-in stub, a test double)"
-    } else {
-        ""
-    };
+    let stub_note = if settings.base_url.is_none() { " (the built-in stub, a test double)" } else { "" };
     eprintln!(
         "run {run}: {} sessions ({} tasks x {} trials) of {} against {base_url}{stub_note}, model {}; stored in {}",
         specs.len(),
@@ -111,12 +93,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let jobs: Vec<Job> = specs
         .iter()
         .zip(&ids)
-        .map(|(s, &id)| Job {
-            id,
-            task: tasks[s.task_index].clone(),
-            trial: s.trial,
-            seed: s.seed,
-        })
+        .map(|(s, &id)| Job { id, task: tasks[s.task_index].clone(), trial: s.trial, seed: s.seed })
         .collect();
 
     let interrupted = scheduler.cancel.clone();
@@ -147,24 +124,14 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     failures.finish()?;
 
     let cancelled = scheduler.cancel.is_cancelled();
-    store
-        .finish_run(run, if cancelled { "interrupted" } else { "finished" })
-        .await?;
+    store.finish_run(run, if cancelled { "interrupted" } else { "finished" }).await?;
     let report = summary::Report::load(&store, run, settings.trials as usize).await?;
     let mut stdout = std::io::stdout().lock();
     report.print(&mut stdout, elapsed)?;
-    writeln!(
-        stdout,
-        "rollouts       {} ({written}) · failures {} ({failed})",
-        out.display(),
-        failures_path.display()
-    )?;
+    writeln!(stdout, "rollouts       {} ({written}) · failures {} ({failed})", out.display(), failures_path.display())?;
     drop(stdout);
     if cancelled {
-        eprintln!(
-            "run {run} was interrupted; {} sessions did not finish",
-            report.unfinished
-        );
+        eprintln!("run {run} was interrupted; {} sessions did not finish", report.unfinished);
     }
     shutdown.cancel();
     store.close().await?;
@@ -179,8 +146,7 @@ fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
             .map(|(i, row)| (format!("generated task {i}"), row))
             .collect(),
         Some(path) => {
-            let file = std::fs::File::open(path)
-                .map_err(|e| usage(format!("--tasks {}: {e}", path.display())))?;
+            let file = std::fs::File::open(path).map_err(|e| usage(format!("--tasks {}: {e}", path.display())))?;
             let mut rows = Vec::new();
             for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
                 let line = line.with_context(|| format!("reading {}", path.display()))?;
@@ -188,8 +154,7 @@ fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
                     continue;
                 }
                 let where_ = format!("{}:{}", path.display(), n + 1);
-                let row = serde_json::from_str(&line)
-                    .map_err(|e| usage(format!("{where_}: not a JSON row ({e})")))?;
+                let row = serde_json::from_str(&line).map_err(|e| usage(format!("{where_}: not a JSON row ({e})")))?;
                 rows.push((where_, row));
             }
             rows
@@ -200,41 +165,23 @@ fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
     }
     rows.into_iter()
         .enumerate()
-        .map(|(i, (where_, row))| {
-            task_from_row(i, row)
-                .map(Arc::new)
-                .map_err(|e| usage(format!("{where_}: {e}")))
-        })
+        .map(|(i, (where_, row))| task_from_row(i, row).map(Arc::new).map_err(|e| usage(format!("{where_}: {e}"))))
         .collect()
 }
 
 async fn start_stub(shutdown: CancellationToken) -> anyhow::Result<String> {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .context("starting the built-in stub")?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.context("starting the built-in stub")?;
     let address = listener.local_addr()?;
-    tokio::spawn(parley_stub::serve(
-        listener,
-        parley_stub::StubConfig::default(),
-        async move { shutdown.cancelled().await },
-    ));
+    tokio::spawn(parley_stub::serve(listener, parley_stub::StubConfig::default(), async move {
+        shutdown.cancelled().await
+    }));
     Ok(format!("http://{address}/v1"))
 }
 
 fn rollout(model: &str, result: &SessionResult) -> serde_json::Value {
-    let reward = result
-        .outcome
-        .reward
-        .clone()
-        .unwrap_or_else(|| parley_core::Reward::new(0.0));
+    let reward = result.outcome.reward.clone().unwrap_or_else(|| parley_core::Reward::new(0.0));
     let response = response_object(model, result.produced(), result.usage);
-    rollout_row(
-        &result.task.row,
-        response,
-        &reward,
-        result.task.index,
-        result.trial,
-    )
+    rollout_row(&result.task.row, response, &reward, result.task.index, result.trial)
 }
 
 fn failure_row(run: i64, result: &SessionResult) -> serde_json::Value {
@@ -242,10 +189,7 @@ fn failure_row(run: i64, result: &SessionResult) -> serde_json::Value {
     if let Some(map) = row.as_object_mut() {
         map.insert("_ng_task_index".into(), json!(result.task.index));
         map.insert("_ng_rollout_index".into(), json!(result.trial));
-        map.insert(
-            "_ng_failure_class".into(),
-            json!(result.outcome.termination.as_str()),
-        );
+        map.insert("_ng_failure_class".into(), json!(result.outcome.termination.as_str()));
         map.insert("_ng_failure_message".into(), json!(result.outcome.error));
         map.insert("_parley_run".into(), json!(run));
         map.insert("_parley_session".into(), json!(result.id));
@@ -255,10 +199,7 @@ fn failure_row(run: i64, result: &SessionResult) -> serde_json::Value {
 
 /// `out.jsonl` → `out_failures.jsonl`, as NeMo Gym names its sidecar.
 fn failures_path(out: &Path) -> PathBuf {
-    let stem = out
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "rollouts".into());
+    let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "rollouts".into());
     out.with_file_name(format!("{stem}_failures.jsonl"))
 }
 
@@ -270,26 +211,18 @@ struct JsonlWriter {
 
 impl JsonlWriter {
     fn create(path: &Path) -> anyhow::Result<JsonlWriter> {
-        let file =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(JsonlWriter {
-            path: path.to_path_buf(),
-            file: std::io::BufWriter::new(file),
-        })
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(JsonlWriter { path: path.to_path_buf(), file: std::io::BufWriter::new(file) })
     }
 
     fn write(&mut self, row: &serde_json::Value) -> anyhow::Result<()> {
         serde_json::to_writer(&mut self.file, row)?;
         self.file.write_all(b"\n")?;
-        self.file
-            .flush()
-            .with_context(|| format!("writing {}", self.path.display()))
+        self.file.flush().with_context(|| format!("writing {}", self.path.display()))
     }
 
     fn finish(mut self) -> anyhow::Result<()> {
-        self.file
-            .flush()
-            .with_context(|| format!("writing {}", self.path.display()))
+        self.file.flush().with_context(|| format!("writing {}", self.path.display()))
     }
 }
 
@@ -299,9 +232,6 @@ mod tests {
 
     #[test]
     fn failures_sit_beside_the_rollouts() {
-        assert_eq!(
-            failures_path(Path::new("a/out.jsonl")),
-            Path::new("a/out_failures.jsonl")
-        );
+        assert_eq!(failures_path(Path::new("a/out.jsonl")), Path::new("a/out_failures.jsonl"));
     }
 }

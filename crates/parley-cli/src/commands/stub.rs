@@ -34,9 +34,7 @@ pub async fn stub(args: StubArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}:{}", args.host, args.port))?;
     let address = listener.local_addr()?;
-    eprintln!(
-        "parley stub (a deterministic test double, not a model) listening on http://{address}/v1"
-    );
+    eprintln!("parley stub (a deterministic test double, not a model) listening on http://{address}/v1");
     // The address on stdout, alone, so scripts can read it.
     println!("http://{address}/v1");
     parley_stub::serve(listener, config, async {

@@ -9,10 +9,7 @@ use crate::error::usage;
 
 pub fn tasks(args: TasksArgs) -> anyhow::Result<()> {
     if args.env != environment_multi_step::NAME {
-        return Err(usage(format!(
-            "no task generator for `{}`; choose: multi-step",
-            args.env
-        )));
+        return Err(usage(format!("no task generator for `{}`; choose: multi-step", args.env)));
     }
     let mut out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(
@@ -26,11 +23,7 @@ pub fn tasks(args: TasksArgs) -> anyhow::Result<()> {
     }
     out.flush()?;
     if let Some(path) = &args.out {
-        eprintln!(
-            "wrote {} multi-step tasks to {}",
-            args.count,
-            path.display()
-        );
+        eprintln!("wrote {} multi-step tasks to {}", args.count, path.display());
     }
     Ok(())
 }

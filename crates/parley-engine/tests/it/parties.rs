@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parley_core::{
-    Agent, AgentFailure, AgentTurn, AgentView, EnvError, EnvSession, Environment, Message,
-    ModelCall, ModelFailure, ModelFailureKind, Reward, RunId, RunSpec, SessionId, SessionOutcome,
-    SessionSpec, SessionStore, StoreError, Task, ToolCall, ToolOutput, ToolSpec, TurnRecord,
+    Agent, AgentFailure, AgentTurn, AgentView, EnvError, EnvSession, Environment, Message, ModelCall, ModelFailure,
+    ModelFailureKind, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
+    ToolCall, ToolOutput, ToolSpec, TurnRecord,
 };
 use serde_json::{Value, json};
 
@@ -32,59 +32,34 @@ pub struct ScriptedAgent {
 
 impl ScriptedAgent {
     pub fn new(plays: impl IntoIterator<Item = Play>) -> Arc<ScriptedAgent> {
-        Arc::new(ScriptedAgent {
-            plays: Mutex::new(plays.into_iter().collect()),
-            seen: Mutex::new(Vec::new()),
-        })
+        Arc::new(ScriptedAgent { plays: Mutex::new(plays.into_iter().collect()), seen: Mutex::new(Vec::new()) })
     }
 }
 
 pub fn call(name: &str, arguments: &str) -> ToolCall {
-    ToolCall {
-        id: format!("call_{name}"),
-        name: name.into(),
-        arguments: arguments.into(),
-    }
+    ToolCall { id: format!("call_{name}"), name: name.into(), arguments: arguments.into() }
 }
 
 #[async_trait]
 impl Agent for ScriptedAgent {
     async fn act(&self, view: AgentView<'_>) -> Result<AgentTurn, AgentFailure> {
         self.seen.lock().unwrap().push(view.messages.to_vec());
-        let play = self
-            .plays
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or(Play::Say("done"));
-        let record = Some(ModelCall {
-            attempts: 1,
-            ..ModelCall::default()
-        });
+        let play = self.plays.lock().unwrap().pop_front().unwrap_or(Play::Say("done"));
+        let record = Some(ModelCall { attempts: 1, ..ModelCall::default() });
         match play {
-            Play::Say(text) => Ok(AgentTurn {
-                message: Message::assistant(text),
-                call: record,
-            }),
-            Play::Call(name, args) => Ok(AgentTurn {
-                message: Message::assistant_calls(None, vec![call(name, args)]),
-                call: record,
-            }),
+            Play::Say(text) => Ok(AgentTurn { message: Message::assistant(text), call: record }),
+            Play::Call(name, args) => {
+                Ok(AgentTurn { message: Message::assistant_calls(None, vec![call(name, args)]), call: record })
+            }
             Play::Fail(kind) => Err(AgentFailure::Model(ModelFailure {
                 kind,
                 message: format!("scripted failure {kind:?}"),
                 call: ModelCall::default(),
             })),
-            Play::GiveUp => Err(AgentFailure::Agent {
-                message: "cannot continue".into(),
-                call: None,
-            }),
+            Play::GiveUp => Err(AgentFailure::Agent { message: "cannot continue".into(), call: None }),
             Play::Sleep(d) => {
                 tokio::time::sleep(d).await;
-                Ok(AgentTurn {
-                    message: Message::assistant("late"),
-                    call: record,
-                })
+                Ok(AgentTurn { message: Message::assistant("late"), call: record })
             }
             Play::Panic => panic!("scripted panic"),
         }
@@ -124,10 +99,7 @@ impl Environment for Counter {
         if self.fail_open {
             return Err(EnvError("the counter server is down".into()));
         }
-        Ok(Box::new(CounterSession {
-            tools: counter_tools(),
-            total: 0,
-        }))
+        Ok(Box::new(CounterSession { tools: counter_tools(), total: 0 }))
     }
 }
 
@@ -146,11 +118,7 @@ impl EnvSession for CounterSession {
         match name {
             "add" => {
                 self.total += arguments["n"].as_i64().unwrap_or(0);
-                Ok(ToolOutput {
-                    content: self.total.to_string(),
-                    is_error: false,
-                    write: true,
-                })
+                Ok(ToolOutput { content: self.total.to_string(), is_error: false, write: true })
             }
             _ => Err(EnvError("the tool crashed".into())),
         }
@@ -195,10 +163,7 @@ impl SessionStore for MemoryStore {
         outcome: &SessionOutcome,
     ) -> Result<(), StoreError> {
         self.turns.lock().unwrap().push((session, last_turn));
-        self.finished
-            .lock()
-            .unwrap()
-            .push((session, outcome.clone()));
+        self.finished.lock().unwrap().push((session, outcome.clone()));
         Ok(())
     }
 

@@ -19,88 +19,44 @@ struct Setup {
 fn setup(plays: Vec<Play>, store: MemoryStore, fail_open: bool) -> Setup {
     let agent = ScriptedAgent::new(plays);
     let store = Arc::new(store);
-    let parties = Parties {
-        agent: agent.clone(),
-        environment: Arc::new(Counter { fail_open }),
-        store: store.clone(),
-    };
-    Setup {
-        agent,
-        store,
-        parties,
-    }
+    let parties = Parties { agent: agent.clone(), environment: Arc::new(Counter { fail_open }), store: store.clone() };
+    Setup { agent, store, parties }
 }
 
 async fn play(plays: Vec<Play>, limits: Limits) -> (Setup, SessionResult) {
     let s = setup(plays, MemoryStore::default(), false);
-    let result = run_session(
-        &s.parties,
-        7,
-        task(),
-        0,
-        42,
-        &limits,
-        &CancellationToken::new(),
-    )
-    .await;
+    let result = run_session(&s.parties, 7, task(), 0, 42, &limits, &CancellationToken::new()).await;
     (s, result)
 }
 
 #[tokio::test]
 async fn agent_text_ends_the_session_as_agent_stop_and_is_scored() {
-    let (s, r) = play(
-        vec![
-            Play::Call("add", r#"{"n": 2}"#),
-            Play::Say("the total is 2"),
-        ],
-        Limits::default(),
-    )
-    .await;
+    let (s, r) = play(vec![Play::Call("add", r#"{"n": 2}"#), Play::Say("the total is 2")], Limits::default()).await;
     assert_eq!(r.outcome.termination, Termination::AgentStop);
     assert_eq!(r.outcome.reward.unwrap().value, 2.0);
     assert_eq!(r.outcome.steps, 2);
     let stored = s.store.messages(7);
     let roles: Vec<Role> = stored.iter().map(|m| m.role).collect();
-    assert_eq!(
-        roles,
-        [
-            Role::System,
-            Role::User,
-            Role::Assistant,
-            Role::Tool,
-            Role::Assistant
-        ]
-    );
+    assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::Tool, Role::Assistant]);
     assert_eq!(stored, r.transcript, "every message is committed");
     assert_eq!(s.store.finished.lock().unwrap().len(), 1);
 }
 
 #[tokio::test]
 async fn tool_results_go_back_to_the_agent() {
-    let (s, r) = play(
-        vec![Play::Call("add", r#"{"n": 3}"#), Play::Say("ok")],
-        Limits::default(),
-    )
-    .await;
+    let (s, r) = play(vec![Play::Call("add", r#"{"n": 3}"#), Play::Say("ok")], Limits::default()).await;
     let seen = s.agent.seen.lock().unwrap();
     let second = &seen[1];
     assert_eq!(second.last().unwrap().role, Role::Tool);
     assert_eq!(second.last().unwrap().content_str(), "3");
-    assert_eq!(
-        second.last().unwrap().tool_call_id.as_deref(),
-        Some("call_add")
-    );
+    assert_eq!(second.last().unwrap().tool_call_id.as_deref(), Some("call_add"));
     assert_eq!(r.produced().len(), 3);
 }
 
 #[tokio::test]
 async fn each_turn_is_committed_before_the_next_starts() {
     let (s, _) = play(
-        vec![
-            Play::Call("add", r#"{"n": 1}"#),
-            Play::Call("add", r#"{"n": 1}"#),
-            Play::Say("2"),
-        ],
+        vec![Play::Call("add", r#"{"n": 1}"#), Play::Call("add", r#"{"n": 1}"#), Play::Say("2")],
         Limits::default(),
     )
     .await;
@@ -110,10 +66,7 @@ async fn each_turn_is_committed_before_the_next_starts() {
     assert_eq!(sizes, [2, 2, 2, 1]);
     assert_eq!(turns[1].1.tool_calls.len(), 1);
     assert!(turns[1].1.tool_calls[0].write);
-    assert!(
-        turns[1].1.messages[0].call.is_some(),
-        "the model call is stored with its message"
-    );
+    assert!(turns[1].1.messages[0].call.is_some(), "the model call is stored with its message");
 }
 
 #[tokio::test]
@@ -128,100 +81,45 @@ async fn malformed_calls_become_tool_errors_and_the_session_goes_on() {
     let (_, r) = play(plays, Limits::default()).await;
     assert_eq!(r.outcome.termination, Termination::AgentStop);
     assert_eq!(r.outcome.reward.unwrap().value, 5.0);
-    let errors: Vec<&str> = r
-        .transcript
-        .iter()
-        .filter(|m| m.role == Role::Tool)
-        .map(|m| m.content_str())
-        .collect();
+    let errors: Vec<&str> = r.transcript.iter().filter(|m| m.role == Role::Tool).map(|m| m.content_str()).collect();
     assert!(errors[0].contains("not JSON"), "{}", errors[0]);
-    assert!(
-        errors[1].contains("Unknown tool `subtract`") && errors[1].contains("add"),
-        "{}",
-        errors[1]
-    );
-    assert!(
-        errors[2].contains("arguments.n must be of type integer"),
-        "{}",
-        errors[2]
-    );
+    assert!(errors[1].contains("Unknown tool `subtract`") && errors[1].contains("add"), "{}", errors[1]);
+    assert!(errors[2].contains("arguments.n must be of type integer"), "{}", errors[2]);
     assert_eq!(errors[3], "5");
 }
 
 #[tokio::test]
 async fn too_many_malformed_calls_end_the_session() {
-    let limits = Limits {
-        max_errors: 1,
-        ..Limits::default()
-    };
-    let (s, r) = play(
-        vec![
-            Play::Call("add", "{"),
-            Play::Call("add", "{"),
-            Play::Say("never"),
-        ],
-        limits,
-    )
-    .await;
+    let limits = Limits { max_errors: 1, ..Limits::default() };
+    let (s, r) = play(vec![Play::Call("add", "{"), Play::Call("add", "{"), Play::Say("never")], limits).await;
     assert_eq!(r.outcome.termination, Termination::TooManyErrors);
     assert_eq!(r.outcome.steps, 2);
-    assert_eq!(
-        s.store.messages(7).len(),
-        6,
-        "the erroneous turn is stored too"
-    );
+    assert_eq!(s.store.messages(7).len(), 6, "the erroneous turn is stored too");
 }
 
 #[tokio::test]
 async fn the_step_limit_ends_the_session() {
-    let limits = Limits {
-        max_steps: 2,
-        ..Limits::default()
-    };
-    let plays = vec![
-        Play::Call("add", r#"{"n": 1}"#),
-        Play::Call("add", r#"{"n": 1}"#),
-        Play::Say("x"),
-    ];
+    let limits = Limits { max_steps: 2, ..Limits::default() };
+    let plays = vec![Play::Call("add", r#"{"n": 1}"#), Play::Call("add", r#"{"n": 1}"#), Play::Say("x")];
     let (_, r) = play(plays, limits).await;
     assert_eq!(r.outcome.termination, Termination::MaxSteps);
-    assert_eq!(
-        r.outcome.reward.unwrap().value,
-        2.0,
-        "a session that ran out of steps is still scored"
-    );
+    assert_eq!(r.outcome.reward.unwrap().value, 2.0, "a session that ran out of steps is still scored");
 }
 
 #[tokio::test]
 async fn a_failed_model_call_is_an_infrastructure_error() {
-    let (s, r) = play(
-        vec![
-            Play::Call("add", r#"{"n": 1}"#),
-            Play::Fail(ModelFailureKind::Status(500)),
-        ],
-        Limits::default(),
-    )
-    .await;
+    let (s, r) =
+        play(vec![Play::Call("add", r#"{"n": 1}"#), Play::Fail(ModelFailureKind::Status(500))], Limits::default())
+            .await;
     assert_eq!(r.outcome.termination, Termination::InfrastructureError);
-    assert!(
-        r.outcome.reward.is_none(),
-        "infrastructure failures are not scored"
-    );
+    assert!(r.outcome.reward.is_none(), "infrastructure failures are not scored");
     assert!(r.outcome.error.unwrap().contains("Status(500)"));
-    assert_eq!(
-        s.store.messages(7).len(),
-        4,
-        "turns before the failure are kept"
-    );
+    assert_eq!(s.store.messages(7).len(), 4, "turns before the failure are kept");
 }
 
 #[tokio::test]
 async fn a_context_overflow_has_its_own_reason() {
-    let (_, r) = play(
-        vec![Play::Fail(ModelFailureKind::ContextWindowExceeded)],
-        Limits::default(),
-    )
-    .await;
+    let (_, r) = play(vec![Play::Fail(ModelFailureKind::ContextWindowExceeded)], Limits::default()).await;
     assert_eq!(r.outcome.termination, Termination::ContextWindowExceeded);
 }
 
@@ -236,72 +134,29 @@ async fn an_agent_that_gives_up_is_an_agent_error() {
 async fn a_crashing_tool_is_an_environment_error() {
     let (_, r) = play(vec![Play::Call("broken", "{}")], Limits::default()).await;
     assert_eq!(r.outcome.termination, Termination::EnvironmentError);
-    assert!(
-        r.outcome
-            .error
-            .unwrap()
-            .contains("tool `broken`: the tool crashed")
-    );
+    assert!(r.outcome.error.unwrap().contains("tool `broken`: the tool crashed"));
 }
 
 #[tokio::test]
 async fn an_environment_that_cannot_open_is_an_environment_error() {
     let s = setup(vec![Play::Say("hi")], MemoryStore::default(), true);
-    let r = run_session(
-        &s.parties,
-        1,
-        task(),
-        0,
-        0,
-        &Limits::default(),
-        &CancellationToken::new(),
-    )
-    .await;
+    let r = run_session(&s.parties, 1, task(), 0, 0, &Limits::default(), &CancellationToken::new()).await;
     assert_eq!(r.outcome.termination, Termination::EnvironmentError);
-    assert!(
-        s.agent.seen.lock().unwrap().is_empty(),
-        "the agent is never asked"
-    );
+    assert!(s.agent.seen.lock().unwrap().is_empty(), "the agent is never asked");
 }
 
 #[tokio::test]
 async fn a_store_that_cannot_commit_ends_the_session() {
-    let s = setup(
-        vec![Play::Say("hi")],
-        MemoryStore {
-            fail_commits: true,
-            ..MemoryStore::default()
-        },
-        false,
-    );
-    let r = run_session(
-        &s.parties,
-        1,
-        task(),
-        0,
-        0,
-        &Limits::default(),
-        &CancellationToken::new(),
-    )
-    .await;
+    let s = setup(vec![Play::Say("hi")], MemoryStore { fail_commits: true, ..MemoryStore::default() }, false);
+    let r = run_session(&s.parties, 1, task(), 0, 0, &Limits::default(), &CancellationToken::new()).await;
     assert_eq!(r.outcome.termination, Termination::InfrastructureError);
     assert!(r.outcome.error.unwrap().contains("disk full"));
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_wall_time_limit_ends_the_session() {
-    let limits = Limits {
-        timeout: Duration::from_secs(5),
-        ..Limits::default()
-    };
-    let (_, r) = play(
-        vec![
-            Play::Call("add", r#"{"n": 4}"#),
-            Play::Sleep(Duration::from_secs(60)),
-        ],
-        limits,
-    )
-    .await;
+    let limits = Limits { timeout: Duration::from_secs(5), ..Limits::default() };
+    let (_, r) = play(vec![Play::Call("add", r#"{"n": 4}"#), Play::Sleep(Duration::from_secs(60))], limits).await;
     assert_eq!(r.outcome.termination, Termination::Timeout);
     assert_eq!(r.outcome.reward.unwrap().value, 4.0);
 }
@@ -309,10 +164,7 @@ async fn the_wall_time_limit_ends_the_session() {
 #[tokio::test(start_paused = true)]
 async fn cancelling_leaves_the_session_unfinished_in_the_store() {
     let s = setup(
-        vec![
-            Play::Call("add", r#"{"n": 1}"#),
-            Play::Sleep(Duration::from_secs(60)),
-        ],
+        vec![Play::Call("add", r#"{"n": 1}"#), Play::Sleep(Duration::from_secs(60))],
         MemoryStore::default(),
         false,
     );
@@ -324,67 +176,35 @@ async fn cancelling_leaves_the_session_unfinished_in_the_store() {
     });
     let r = run_session(&s.parties, 3, task(), 0, 0, &Limits::default(), &cancel).await;
     assert_eq!(r.outcome.termination, Termination::Cancelled);
-    assert!(
-        s.store.finished.lock().unwrap().is_empty(),
-        "a cancelled session stays resumable"
-    );
+    assert!(s.store.finished.lock().unwrap().is_empty(), "a cancelled session stays resumable");
     assert_eq!(s.store.messages(3).len(), 4, "its committed turns are kept");
 }
 
 #[tokio::test]
 async fn the_scheduler_runs_every_job_and_contains_a_panic() {
     // One agent is shared by all sessions: the second session to ask it panics.
-    let s = setup(
-        vec![Play::Say("a"), Play::Panic, Play::Say("c"), Play::Say("d")],
-        MemoryStore::default(),
-        false,
-    );
+    let s = setup(vec![Play::Say("a"), Play::Panic, Play::Say("c"), Play::Say("d")], MemoryStore::default(), false);
     let scheduler = Scheduler {
         parties: s.parties.clone(),
         limits: Limits::default(),
         concurrency: 1,
         cancel: CancellationToken::new(),
     };
-    let jobs = (1..=4)
-        .map(|id| Job {
-            id,
-            task: task(),
-            trial: id as u32,
-            seed: 0,
-        })
-        .collect();
+    let jobs = (1..=4).map(|id| Job { id, task: task(), trial: id as u32, seed: 0 }).collect();
     let mut results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
     results.sort_by_key(|r| r.id);
     let terminations: Vec<Termination> = results.iter().map(|r| r.outcome.termination).collect();
     assert_eq!(
         terminations,
-        [
-            Termination::AgentStop,
-            Termination::InfrastructureError,
-            Termination::AgentStop,
-            Termination::AgentStop
-        ]
+        [Termination::AgentStop, Termination::InfrastructureError, Termination::AgentStop, Termination::AgentStop]
     );
-    assert!(
-        results[1]
-            .outcome
-            .error
-            .as_deref()
-            .unwrap()
-            .contains("panicked")
-    );
-    assert_eq!(
-        s.store.finished.lock().unwrap().len(),
-        4,
-        "the panicked session is recorded as failed"
-    );
+    assert!(results[1].outcome.error.as_deref().unwrap().contains("panicked"));
+    assert_eq!(s.store.finished.lock().unwrap().len(), 4, "the panicked session is recorded as failed");
 }
 
 #[tokio::test]
 async fn the_scheduler_bounds_concurrency() {
-    let plays = (0..20)
-        .map(|_| Play::Sleep(Duration::from_millis(20)))
-        .collect();
+    let plays = (0..20).map(|_| Play::Sleep(Duration::from_millis(20))).collect();
     let s = setup(plays, MemoryStore::default(), false);
     let scheduler = Scheduler {
         parties: s.parties.clone(),
@@ -392,14 +212,7 @@ async fn the_scheduler_bounds_concurrency() {
         concurrency: 5,
         cancel: CancellationToken::new(),
     };
-    let jobs = (1..=20)
-        .map(|id| Job {
-            id,
-            task: task(),
-            trial: 0,
-            seed: 0,
-        })
-        .collect();
+    let jobs = (1..=20).map(|id| Job { id, task: task(), trial: 0, seed: 0 }).collect();
     let started = std::time::Instant::now();
     let results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
     assert_eq!(results.len(), 20);

@@ -28,8 +28,7 @@ async fn chat_conversation_calls_each_tool_then_answers() {
     let first_id = call["id"].as_str().unwrap().to_owned();
     assert!(first_id.starts_with("call_"));
     let usage = &first["usage"];
-    let total =
-        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap();
+    let total = usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap();
     assert_eq!(usage["total_tokens"], total);
 
     push_tool_round(&mut request, &choice["message"], &first_id, "42");
@@ -51,10 +50,7 @@ async fn chat_conversation_calls_each_tool_then_answers() {
     let key = conversation_key(SYSTEM, USER);
     assert_eq!(stats.requests(), 3);
     assert_eq!(stats.conversation_requests(), vec![(key.clone(), 3)]);
-    assert_eq!(
-        stats.turn_requests(),
-        vec![(key.clone(), 2, 1), (key.clone(), 4, 1), (key, 6, 1)]
-    );
+    assert_eq!(stats.turn_requests(), vec![(key.clone(), 2, 1), (key.clone(), 4, 1), (key, 6, 1)]);
     assert!(stats.repeated_turns().is_empty());
 }
 
@@ -79,11 +75,7 @@ async fn responses_conversation_calls_each_tool_then_answers() {
     let mut call_ids = Vec::new();
     for (name, arguments, result) in [
         ("get_synonym_value", r#"{"synonym":"Synonym"}"#, "42"),
-        (
-            "extract_synonym_values",
-            r#"{"synonym_values":[0]}"#,
-            "[42]",
-        ),
+        ("extract_synonym_values", r#"{"synonym_values":[0]}"#, "[42]"),
     ] {
         let reply = post(&router, "/v1/responses", &request).await;
         assert_eq!(reply.status, 200);
@@ -116,10 +108,7 @@ async fn responses_conversation_calls_each_tool_then_answers() {
     assert_eq!(message["type"], "message");
     assert_eq!(message["role"], "assistant");
     assert!(message["id"].as_str().unwrap().starts_with("msg_"));
-    assert_eq!(
-        message["content"],
-        json!([{"type": "output_text", "text": "Result: [42]", "annotations": []}])
-    );
+    assert_eq!(message["content"], json!([{"type": "output_text", "text": "Result: [42]", "annotations": []}]));
     let usage = &response["usage"];
     assert_eq!(usage["input_tokens_details"]["cached_tokens"], 0);
     assert_eq!(usage["output_tokens_details"]["reasoning_tokens"], 0);
@@ -135,10 +124,7 @@ async fn responses_conversation_calls_each_tool_then_answers() {
 
 #[tokio::test]
 async fn a_new_user_turn_starts_the_tool_calls_again() {
-    let (router, _) = router(StubConfig {
-        tool_calls: 1,
-        ..StubConfig::default()
-    });
+    let (router, _) = router(StubConfig { tool_calls: 1, ..StubConfig::default() });
     let request = json!({
         "model": "m",
         "messages": [
@@ -165,11 +151,6 @@ async fn same_request_same_bytes() {
     let c = post(&two, "/v1/chat/completions", &request).await.bytes;
     assert_eq!(a, b);
     assert_eq!(a, c);
-    let other = post(
-        &one,
-        "/v1/chat/completions",
-        &chat_request("another question"),
-    )
-    .await;
+    let other = post(&one, "/v1/chat/completions", &chat_request("another question")).await;
     assert_ne!(a, other.bytes);
 }

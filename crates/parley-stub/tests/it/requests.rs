@@ -32,26 +32,17 @@ async fn bad_requests_get_400() {
     let cases: [(&str, &str); 10] = [
         ("/v1/chat/completions", "{not json"),
         ("/v1/chat/completions", "[1, 2]"),
-        (
-            "/v1/chat/completions",
-            r#"{"messages": [{"role": "user", "content": "hi"}]}"#,
-        ),
+        ("/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "hi"}]}"#),
         ("/v1/chat/completions", r#"{"model": "m"}"#),
         ("/v1/chat/completions", r#"{"model": "m", "messages": []}"#),
-        (
-            "/v1/chat/completions",
-            r#"{"model": "m", "messages": [{"content": "hi"}]}"#,
-        ),
+        ("/v1/chat/completions", r#"{"model": "m", "messages": [{"content": "hi"}]}"#),
         (
             "/v1/chat/completions",
             r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {}}]}"#,
         ),
         ("/v1/responses", r#"{"model": "m"}"#),
         ("/v1/responses", r#"{"model": "m", "input": [42]}"#),
-        (
-            "/v1/responses",
-            r#"{"model": "m", "input": "hi", "text": {"format": {"type": "json_schema"}}}"#,
-        ),
+        ("/v1/responses", r#"{"model": "m", "input": "hi", "text": {"format": {"type": "json_schema"}}}"#),
     ];
     for (path, body) in cases {
         let reply = send(&router, "POST", path, body).await;
@@ -89,18 +80,12 @@ async fn chat_json_schema_synthesizes_the_document() {
     let reply = post(&router, "/v1/chat/completions", &request).await.json();
     assert_eq!(reply["choices"][0]["finish_reason"], "stop");
     let document: Value = serde_json::from_str(text_of(&reply)).unwrap();
-    assert_eq!(
-        document,
-        json!({"answer": "Answer", "confidence": 0.5, "unit": "kg", "tags": ["Tags"]})
-    );
+    assert_eq!(document, json!({"answer": "Answer", "confidence": 0.5, "unit": "kg", "tags": ["Tags"]}));
 }
 
 #[tokio::test]
 async fn json_schema_with_tools_calls_tools_first() {
-    let (router, _) = router(StubConfig {
-        tool_calls: 1,
-        ..StubConfig::default()
-    });
+    let (router, _) = router(StubConfig { tool_calls: 1, ..StubConfig::default() });
     let format = json!({"type": "json_schema", "json_schema": {"name": "out",
         "schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}});
     let mut request = chat_request(USER);
@@ -142,23 +127,14 @@ async fn final_text_rules() {
     assert_eq!(text_of(&reply), "Hello from parley-stub.");
 
     // A configured text wins over the echo, and zero tool calls answers at once.
-    let (configured, _) = router(StubConfig {
-        tool_calls: 0,
-        final_text: Some("The answer is 42.".to_owned()),
-        ..StubConfig::default()
-    });
-    let reply = post(&configured, "/v1/chat/completions", &chat_request(USER))
-        .await
-        .json();
+    let (configured, _) =
+        router(StubConfig { tool_calls: 0, final_text: Some("The answer is 42.".to_owned()), ..StubConfig::default() });
+    let reply = post(&configured, "/v1/chat/completions", &chat_request(USER)).await.json();
     assert_eq!(text_of(&reply), "The answer is 42.");
 
-    let request =
-        json!({"model": "m", "input": "hi", "tools": responses_tools(), "tool_choice": "none"});
+    let request = json!({"model": "m", "input": "hi", "tools": responses_tools(), "tool_choice": "none"});
     let reply = post(&plain, "/v1/responses", &request).await.json();
-    assert_eq!(
-        reply["output"][0]["content"][0]["text"],
-        "Hello from parley-stub."
-    );
+    assert_eq!(reply["output"][0]["content"][0]["text"], "Hello from parley-stub.");
 }
 
 #[tokio::test]
@@ -173,12 +149,8 @@ async fn non_function_tools_are_ignored() {
     assert_eq!(reply["output"][0]["type"], "message");
 
     let mut tools = chat_tools();
-    tools
-        .as_array_mut()
-        .unwrap()
-        .insert(0, json!({"type": "custom", "custom": {"name": "x"}}));
-    let request =
-        json!({"model": "m", "messages": [{"role": "user", "content": "q"}], "tools": tools});
+    tools.as_array_mut().unwrap().insert(0, json!({"type": "custom", "custom": {"name": "x"}}));
+    let request = json!({"model": "m", "messages": [{"role": "user", "content": "q"}], "tools": tools});
     let reply = post(&router, "/v1/chat/completions", &request).await.json();
     let call = &reply["choices"][0]["message"]["tool_calls"][0];
     assert_eq!(call["function"]["name"], "get_synonym_value");
@@ -187,10 +159,7 @@ async fn non_function_tools_are_ignored() {
 #[tokio::test]
 async fn latency_delays_every_answer() {
     let latency = std::time::Duration::from_millis(60);
-    let (router, _) = router(StubConfig {
-        latency,
-        ..StubConfig::default()
-    });
+    let (router, _) = router(StubConfig { latency, ..StubConfig::default() });
     let started = std::time::Instant::now();
     let reply = send(&router, "POST", "/v1/chat/completions", "{bad").await;
     assert_eq!(reply.status, 400);

@@ -12,9 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::support::{USER, chat_request};
 
-async fn start(
-    config: StubConfig,
-) -> (SocketAddr, oneshot::Sender<()>, JoinHandle<io::Result<()>>) {
+async fn start(config: StubConfig) -> (SocketAddr, oneshot::Sender<()>, JoinHandle<io::Result<()>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -48,64 +46,36 @@ async fn serves_http_until_shut_down() {
 
     let body = chat_request(USER).to_string();
     let completion = exchange(address, "POST", "/v1/chat/completions", &body).await;
-    assert!(
-        completion.starts_with("HTTP/1.1 200 OK\r\n"),
-        "{completion}"
-    );
+    assert!(completion.starts_with("HTTP/1.1 200 OK\r\n"), "{completion}");
     assert!(completion.contains("get_synonym_value"));
 
     let stats = exchange(address, "GET", "/stub/stats", "").await;
     assert!(stats.contains(r#""requests":1"#), "{stats}");
 
     stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), server)
-        .await
-        .expect("the server stops")
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("the server stops").unwrap().unwrap();
 }
 
 #[tokio::test]
 async fn shutdown_cuts_hangs_short() {
-    let (address, stop, server) = start(StubConfig {
-        faults: Faults {
-            hang: 1.0,
-            ..Faults::default()
-        },
-        ..StubConfig::default()
-    })
-    .await;
+    let (address, stop, server) =
+        start(StubConfig { faults: Faults { hang: 1.0, ..Faults::default() }, ..StubConfig::default() }).await;
     let body = chat_request(USER).to_string();
-    let hanging =
-        tokio::spawn(async move { exchange(address, "POST", "/v1/chat/completions", &body).await });
+    let hanging = tokio::spawn(async move { exchange(address, "POST", "/v1/chat/completions", &body).await });
     // Let the request arrive and start its hour-long hang.
     tokio::time::sleep(Duration::from_millis(200)).await;
     stop.send(()).unwrap();
-    let answer = tokio::time::timeout(Duration::from_secs(5), hanging)
-        .await
-        .expect("the hanging request ends")
-        .unwrap();
+    let answer =
+        tokio::time::timeout(Duration::from_secs(5), hanging).await.expect("the hanging request ends").unwrap();
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
-    tokio::time::timeout(Duration::from_secs(5), server)
-        .await
-        .expect("the server stops")
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("the server stops").unwrap().unwrap();
 }
 
 #[tokio::test]
 async fn refuses_an_invalid_configuration() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let config = StubConfig {
-        faults: Faults {
-            rate_limit: 2.0,
-            ..Faults::default()
-        },
-        ..StubConfig::default()
-    };
-    let error = serve(listener, config, std::future::pending())
-        .await
-        .unwrap_err();
+    let config = StubConfig { faults: Faults { rate_limit: 2.0, ..Faults::default() }, ..StubConfig::default() };
+    let error = serve(listener, config, std::future::pending()).await.unwrap_err();
     assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
     assert!(error.to_string().contains("rate_limit"));
 }

@@ -32,11 +32,7 @@ pub async fn send(router: &Router, method: &str, path: &str, body: impl Into<Bod
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    Reply {
-        status,
-        headers,
-        bytes,
-    }
+    Reply { status, headers, bytes }
 }
 
 pub async fn post(router: &Router, path: &str, body: &Value) -> Reply {

@@ -1,0 +1,125 @@
+//! The client against the stub served on a loopback port: replies, retries, timeouts.
+
+use std::time::{Duration, Instant};
+
+use parley_core::{ChatRequest, Message, ModelClient, ModelFailureKind, Sampling, ToolSpec};
+use parley_llm::{ChatClient, EndpointConfig};
+use parley_stub::{Faults, StubConfig};
+use serde_json::json;
+
+async fn stub(config: StubConfig) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(parley_stub::serve(listener, config, std::future::pending()));
+    format!("http://{address}/v1")
+}
+
+fn client(base_url: String, max_retries: u32, timeout: Duration) -> ChatClient {
+    ChatClient::new(&EndpointConfig { base_url, max_retries, timeout, ..EndpointConfig::default() }).unwrap()
+}
+
+fn tools() -> Vec<ToolSpec> {
+    vec![ToolSpec {
+        name: "lookup".into(),
+        description: "look up".into(),
+        parameters: json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
+        strict: false,
+    }]
+}
+
+async fn ask(client: &ChatClient) -> Result<parley_core::ChatReply, parley_core::ModelFailure> {
+    let messages = [Message::user("hello")];
+    let tools = tools();
+    let sampling = Sampling { seed: Some(3), ..Sampling::default() };
+    client
+        .chat(ChatRequest {
+            model: "m",
+            messages: &messages,
+            tools: &tools,
+            sampling: &sampling,
+            response_format: None,
+        })
+        .await
+}
+
+#[tokio::test]
+async fn a_tool_call_reply_is_parsed_and_recorded() {
+    let client = client(stub(StubConfig::default()).await, 0, Duration::from_secs(5));
+    let reply = ask(&client).await.unwrap();
+    assert_eq!(reply.message.tool_calls.len(), 1);
+    assert_eq!(reply.message.tool_calls[0].name, "lookup");
+    assert_eq!(reply.message.tool_calls[0].arguments, r#"{"key":"Key"}"#);
+    assert_eq!(reply.call.attempts, 1);
+    assert!(reply.call.usage.prompt_tokens > 0);
+    assert_eq!(reply.call.request["seed"], 3);
+    assert_eq!(reply.call.response.as_ref().unwrap()["object"], "chat.completion");
+}
+
+#[tokio::test]
+async fn a_429_waits_as_long_as_retry_after_asks() {
+    let config = StubConfig {
+        faults: Faults { rate_limit: 0.5, ..Faults::default() },
+        retry_after_secs: 1,
+        ..StubConfig::default()
+    };
+    let client = client(stub(config).await, 20, Duration::from_secs(5));
+    // Over several calls some meet a 429; each of those waits a whole second before its retry.
+    let started = Instant::now();
+    let mut retried = 0;
+    for _ in 0..4 {
+        let reply = ask(&client).await.unwrap();
+        retried += reply.call.attempts - 1;
+    }
+    assert!(retried > 0, "with half the answers rate-limited, some call was retried");
+    assert!(
+        started.elapsed() >= Duration::from_secs(u64::from(retried)),
+        "{retried} retries took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn persistent_server_errors_fail_after_the_retry_budget() {
+    let config = StubConfig { faults: Faults { server_error: 1.0, ..Faults::default() }, ..StubConfig::default() };
+    let client = client(stub(config).await, 2, Duration::from_secs(5));
+    let failure = ask(&client).await.unwrap_err();
+    assert_eq!(failure.kind, ModelFailureKind::Status(500));
+    assert_eq!(failure.call.attempts, 3);
+    assert!(failure.message.contains("after 3 attempt(s)"), "{}", failure.message);
+}
+
+#[tokio::test]
+async fn a_hang_is_cut_off_by_the_per_call_timeout() {
+    let config = StubConfig { faults: Faults { hang: 1.0, ..Faults::default() }, ..StubConfig::default() };
+    let client = client(stub(config).await, 1, Duration::from_millis(200));
+    let started = Instant::now();
+    let failure = ask(&client).await.unwrap_err();
+    assert_eq!(failure.kind, ModelFailureKind::Timeout);
+    assert_eq!(failure.call.attempts, 2);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn a_truncated_body_is_a_malformed_response() {
+    let config = StubConfig { faults: Faults { malformed: 1.0, ..Faults::default() }, ..StubConfig::default() };
+    let client = client(stub(config).await, 1, Duration::from_secs(5));
+    let failure = ask(&client).await.unwrap_err();
+    assert_eq!(failure.kind, ModelFailureKind::MalformedResponse);
+    assert_eq!(failure.call.attempts, 2, "the malformed body is retried once, within the budget");
+}
+
+#[tokio::test]
+async fn a_closed_port_is_a_transport_failure() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    drop(listener);
+    let failure = ask(&client(url, 1, Duration::from_secs(2))).await.unwrap_err();
+    assert_eq!(failure.kind, ModelFailureKind::Transport);
+}
+
+#[test]
+fn a_missing_key_variable_is_named() {
+    let config = EndpointConfig { api_key_env: Some("PARLEY_NO_SUCH_KEY".into()), ..EndpointConfig::default() };
+    let err = ChatClient::new(&config).unwrap_err();
+    assert!(err.to_string().contains("PARLEY_NO_SUCH_KEY"));
+}
