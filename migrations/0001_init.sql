@@ -74,6 +74,8 @@ CREATE TABLE tool_calls (
     output      TEXT NOT NULL,
     is_error    INTEGER NOT NULL,
     is_write    INTEGER NOT NULL,
+    -- The model wrote a call that could not run: arguments not JSON, an unknown tool, a schema violation.
+    malformed   INTEGER NOT NULL,
     duration_us INTEGER NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;

@@ -19,8 +19,76 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Serve the deterministic stub model (a test double, not a model) on loopback.
     Stub(StubArgs),
+    /// Finish every unfinished session of a run from its last committed turn.
+    Resume(RunRef),
+    /// List the runs in a database with their counts and mean reward.
+    Runs(DbArg),
+    /// List the sessions of a run.
+    Sessions(SessionsArgs),
+    /// Print one session's transcript: roles, tool calls with arguments and results, rewards.
+    Show(ShowArgs),
+    /// The summary of a run, from the store alone.
+    Metrics(MetricsArgs),
+    /// Write a run's sessions as NeMo Gym rollouts or OpenAI chat fine-tuning rows.
+    Export(ExportArgs),
     /// Write task files for the built-in environments.
     Tasks(TasksArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DbArg {
+    /// The SQLite database of the runs.
+    #[arg(long, value_name = "FILE", default_value = "parley.db")]
+    pub db: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RunRef {
+    /// Run id, as `parley runs` lists them.
+    pub run: i64,
+    #[command(flatten)]
+    pub db: DbArg,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    #[command(flatten)]
+    pub run: RunRef,
+    /// Only sessions with this status: `pending` or `finished`.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only sessions that ended this way, e.g. `agent_stop` or `infrastructure_error`.
+    #[arg(long)]
+    pub termination: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Session id, as `parley sessions` lists them.
+    pub session: i64,
+    #[command(flatten)]
+    pub db: DbArg,
+}
+
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    #[command(flatten)]
+    pub run: RunRef,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub run: RunRef,
+    /// The row format.
+    #[arg(long, value_enum)]
+    pub format: crate::export::Format,
+    /// Output file (stdout when absent).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Default)]

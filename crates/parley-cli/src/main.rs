@@ -4,6 +4,7 @@
 mod cli;
 mod commands;
 mod error;
+mod export;
 mod progress;
 mod settings;
 mod summary;
@@ -33,6 +34,12 @@ fn main() -> ExitCode {
                     match cli.command {
                         Command::Run(args) => commands::run::run(settings::RunSettings::resolve(*args)?).await,
                         Command::Stub(args) => commands::stub::stub(args).await,
+                        Command::Resume(args) => commands::run::resume(args.run, &args.db.db).await,
+                        Command::Runs(args) => commands::inspect::runs(args).await,
+                        Command::Sessions(args) => commands::inspect::sessions(args).await,
+                        Command::Show(args) => commands::inspect::show(args).await,
+                        Command::Metrics(args) => commands::inspect::metrics(args).await,
+                        Command::Export(args) => commands::inspect::export(args).await,
                         Command::Tasks(args) => commands::tasks::tasks(args),
                     }
                 })
@@ -40,6 +47,14 @@ fn main() -> ExitCode {
         );
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stops early (`parley export ... | head`) is not an error.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
             eprintln!("error: {e}");
             ExitCode::from(EX_USAGE as u8)

@@ -46,7 +46,7 @@ struct File {
 
 /// Everything `parley run` needs, resolved and checked. Serialized into the run's record, so it
 /// must never hold a secret: the API key is named (`api_key_env`), never read here.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunSettings {
     pub env: String,
     pub tasks: Option<PathBuf>,

@@ -45,16 +45,19 @@ impl Report {
         })
     }
 
-    pub fn print(&self, w: &mut impl Write, elapsed: Duration) -> std::io::Result<()> {
+    pub fn print(&self, w: &mut impl Write, elapsed: Option<Duration>) -> std::io::Result<()> {
         let s = &self.summary;
-        let secs = elapsed.as_secs_f64();
-        writeln!(
-            w,
-            "run {}        {} sessions in {secs:.2} s ({:.1} sessions/s)",
-            self.run,
-            s.sessions,
-            s.sessions as f64 / secs.max(1e-9)
-        )?;
+        match elapsed {
+            Some(elapsed) => {
+                let secs = elapsed.as_secs_f64();
+                let rate = s.sessions as f64 / secs.max(1e-9);
+                writeln!(w, "run {}        {} sessions in {secs:.2} s ({rate:.1} sessions/s)", self.run, s.sessions)?
+            }
+            None => writeln!(w, "run {}        {} sessions", self.run, s.sessions)?,
+        }
+        if self.unfinished > 0 {
+            writeln!(w, "unfinished     {}", self.unfinished)?;
+        }
         let terminations: Vec<String> = s.terminations.iter().map(|(t, n)| format!("{t} {n}")).collect();
         writeln!(w, "terminations   {}", terminations.join(" · "))?;
         match s.reward {
@@ -81,5 +84,23 @@ impl Report {
             ms(s.session_ms_p50),
             ms(s.session_ms_p99)
         )
+    }
+}
+
+impl Report {
+    /// The same figures as the table, as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let s = &self.summary;
+        serde_json::json!({
+            "run": self.run,
+            "sessions": s.sessions,
+            "unfinished": self.unfinished,
+            "terminations": s.terminations,
+            "reward": s.reward,
+            "pass": s.pass.iter().map(|(k, at, hat)| serde_json::json!({"k": k, "pass_at_k": at, "pass_hat_k": hat})).collect::<Vec<_>>(),
+            "tokens": {"prompt": self.tokens.prompt_tokens, "completion": self.tokens.completion_tokens, "model_calls": self.tokens.model_calls},
+            "latency_ms": {"model_call_p50": self.call_ms_p50, "model_call_p99": self.call_ms_p99,
+                           "session_p50": s.session_ms_p50, "session_p99": s.session_ms_p99},
+        })
     }
 }

@@ -49,6 +49,8 @@ pub struct ToolCallRecord {
     pub output: String,
     pub is_error: bool,
     pub write: bool,
+    /// The call never reached the environment (bad JSON, unknown tool, schema violation).
+    pub malformed: bool,
     pub duration: Duration,
 }
 

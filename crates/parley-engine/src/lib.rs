@@ -10,5 +10,5 @@ mod scheduler;
 pub mod schema;
 mod session;
 
-pub use scheduler::{Job, Scheduler};
-pub use session::{Parties, SessionResult, run_session};
+pub use scheduler::Scheduler;
+pub use session::{Job, Parties, Prior, SessionResult, run_session};

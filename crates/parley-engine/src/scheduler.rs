@@ -8,16 +8,7 @@ use parley_core::{Limits, SessionId, SessionOutcome, Task, Termination};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::session::{Parties, SessionResult, run_session};
-
-/// One session to run.
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub id: SessionId,
-    pub task: Arc<Task>,
-    pub trial: u32,
-    pub seed: u64,
-}
+use crate::session::{Job, Parties, SessionResult, run_session};
 
 #[derive(Clone)]
 pub struct Scheduler {
@@ -41,27 +32,17 @@ impl Scheduler {
                 let this = this.clone();
                 async move {
                     let span = tracing::info_span!("session", id = job.id, task = %job.task.id, trial = job.trial);
+                    // The job moves into its task; keep what a panic report needs.
+                    let (id, task, trial) = (job.id, job.task.clone(), job.trial);
                     let handle = tokio::spawn({
                         let this = this.clone();
-                        let job = job.clone();
-                        async move {
-                            run_session(
-                                &this.parties,
-                                job.id,
-                                job.task,
-                                job.trial,
-                                job.seed,
-                                &this.limits,
-                                &this.cancel,
-                            )
-                            .await
-                        }
-                        .instrument(span)
+                        async move { run_session(&this.parties, job, &this.limits, &this.cancel).await }
+                            .instrument(span)
                     });
                     match handle.await {
                         Ok(result) => result,
                         Err(e) => {
-                            let result = panicked(job, e.to_string());
+                            let result = panicked(id, task, trial, e.to_string());
                             let record =
                                 this.parties.store.finish_session(result.id, Default::default(), &result.outcome);
                             if let Err(e) = record.await {
@@ -76,14 +57,14 @@ impl Scheduler {
     }
 }
 
-fn panicked(job: Job, why: String) -> SessionResult {
-    tracing::error!(session = job.id, error = %why, "a session panicked");
-    let produced_from = job.task.messages.len();
+fn panicked(id: SessionId, task: Arc<Task>, trial: u32, why: String) -> SessionResult {
+    tracing::error!(session = id, error = %why, "a session panicked");
+    let produced_from = task.messages.len();
     SessionResult {
-        id: job.id,
-        transcript: job.task.messages.clone(),
-        task: job.task,
-        trial: job.trial,
+        id,
+        transcript: task.messages.clone(),
+        task,
+        trial,
         outcome: SessionOutcome {
             termination: Termination::InfrastructureError,
             reward: None,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use parley_core::{
     Agent, AgentFailure, AgentView, EnvSession, Environment, Limits, Message, MessageRecord, ModelFailureKind, Reward,
-    SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord, Usage,
+    Role, SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord, Usage,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -19,6 +19,25 @@ pub struct Parties {
     pub agent: Arc<dyn Agent>,
     pub environment: Arc<dyn Environment>,
     pub store: Arc<dyn SessionStore>,
+}
+
+/// One session to run: a task and a trial, and what an earlier process already committed.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: SessionId,
+    pub task: Arc<Task>,
+    pub trial: u32,
+    pub seed: u64,
+    pub prior: Option<Prior>,
+}
+
+/// The committed turns of a session that an earlier process started: its transcript, from the
+/// first message, and the tool calls recorded in it.
+#[derive(Debug, Clone, Default)]
+pub struct Prior {
+    pub messages: Vec<Message>,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub usage: Usage,
 }
 
 /// What one session produced.
@@ -64,17 +83,10 @@ impl State {
 }
 
 /// Runs one session to its end and records it. Never returns an error: every failure becomes a
-/// termination reason.
-pub async fn run_session(
-    parties: &Parties,
-    id: SessionId,
-    task: Arc<Task>,
-    trial: u32,
-    seed: u64,
-    limits: &Limits,
-    cancel: &CancellationToken,
-) -> SessionResult {
+/// termination reason. A job with a [`Prior`] continues after its last committed turn.
+pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, cancel: &CancellationToken) -> SessionResult {
     let started = Instant::now();
+    let Job { id, task, trial, seed, prior } = job;
     let mut state = State {
         id,
         messages: Vec::new(),
@@ -90,12 +102,30 @@ pub async fn run_session(
         state.push(m.clone(), None);
     }
     let produced_from = state.messages.len();
+    let prior = prior.filter(|p| !p.messages.is_empty());
+    if let Some(prior) = &prior {
+        // The opening is already committed, and so is everything after it.
+        state.pending = TurnRecord::default();
+        state.messages.clone_from(&prior.messages);
+        let produced = &prior.messages[produced_from.min(prior.messages.len())..];
+        state.steps = produced.iter().filter(|m| m.role == Role::Assistant).count() as u32;
+        state.errors = prior.tool_calls.iter().filter(|t| t.malformed).count() as u32;
+        state.usage = prior.usage;
+    }
 
     let (termination, error, reward) = match parties.environment.open(&task).await {
         Err(e) => (Termination::EnvironmentError, Some(format!("opening the environment: {e}")), None),
         Ok(mut env) => {
+            let resumed = prior.is_some();
             let ended = tokio::select! {
-                ended = drive(parties, &mut state, env.as_mut(), limits, seed) => ended,
+                ended = async {
+                    if let Some(prior) = &prior
+                        && let Err(e) = replay_writes(env.as_mut(), &prior.tool_calls).await
+                    {
+                        return (Termination::EnvironmentError, Some(e));
+                    }
+                    drive(parties, &mut state, env.as_mut(), limits, seed, resumed).await
+                } => ended,
                 () = tokio::time::sleep(limits.timeout) => {
                     (Termination::Timeout, Some(format!("the session ran past its limit of {:?}", limits.timeout)))
                 }
@@ -130,9 +160,10 @@ async fn drive(
     env: &mut dyn EnvSession,
     limits: &Limits,
     seed: u64,
+    resumed: bool,
 ) -> (Termination, Option<String>) {
-    // The task's opening messages are the first turn.
-    if let Err(e) = commit(parties, state).await {
+    // The task's opening messages are the first turn (already committed when resuming).
+    if !resumed && let Err(e) = commit(parties, state).await {
         return (Termination::InfrastructureError, Some(e));
     }
     loop {
@@ -158,9 +189,9 @@ async fn drive(
                     }
                 },
             };
-            let (content, is_error, write) = match output {
-                Ok(o) => (o.content, o.is_error, o.write),
-                Err(problem) => (json!({ "error": problem }).to_string(), true, false),
+            let (content, is_error, write, malformed) = match output {
+                Ok(o) => (o.content, o.is_error, o.write, false),
+                Err(problem) => (json!({ "error": problem }).to_string(), true, false, true),
             };
             let seq = state.push(Message::tool_result(call.id.clone(), content.clone()), None);
             state.pending.tool_calls.push(ToolCallRecord {
@@ -171,6 +202,7 @@ async fn drive(
                 output: content,
                 is_error,
                 write,
+                malformed,
                 duration: started.elapsed(),
             });
         }
@@ -227,6 +259,24 @@ fn check_call(tools: &[parley_core::ToolSpec], call: &ToolCall) -> Result<Value,
     schema::validate(&tool.parameters, &arguments)
         .map_err(|e| format!("Invalid tool call arguments for `{}`: {e}", call.name))?;
     Ok(arguments)
+}
+
+/// Rebuilds an environment's state by calling again every write the session made, checking
+/// that each gives the output that was recorded.
+async fn replay_writes(env: &mut dyn EnvSession, calls: &[ToolCallRecord]) -> Result<(), String> {
+    for call in calls.iter().filter(|c| c.write) {
+        let what = format!("replaying write call {} (`{}`)", call.seq, call.name);
+        let arguments: Value =
+            serde_json::from_str(&call.arguments).map_err(|e| format!("{what}: its arguments do not parse: {e}"))?;
+        let output = env.call(&call.name, &arguments).await.map_err(|e| format!("{what}: {e}"))?;
+        if output.content != call.output {
+            return Err(format!(
+                "{what} gave {:?} where {:?} was recorded: the environment is not deterministic",
+                output.content, call.output
+            ));
+        }
+    }
+    Ok(())
 }
 
 async fn commit(parties: &Parties, state: &mut State) -> Result<(), String> {

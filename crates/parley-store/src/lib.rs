@@ -6,6 +6,7 @@
 //! only after its transaction commits. Reads go through a separate pool and never block the
 //! writer (WAL mode).
 
+mod load;
 mod read;
 mod writer;
 
@@ -19,6 +20,7 @@ use parley_core::{RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, Sessio
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, QueryBuilder, SqliteConnection, SqlitePool};
 
+pub use load::{CallFigures, RunRecord, Transcript};
 pub use read::{SessionRow, TokenTotals};
 use writer::{Writer, WriterHandle};
 

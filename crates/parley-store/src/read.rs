@@ -10,6 +10,7 @@ pub struct SessionRow {
     pub id: i64,
     pub task_index: i64,
     pub trial: i64,
+    pub seed: i64,
     pub status: String,
     pub termination: Option<String>,
     pub reward: Option<f64>,
@@ -29,7 +30,7 @@ impl SqliteStore {
     pub async fn sessions(&self, run: RunId) -> Result<Vec<SessionRow>, StoreError> {
         sqlx::query_as!(
             SessionRow,
-            "SELECT id, task_index, trial, status, termination, reward, error, duration_ms
+            "SELECT id, task_index, trial, seed, status, termination, reward, error, duration_ms
              FROM sessions WHERE run_id = ? ORDER BY id",
             run
         )
@@ -61,5 +62,39 @@ impl SqliteStore {
         .fetch_all(self.pool())
         .await
         .map_err(db_error)
+    }
+}
+
+impl SqliteStore {
+    /// Sessions of a run with ids above `after`, in id order, at most `limit`.
+    pub async fn sessions_page(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
+        let limit = limit as i64;
+        sqlx::query_as!(
+            SessionRow,
+            "SELECT id, task_index, trial, seed, status, termination, reward, error, duration_ms
+             FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            run,
+            after,
+            limit
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(db_error)
+    }
+
+    /// The newest score of a session by its environment's scorer.
+    pub async fn latest_score(&self, session: i64) -> Result<Option<parley_core::Reward>, StoreError> {
+        let row = sqlx::query!(
+            "SELECT value, breakdown FROM scores WHERE session_id = ? AND scorer = 'environment'
+             ORDER BY version DESC LIMIT 1",
+            session
+        )
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db_error)?;
+        Ok(row.map(|r| parley_core::Reward {
+            value: r.value,
+            breakdown: serde_json::from_str(&r.breakdown).unwrap_or_default(),
+        }))
     }
 }

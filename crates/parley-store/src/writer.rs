@@ -116,10 +116,10 @@ impl Writer {
         }
 
         let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
-        for chunk in tools.chunks(MAX_PARAMS / 9) {
+        for chunk in tools.chunks(MAX_PARAMS / 10) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO tool_calls (session_id, seq, call_id, name, arguments, output, is_error, is_write, \
-                 duration_us) ",
+                 malformed, duration_us) ",
             );
             q.push_values(chunk, |mut b, (session, t)| {
                 b.push_bind(*session)
@@ -130,6 +130,7 @@ impl Writer {
                     .push_bind(t.output.as_str())
                     .push_bind(t.is_error)
                     .push_bind(t.write)
+                    .push_bind(t.malformed)
                     .push_bind(t.duration.as_micros() as i64);
             });
             q.build().execute(&mut *tx).await.map_err(db_error)?;

@@ -11,44 +11,116 @@ use anyhow::Context;
 use futures::StreamExt;
 use parley_core::nemo_gym::{response_object, rollout_row, task_from_row};
 use parley_core::{RunSpec, SessionSpec, SessionStore, Task, stable_seed};
-use parley_engine::{Job, Parties, Scheduler, SessionResult};
+use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult};
 use parley_llm::{ChatClient, EndpointConfig};
 use parley_store::{SqliteStore, StoreOptions};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::usage;
+use crate::export::Format;
 use crate::progress::Progress;
 use crate::settings::RunSettings;
 use crate::summary;
 
+/// What a run needs while it executes: the store, the three parties, and the built-in stub's
+/// shutdown when it was started.
+pub struct Runtime {
+    pub store: Arc<SqliteStore>,
+    pub parties: Parties,
+    pub base_url: String,
+    shutdown: CancellationToken,
+}
+
+impl Runtime {
+    pub async fn start(settings: &RunSettings, store: SqliteStore) -> anyhow::Result<Runtime> {
+        let shutdown = CancellationToken::new();
+        let base_url = match &settings.base_url {
+            Some(url) => url.clone(),
+            None => start_stub(shutdown.clone()).await?,
+        };
+        let client = ChatClient::new(&EndpointConfig {
+            base_url: base_url.clone(),
+            api_key_env: settings.api_key_env.clone(),
+            timeout: Duration::from_secs_f64(settings.call_timeout_secs),
+            max_retries: settings.max_retries,
+            max_concurrency: settings.endpoint_concurrency,
+        })
+        .map_err(|e| usage(e.to_string()))?;
+        let agent = ToolCallingAgent::new(
+            Arc::new(client),
+            ToolCallingConfig {
+                model: settings.model.clone(),
+                system_prompt: settings.system_prompt.clone(),
+                sampling: settings.sampling.clone(),
+                seed_per_session: true,
+            },
+        );
+        let store = Arc::new(store);
+        let parties = Parties {
+            agent: Arc::new(agent),
+            environment: Arc::new(environment_multi_step::MultiStep),
+            store: store.clone(),
+        };
+        Ok(Runtime { store, parties, base_url, shutdown })
+    }
+
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.store.close().await?;
+        Ok(())
+    }
+}
+
+/// How an execution went.
+pub struct Executed {
+    pub cancelled: bool,
+    pub elapsed: Duration,
+    /// Whether the elapsed time covers the whole run (not so for a resume).
+    pub timed: bool,
+}
+
+/// Runs the jobs, hands each result to `sink` as it ends, and marks the run's status.
+pub async fn execute(
+    runtime: &Runtime,
+    settings: &RunSettings,
+    run: i64,
+    jobs: Vec<Job>,
+    mut sink: impl FnMut(&SessionResult) -> anyhow::Result<()>,
+) -> anyhow::Result<Executed> {
+    let scheduler = Scheduler {
+        parties: runtime.parties.clone(),
+        limits: settings.limits(),
+        concurrency: settings.concurrency,
+        cancel: CancellationToken::new(),
+    };
+    let interrupted = scheduler.cancel.clone();
+    let watcher = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nstopping: sessions in flight end as cancelled; committed turns are kept");
+            interrupted.cancel();
+        }
+    });
+    let started = Instant::now();
+    let progress = Progress::new(jobs.len() as u64);
+    let mut results = scheduler.run(jobs);
+    while let Some(result) = results.next().await {
+        sink(&result)?;
+        progress.finish_one(result.outcome.reward.as_ref().map(|r| r.value));
+    }
+    progress.done();
+    watcher.abort();
+    let cancelled = scheduler.cancel.is_cancelled();
+    runtime.store.finish_run(run, if cancelled { "interrupted" } else { "finished" }).await?;
+    Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true })
+}
+
 pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let tasks = load_tasks(&settings)?;
-    let shutdown = CancellationToken::new();
-    let base_url = match &settings.base_url {
-        Some(url) => url.clone(),
-        None => start_stub(shutdown.clone()).await?,
-    };
-    let client = ChatClient::new(&EndpointConfig {
-        base_url: base_url.clone(),
-        api_key_env: settings.api_key_env.clone(),
-        timeout: Duration::from_secs_f64(settings.call_timeout_secs),
-        max_retries: settings.max_retries,
-        max_concurrency: settings.endpoint_concurrency,
-    })
-    .map_err(|e| usage(e.to_string()))?;
     let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
         .await
         .with_context(|| format!("opening the store {}", settings.db.display()))?;
-    let agent = ToolCallingAgent::new(
-        Arc::new(client),
-        ToolCallingConfig {
-            model: settings.model.clone(),
-            system_prompt: settings.system_prompt.clone(),
-            sampling: settings.sampling.clone(),
-            seed_per_session: true,
-        },
-    );
+    let runtime = Runtime::start(&settings, store).await?;
 
     // Trials of a task are adjacent (NeMo Gym's default `aabbcc` order).
     let specs: Vec<SessionSpec> = tasks
@@ -62,80 +134,150 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         })
         .collect();
     let spec = RunSpec { environment: settings.env.clone(), config: serde_json::to_value(&settings)? };
-    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.context("recording the run")?;
-    let out = settings.out.clone().unwrap_or_else(|| PathBuf::from(format!("rollouts-{run}.jsonl")));
+    let (run, ids) = runtime.store.create_run(&spec, &tasks, &specs).await.context("recording the run")?;
+    let out = out_path(&settings, run);
     let failures_path = failures_path(&out);
     let mut rollouts = JsonlWriter::create(&out)?;
     let mut failures = JsonlWriter::create(&failures_path)?;
 
     let stub_note = if settings.base_url.is_none() { " (the built-in stub, a test double)" } else { "" };
     eprintln!(
-        "run {run}: {} sessions ({} tasks x {} trials) of {} against {base_url}{stub_note}, model {}; stored in {}",
+        "run {run}: {} sessions ({} tasks x {} trials) of {} against {}{stub_note}, model {}; stored in {}",
         specs.len(),
         tasks.len(),
         settings.trials,
         settings.env,
+        runtime.base_url,
         settings.model,
         settings.db.display(),
     );
-
-    let store = Arc::new(store);
-    let scheduler = Scheduler {
-        parties: Parties {
-            agent: Arc::new(agent),
-            environment: Arc::new(environment_multi_step::MultiStep),
-            store: store.clone(),
-        },
-        limits: settings.limits(),
-        concurrency: settings.concurrency,
-        cancel: CancellationToken::new(),
-    };
     let jobs: Vec<Job> = specs
         .iter()
         .zip(&ids)
-        .map(|(s, &id)| Job { id, task: tasks[s.task_index].clone(), trial: s.trial, seed: s.seed })
+        .map(|(s, &id)| Job { id, task: tasks[s.task_index].clone(), trial: s.trial, seed: s.seed, prior: None })
         .collect();
-
-    let interrupted = scheduler.cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\nstopping: sessions in flight end as cancelled; committed turns are kept");
-            interrupted.cancel();
-        }
-    });
-
-    let started = Instant::now();
-    let progress = Progress::new(jobs.len() as u64);
-    let mut results = scheduler.run(jobs);
     let (mut written, mut failed) = (0usize, 0usize);
-    while let Some(result) = results.next().await {
+    let executed = execute(&runtime, &settings, run, jobs, |result| {
         if result.outcome.termination.is_infrastructure() {
-            failures.write(&failure_row(run, &result))?;
             failed += 1;
+            failures.write(&failure_row(run, result))
         } else {
-            rollouts.write(&rollout(&settings.model, &result))?;
             written += 1;
+            rollouts.write(&rollout(&settings.model, result))
         }
-        progress.finish_one(result.outcome.reward.as_ref().map(|r| r.value));
-    }
-    progress.done();
-    let elapsed = started.elapsed();
+    })
+    .await?;
     rollouts.finish()?;
     failures.finish()?;
+    report(&runtime, &settings, run, &executed, &out, written, failed).await?;
+    runtime.stop().await
+}
 
-    let cancelled = scheduler.cancel.is_cancelled();
-    store.finish_run(run, if cancelled { "interrupted" } else { "finished" }).await?;
-    let report = summary::Report::load(&store, run, settings.trials as usize).await?;
-    let mut stdout = std::io::stdout().lock();
-    report.print(&mut stdout, elapsed)?;
-    writeln!(stdout, "rollouts       {} ({written}) · failures {} ({failed})", out.display(), failures_path.display())?;
-    drop(stdout);
-    if cancelled {
-        eprintln!("run {run} was interrupted; {} sessions did not finish", report.unfinished);
+/// `parley resume RUN`: loads the run's settings and tasks from the store, continues every
+/// pending session from its last committed turn, then rewrites the run's output files from the
+/// store so that they hold every finished session exactly once.
+pub async fn resume(run: i64, db: &Path) -> anyhow::Result<()> {
+    if !db.is_file() {
+        return Err(usage(format!("--db {}: no such database", db.display())));
     }
-    shutdown.cancel();
-    store.close().await?;
+    let probe = SqliteStore::open(db, StoreOptions::default()).await?;
+    let record = probe.run(run).await.map_err(|e| usage(format!("{e} in {}; see `parley runs`", db.display())))?;
+    let mut settings: RunSettings =
+        serde_json::from_value(record.config).context("reading the run's stored settings")?;
+    settings.db = db.to_path_buf();
+    probe.close().await?;
+    drop(probe);
+    let store = SqliteStore::open(db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
+    let tasks = stored_tasks(&store, run).await?;
+    let pending: Vec<_> = store.sessions(run).await?.into_iter().filter(|s| s.status != "finished").collect();
+
+    let runtime = Runtime::start(&settings, store).await?;
+    let mut jobs = Vec::with_capacity(pending.len());
+    for s in &pending {
+        let transcript = runtime.store.transcript(s.id).await?;
+        let prior =
+            Prior { usage: transcript.usage(), messages: transcript.messages, tool_calls: transcript.tool_calls };
+        let task = tasks
+            .get(s.task_index as usize)
+            .ok_or_else(|| anyhow::anyhow!("session {} names task {}, which run {run} lacks", s.id, s.task_index))?;
+        jobs.push(Job { id: s.id, task: task.clone(), trial: s.trial as u32, seed: s.seed as u64, prior: Some(prior) });
+    }
+    eprintln!("run {run}: resuming {} unfinished sessions against {}", jobs.len(), runtime.base_url);
+    let mut executed = execute(&runtime, &settings, run, jobs, |_| Ok(())).await?;
+    executed.timed = false;
+
+    let out = out_path(&settings, run);
+    let failures_path = failures_path(&out);
+    let (written, failed) = rewrite_outputs(&runtime.store, run, &tasks, &settings, &out, &failures_path).await?;
+    report(&runtime, &settings, run, &executed, &out, written, failed).await?;
+    runtime.stop().await
+}
+
+async fn report(
+    runtime: &Runtime,
+    settings: &RunSettings,
+    run: i64,
+    executed: &Executed,
+    out: &Path,
+    written: usize,
+    failed: usize,
+) -> anyhow::Result<()> {
+    let report = summary::Report::load(&runtime.store, run, settings.trials as usize).await?;
+    let mut stdout = std::io::stdout().lock();
+    report.print(&mut stdout, executed.timed.then_some(executed.elapsed))?;
+    writeln!(
+        stdout,
+        "rollouts       {} ({written}) · failures {} ({failed})",
+        out.display(),
+        failures_path(out).display()
+    )?;
+    drop(stdout);
+    if executed.cancelled || report.unfinished > 0 {
+        eprintln!(
+            "run {run} stopped with {} sessions unfinished; resume it with: parley resume {run} --db {}",
+            report.unfinished,
+            settings.db.display()
+        );
+    }
     Ok(())
+}
+
+/// Writes the rollout and failure files again from the store, through a temporary file each,
+/// so that an interrupted rewrite never leaves a half-written file behind.
+async fn rewrite_outputs(
+    store: &SqliteStore,
+    run: i64,
+    tasks: &[Arc<Task>],
+    settings: &RunSettings,
+    out: &Path,
+    failures: &Path,
+) -> anyhow::Result<(usize, usize)> {
+    let out_tmp = out.with_extension("jsonl.partial");
+    let failures_tmp = failures.with_extension("jsonl.partial");
+    let mut rows = std::io::BufWriter::new(std::fs::File::create(&out_tmp)?);
+    let mut fails = std::io::BufWriter::new(std::fs::File::create(&failures_tmp)?);
+    let counts =
+        crate::export::export(store, run, tasks, settings, Format::NemoGym, &mut rows, Some(&mut fails)).await?;
+    rows.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    fails.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    std::fs::rename(&out_tmp, out)?;
+    std::fs::rename(&failures_tmp, failures)?;
+    Ok((counts.rows, counts.failures))
+}
+
+/// The run's tasks as stored with it.
+pub async fn stored_tasks(store: &SqliteStore, run: i64) -> anyhow::Result<Vec<Arc<Task>>> {
+    store
+        .task_rows(run)
+        .await?
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| task_from_row(i, row).map(Arc::new).map_err(|e| anyhow::anyhow!("stored task {i}: {e}")))
+        .collect()
+}
+
+fn out_path(settings: &RunSettings, run: i64) -> PathBuf {
+    settings.out.clone().unwrap_or_else(|| PathBuf::from(format!("rollouts-{run}.jsonl")))
 }
 
 /// Reads task rows, or generates them when no file is given.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use parley_core::{Limits, ModelFailureKind, Role, Termination};
-use parley_engine::{Job, Parties, Scheduler, SessionResult, run_session};
+use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, run_session};
 use tokio_util::sync::CancellationToken;
 
 use crate::parties::{Counter, MemoryStore, Play, ScriptedAgent, task};
@@ -23,9 +23,13 @@ fn setup(plays: Vec<Play>, store: MemoryStore, fail_open: bool) -> Setup {
     Setup { agent, store, parties }
 }
 
+fn job(id: i64) -> Job {
+    Job { id, task: task(), trial: 0, seed: 42, prior: None }
+}
+
 async fn play(plays: Vec<Play>, limits: Limits) -> (Setup, SessionResult) {
     let s = setup(plays, MemoryStore::default(), false);
-    let result = run_session(&s.parties, 7, task(), 0, 42, &limits, &CancellationToken::new()).await;
+    let result = run_session(&s.parties, job(7), &limits, &CancellationToken::new()).await;
     (s, result)
 }
 
@@ -140,7 +144,7 @@ async fn a_crashing_tool_is_an_environment_error() {
 #[tokio::test]
 async fn an_environment_that_cannot_open_is_an_environment_error() {
     let s = setup(vec![Play::Say("hi")], MemoryStore::default(), true);
-    let r = run_session(&s.parties, 1, task(), 0, 0, &Limits::default(), &CancellationToken::new()).await;
+    let r = run_session(&s.parties, job(1), &Limits::default(), &CancellationToken::new()).await;
     assert_eq!(r.outcome.termination, Termination::EnvironmentError);
     assert!(s.agent.seen.lock().unwrap().is_empty(), "the agent is never asked");
 }
@@ -148,7 +152,7 @@ async fn an_environment_that_cannot_open_is_an_environment_error() {
 #[tokio::test]
 async fn a_store_that_cannot_commit_ends_the_session() {
     let s = setup(vec![Play::Say("hi")], MemoryStore { fail_commits: true, ..MemoryStore::default() }, false);
-    let r = run_session(&s.parties, 1, task(), 0, 0, &Limits::default(), &CancellationToken::new()).await;
+    let r = run_session(&s.parties, job(1), &Limits::default(), &CancellationToken::new()).await;
     assert_eq!(r.outcome.termination, Termination::InfrastructureError);
     assert!(r.outcome.error.unwrap().contains("disk full"));
 }
@@ -174,7 +178,7 @@ async fn cancelling_leaves_the_session_unfinished_in_the_store() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         trigger.cancel();
     });
-    let r = run_session(&s.parties, 3, task(), 0, 0, &Limits::default(), &cancel).await;
+    let r = run_session(&s.parties, job(3), &Limits::default(), &cancel).await;
     assert_eq!(r.outcome.termination, Termination::Cancelled);
     assert!(s.store.finished.lock().unwrap().is_empty(), "a cancelled session stays resumable");
     assert_eq!(s.store.messages(3).len(), 4, "its committed turns are kept");
@@ -190,7 +194,7 @@ async fn the_scheduler_runs_every_job_and_contains_a_panic() {
         concurrency: 1,
         cancel: CancellationToken::new(),
     };
-    let jobs = (1..=4).map(|id| Job { id, task: task(), trial: id as u32, seed: 0 }).collect();
+    let jobs = (1..=4).map(|id| Job { trial: id as u32, ..job(id) }).collect();
     let mut results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
     results.sort_by_key(|r| r.id);
     let terminations: Vec<Termination> = results.iter().map(|r| r.outcome.termination).collect();
@@ -212,10 +216,71 @@ async fn the_scheduler_bounds_concurrency() {
         concurrency: 5,
         cancel: CancellationToken::new(),
     };
-    let jobs = (1..=20).map(|id| Job { id, task: task(), trial: 0, seed: 0 }).collect();
+    let jobs = (1..=20).map(job).collect();
     let started = std::time::Instant::now();
     let results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
     assert_eq!(results.len(), 20);
     // 20 sessions of 20 ms, 5 at a time: at least 4 rounds.
     assert!(started.elapsed() >= Duration::from_millis(80));
+}
+
+fn prior(recorded_total: &str) -> Prior {
+    let mut messages = task().messages.clone();
+    messages.push(parley_core::Message::assistant_calls(None, vec![crate::parties::call("add", r#"{"n": 2}"#)]));
+    messages.push(parley_core::Message::tool_result("call_add", recorded_total));
+    let tool_calls = vec![parley_core::ToolCallRecord {
+        seq: 3,
+        call_id: "call_add".into(),
+        name: "add".into(),
+        arguments: r#"{"n": 2}"#.into(),
+        output: recorded_total.into(),
+        is_error: false,
+        write: true,
+        malformed: false,
+        duration: Duration::ZERO,
+    }];
+    Prior { messages, tool_calls, usage: Default::default() }
+}
+
+#[tokio::test]
+async fn a_resumed_session_continues_after_its_last_committed_turn() {
+    let s = setup(vec![Play::Call("add", r#"{"n": 3}"#), Play::Say("5")], MemoryStore::default(), false);
+    let limits = Limits::default();
+    let r =
+        run_session(&s.parties, Job { prior: Some(prior("2")), ..job(9) }, &limits, &CancellationToken::new()).await;
+    assert_eq!(r.outcome.termination, Termination::AgentStop);
+    // The recorded write was replayed, so the counter holds 2 before the agent adds 3.
+    assert_eq!(r.outcome.reward.unwrap().value, 5.0);
+    assert_eq!(r.outcome.steps, 3, "the recorded step counts");
+    let seen = s.agent.seen.lock().unwrap();
+    assert_eq!(seen[0].len(), 4, "the agent first sees the recorded transcript");
+    // Only the new turns are committed: the opening and the recorded turn are not written again.
+    let stored = s.store.messages(9);
+    assert_eq!(stored.len(), 3);
+    assert_eq!(stored[1].content_str(), "5");
+}
+
+#[tokio::test]
+async fn a_replayed_write_that_disagrees_with_the_record_is_an_environment_error() {
+    let s = setup(vec![Play::Say("never")], MemoryStore::default(), false);
+    let r = run_session(
+        &s.parties,
+        Job { prior: Some(prior("99")), ..job(9) },
+        &Limits::default(),
+        &CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(r.outcome.termination, Termination::EnvironmentError);
+    assert!(r.outcome.error.unwrap().contains("not deterministic"));
+    assert!(s.agent.seen.lock().unwrap().is_empty(), "no model call is made on a diverged state");
+}
+
+#[tokio::test]
+async fn the_step_limit_counts_recorded_steps() {
+    let s = setup(vec![Play::Call("add", r#"{"n": 3}"#)], MemoryStore::default(), false);
+    let limits = Limits { max_steps: 1, ..Limits::default() };
+    let r =
+        run_session(&s.parties, Job { prior: Some(prior("2")), ..job(9) }, &limits, &CancellationToken::new()).await;
+    assert_eq!(r.outcome.termination, Termination::MaxSteps);
+    assert!(s.agent.seen.lock().unwrap().is_empty());
 }

@@ -1,0 +1,197 @@
+//! `parley runs`, `parley sessions`, `parley show`, `parley metrics` and `parley export`: reading
+//! the store, never changing it.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+
+use anyhow::Context;
+use parley_core::Role;
+use parley_store::{SqliteStore, StoreOptions};
+
+use crate::cli::{DbArg, ExportArgs, MetricsArgs, SessionsArgs, ShowArgs};
+use crate::commands::run::stored_tasks;
+use crate::error::usage;
+use crate::settings::RunSettings;
+use crate::summary::Report;
+
+async fn open(db: &Path) -> anyhow::Result<SqliteStore> {
+    if !db.is_file() {
+        return Err(usage(format!("--db {}: no such database", db.display())));
+    }
+    SqliteStore::open(db, StoreOptions::default()).await.with_context(|| format!("opening {}", db.display()))
+}
+
+async fn settings_of(store: &SqliteStore, run: i64) -> anyhow::Result<RunSettings> {
+    let record = store.run(run).await.map_err(|e| usage(format!("{e}; see `parley runs`")))?;
+    serde_json::from_value(record.config).context("reading the run's stored settings")
+}
+
+pub async fn runs(args: DbArg) -> anyhow::Result<()> {
+    let store = open(&args.db).await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:>4}  {:<24}  {:<12}  {:<11}  {:>8}  {:>8}  {:>7}",
+        "run", "created", "env", "status", "sessions", "finished", "reward"
+    )?;
+    for run in store.runs().await? {
+        let sessions = store.sessions(run.id).await?;
+        let finished = sessions.iter().filter(|s| s.status == "finished").count();
+        let rewards: Vec<f64> = sessions.iter().filter_map(|s| s.reward).collect();
+        let reward = parley_scoring::mean(&rewards).map_or_else(|| "-".to_owned(), |m| format!("{:.3}", m.mean));
+        writeln!(
+            out,
+            "{:>4}  {:<24}  {:<12}  {:<11}  {:>8}  {:>8}  {:>7}",
+            run.id,
+            run.created_at,
+            run.environment,
+            run.status,
+            sessions.len(),
+            finished,
+            reward
+        )?;
+    }
+    Ok(())
+}
+
+pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
+    let store = open(&args.run.db.db).await?;
+    store.run(args.run.run).await.map_err(|e| usage(format!("{e}; see `parley runs`")))?;
+    if let Some(t) = &args.termination
+        && parley_core::Termination::parse(t).is_none()
+    {
+        let all: Vec<&str> = parley_core::Termination::ALL.iter().map(|t| t.as_str()).collect();
+        return Err(usage(format!("--termination `{t}` is not one of: {}", all.join(", "))));
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:>7}  {:>5}  {:>5}  {:<9}  {:<24}  {:>7}  {:>9}",
+        "session", "task", "trial", "status", "termination", "reward", "ms"
+    )?;
+    for s in store.sessions(args.run.run).await? {
+        if args.status.as_ref().is_some_and(|st| *st != s.status)
+            || args.termination.as_ref().is_some_and(|t| Some(t) != s.termination.as_ref())
+        {
+            continue;
+        }
+        writeln!(
+            out,
+            "{:>7}  {:>5}  {:>5}  {:<9}  {:<24}  {:>7}  {:>9}",
+            s.id,
+            s.task_index,
+            s.trial,
+            s.status,
+            s.termination.as_deref().unwrap_or("-"),
+            s.reward.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}")),
+            s.duration_ms.map_or_else(|| "-".to_owned(), |d| format!("{d:.1}")),
+        )?;
+    }
+    Ok(())
+}
+
+/// Colours for a terminal; none when stdout is a pipe or `NO_COLOR` is set.
+struct Paint(bool);
+
+impl Paint {
+    fn detect() -> Paint {
+        Paint(std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+    }
+
+    fn role(&self, role: Role) -> String {
+        let (code, name) = match role {
+            Role::System => ("2", "system"),
+            Role::User => ("1;34", "user"),
+            Role::Assistant => ("1;32", "assistant"),
+            Role::Tool => ("1;33", "tool"),
+        };
+        self.wrap(code, name)
+    }
+
+    fn wrap(&self, code: &str, text: &str) -> String {
+        if self.0 { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_owned() }
+    }
+}
+
+pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
+    let store = open(&args.db.db).await?;
+    let run = store.run_of(args.session).await.map_err(|e| usage(format!("{e}; see `parley sessions RUN`")))?;
+    let row = store
+        .sessions(run)
+        .await?
+        .into_iter()
+        .find(|s| s.id == args.session)
+        .ok_or_else(|| usage(format!("session {} not found", args.session)))?;
+    let transcript = store.transcript(args.session).await?;
+    let paint = Paint::detect();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "session {} · run {run} · task {} · trial {} · {}", row.id, row.task_index, row.trial, row.status)?;
+    for (seq, m) in transcript.messages.iter().enumerate() {
+        let figures = transcript.calls.iter().find(|c| c.seq as usize == seq);
+        let note = figures.map_or_else(String::new, |c| {
+            format!(
+                "  ({} + {} tokens, {:.1} ms{})",
+                c.usage.prompt_tokens,
+                c.usage.completion_tokens,
+                c.latency_ms,
+                if c.attempts > 1 { format!(", {} attempts", c.attempts) } else { String::new() }
+            )
+        });
+        writeln!(out, "\n[{seq}] {}{note}", paint.role(m.role))?;
+        if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty()) {
+            for line in text.lines() {
+                writeln!(out, "    {line}")?;
+            }
+        }
+        for call in &m.tool_calls {
+            writeln!(out, "    → {}({})", paint.wrap("1", &call.name), call.arguments)?;
+        }
+        if let Some(record) = transcript.tool_calls.iter().find(|t| t.seq as usize == seq)
+            && record.is_error
+        {
+            writeln!(out, "    {}", paint.wrap("31", if record.malformed { "malformed call" } else { "tool error" }))?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(out, "termination  {}", row.termination.as_deref().unwrap_or("- (unfinished)"))?;
+    if let Some(error) = &row.error {
+        writeln!(out, "error        {}", paint.wrap("31", error))?;
+    }
+    if let Some(reward) = store.latest_score(row.id).await? {
+        writeln!(out, "reward       {}", reward.value)?;
+        for (k, v) in &reward.breakdown {
+            writeln!(out, "  {k:<34} {v}")?;
+        }
+    }
+    Ok(())
+}
+
+pub async fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
+    let store = open(&args.run.db.db).await?;
+    let settings = settings_of(&store, args.run.run).await?;
+    let report = Report::load(&store, args.run.run, settings.trials as usize).await?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report.to_json())?;
+        writeln!(out)?;
+    } else {
+        report.print(&mut out, None)?;
+    }
+    Ok(())
+}
+
+pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
+    let store = open(&args.run.db.db).await?;
+    let settings = settings_of(&store, args.run.run).await?;
+    let tasks = stored_tasks(&store, args.run.run).await?;
+    let mut out: Box<dyn Write> = match &args.out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let counts = crate::export::export(&store, args.run.run, &tasks, &settings, args.format, &mut out, None).await?;
+    out.flush()?;
+    eprintln!("exported {} sessions of run {}", counts.rows, args.run.run);
+    Ok(())
+}
