@@ -34,6 +34,9 @@ CREATE TABLE sessions (
     steps       INTEGER,
     duration_ms REAL,
     finished_at TEXT,
+    -- A fork shares the first `fork_at` messages of `forked_from` and continues from there.
+    forked_from INTEGER REFERENCES sessions (id),
+    fork_at     INTEGER,
     UNIQUE (run_id, task_index, trial)
 );
 

@@ -74,10 +74,15 @@ async fn recorded_turns(work: &Workdir, db: &str) -> Vec<String> {
     turns
 }
 
+/// A session as stored: (id, task, trial, status, termination, reward).
+type SessionRow = (i64, i64, i64, String, Option<String>, Option<f64>);
+/// A session's outcome and transcript: (status, termination, reward, messages).
+type Outcome = (String, String, Option<f64>, Vec<String>);
+
 /// Every session's outcome and transcript, keyed by (task, trial).
-async fn results(work: &Workdir, db: &str) -> BTreeMap<(i64, i64), (String, String, Option<f64>, Vec<String>)> {
+async fn results(work: &Workdir, db: &str) -> BTreeMap<(i64, i64), Outcome> {
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path(db).display())).await.unwrap();
-    let sessions: Vec<(i64, i64, i64, String, Option<String>, Option<f64>)> =
+    let sessions: Vec<SessionRow> =
         sqlx::query_as("SELECT id, task_index, trial, status, termination, reward FROM sessions")
             .fetch_all(&pool)
             .await

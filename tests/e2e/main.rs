@@ -2,6 +2,7 @@
 //! with a real SQLite file.
 
 mod crash;
+mod durable;
 mod faults;
 mod harness;
 mod run;

@@ -31,8 +31,53 @@ pub enum Command {
     Metrics(MetricsArgs),
     /// Write a run's sessions as NeMo Gym rollouts or OpenAI chat fine-tuning rows.
     Export(ExportArgs),
+    /// Score stored trajectories again (no model calls); new scores are kept beside the old.
+    Rescore(RunRef),
+    /// Drive recorded sessions again against a fresh environment and report tool outputs and
+    /// rewards that differ from the recording.
+    Replay(ReplayArgs),
+    /// Continue a recorded session from message N with another model or sampling setting.
+    Fork(ForkArgs),
     /// Write task files for the built-in environments.
     Tasks(TasksArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The session to replay.
+    #[arg(required_unless_present = "run", conflicts_with = "run")]
+    pub session: Option<i64>,
+    /// Replay every finished session of this run instead.
+    #[arg(long)]
+    pub run: Option<i64>,
+    #[command(flatten)]
+    pub db: DbArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The session to fork.
+    pub session: i64,
+    /// Keep the first N messages (`parley show` numbers them) and continue live from there.
+    #[arg(long, value_name = "N")]
+    pub at: u32,
+    /// Model for the continuation.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Endpoint for the continuation.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Variable holding the continuation endpoint's API key.
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u32>,
+    #[command(flatten)]
+    pub db: DbArg,
 }
 
 #[derive(Debug, Args)]

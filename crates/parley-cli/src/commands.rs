@@ -1,5 +1,6 @@
 //! One module per command.
 
+pub mod durable;
 pub mod inspect;
 pub mod run;
 pub mod stub;

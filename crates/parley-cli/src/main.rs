@@ -40,6 +40,9 @@ fn main() -> ExitCode {
                         Command::Show(args) => commands::inspect::show(args).await,
                         Command::Metrics(args) => commands::inspect::metrics(args).await,
                         Command::Export(args) => commands::inspect::export(args).await,
+                        Command::Rescore(args) => commands::durable::rescore(args).await,
+                        Command::Replay(args) => commands::durable::replay(args).await,
+                        Command::Fork(args) => commands::durable::fork(args).await,
                         Command::Tasks(args) => commands::tasks::tasks(args),
                     }
                 })

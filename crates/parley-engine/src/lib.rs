@@ -6,6 +6,7 @@
 //! fails, panics, times out or is cancelled ends with a termination reason and never stops the
 //! others. The engine knows the seams only: no HTTP, no SQL.
 
+pub mod replay;
 mod scheduler;
 pub mod schema;
 mod session;

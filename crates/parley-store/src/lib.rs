@@ -6,6 +6,7 @@
 //! only after its transaction commits. Reads go through a separate pool and never block the
 //! writer (WAL mode).
 
+mod edit;
 mod load;
 mod read;
 mod writer;

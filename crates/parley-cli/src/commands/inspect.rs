@@ -14,14 +14,14 @@ use crate::error::usage;
 use crate::settings::RunSettings;
 use crate::summary::Report;
 
-async fn open(db: &Path) -> anyhow::Result<SqliteStore> {
+pub async fn open(db: &Path) -> anyhow::Result<SqliteStore> {
     if !db.is_file() {
         return Err(usage(format!("--db {}: no such database", db.display())));
     }
     SqliteStore::open(db, StoreOptions::default()).await.with_context(|| format!("opening {}", db.display()))
 }
 
-async fn settings_of(store: &SqliteStore, run: i64) -> anyhow::Result<RunSettings> {
+pub async fn settings_of(store: &SqliteStore, run: i64) -> anyhow::Result<RunSettings> {
     let record = store.run(run).await.map_err(|e| usage(format!("{e}; see `parley runs`")))?;
     serde_json::from_value(record.config).context("reading the run's stored settings")
 }

@@ -284,3 +284,26 @@ async fn the_step_limit_counts_recorded_steps() {
     assert_eq!(r.outcome.termination, Termination::MaxSteps);
     assert!(s.agent.seen.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn replay_of_an_unchanged_environment_reports_no_drift() {
+    let p = prior("2");
+    let report = parley_engine::replay::replay(&Counter { fail_open: false }, &task(), &p.messages, &p.tool_calls)
+        .await
+        .unwrap();
+    assert!(report.drift.is_empty());
+    assert_eq!(report.reward.unwrap().value, 2.0);
+}
+
+#[tokio::test]
+async fn replay_reports_exactly_the_outputs_that_changed() {
+    // Recorded when `add` answered differently: the replayed counter answers "2" where "3" was recorded.
+    let p = prior("3");
+    let report = parley_engine::replay::replay(&Counter { fail_open: false }, &task(), &p.messages, &p.tool_calls)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.drift,
+        [parley_engine::replay::Drift { seq: 3, name: "add".into(), recorded: "3".into(), replayed: "2".into() }]
+    );
+}

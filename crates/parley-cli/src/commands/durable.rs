@@ -1,0 +1,164 @@
+//! `parley rescore`, `parley replay` and `parley fork`: new work from what the store recorded.
+
+use std::io::Write;
+
+use parley_core::{Environment, Role};
+use parley_engine::{Job, Prior};
+use parley_store::{SqliteStore, StoreOptions};
+
+use crate::cli::{ForkArgs, ReplayArgs, RunRef};
+use crate::commands::inspect::{open, settings_of};
+use crate::commands::run::{Runtime, execute, stored_tasks};
+use crate::error::usage;
+
+fn environment() -> environment_multi_step::MultiStep {
+    environment_multi_step::MultiStep
+}
+
+pub async fn rescore(args: RunRef) -> anyhow::Result<()> {
+    let store = open(&args.db.db).await?;
+    settings_of(&store, args.run).await?;
+    let tasks = stored_tasks(&store, args.run).await?;
+    let env = environment();
+    let mut out = std::io::stdout().lock();
+    let (mut scored, mut changed) = (0, 0);
+    for session in store.sessions(args.run).await? {
+        if session.status != "finished" || session.reward.is_none() {
+            continue;
+        }
+        let transcript = store.transcript(session.id).await?;
+        let task = &tasks[session.task_index as usize];
+        let mut env_session = env.open(task).await.map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
+        let reward = env_session
+            .score(&transcript.messages)
+            .await
+            .map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
+        env_session.close().await;
+        let old = store.latest_score(session.id).await?;
+        let version = store.add_score(session.id, &reward).await?;
+        scored += 1;
+        if old.as_ref() != Some(&reward) {
+            changed += 1;
+            let before = old.as_ref().map_or_else(|| "-".to_owned(), |r| r.value.to_string());
+            writeln!(out, "session {}: reward {before} -> {} (score version {version})", session.id, reward.value)?;
+            if let Some(old) = old {
+                for (key, value) in &reward.breakdown {
+                    if old.breakdown.get(key) != Some(value) {
+                        let was = old.breakdown.get(key).map_or_else(|| "-".to_owned(), ToString::to_string);
+                        writeln!(out, "    {key}: {was} -> {value}")?;
+                    }
+                }
+            }
+        }
+    }
+    writeln!(out, "rescored {scored} sessions of run {}: {changed} changed", args.run)?;
+    Ok(())
+}
+
+pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let store = open(&args.db.db).await?;
+    let (run, sessions) = match (args.session, args.run) {
+        (Some(session), _) => {
+            let run = store.run_of(session).await.map_err(|e| usage(e.to_string()))?;
+            (run, vec![session])
+        }
+        (None, Some(run)) => {
+            settings_of(&store, run).await?;
+            let ids = store.sessions(run).await?.into_iter().filter(|s| s.status == "finished").map(|s| s.id).collect();
+            (run, ids)
+        }
+        (None, None) => return Err(usage("name a SESSION or --run RUN")),
+    };
+    let tasks = stored_tasks(&store, run).await?;
+    let rows = store.sessions(run).await?;
+    let env = environment();
+    let mut out = std::io::stdout().lock();
+    let (mut drifted, mut reward_changes) = (0, 0);
+    for id in &sessions {
+        let Some(row) = rows.iter().find(|r| r.id == *id) else { continue };
+        let transcript = store.transcript(*id).await?;
+        let task = &tasks[row.task_index as usize];
+        let report = parley_engine::replay::replay(&env, task, &transcript.messages, &transcript.tool_calls)
+            .await
+            .map_err(|e| anyhow::anyhow!("session {id}: {e}"))?;
+        for d in &report.drift {
+            drifted += 1;
+            writeln!(
+                out,
+                "session {id} message {} `{}`: recorded {} · replayed {}",
+                d.seq, d.name, d.recorded, d.replayed
+            )?;
+        }
+        let now = report.reward.as_ref().ok().map(|r| r.value);
+        if row.reward.is_some() && now != row.reward {
+            reward_changes += 1;
+            writeln!(out, "session {id}: reward recorded {:?} · replayed {:?}", row.reward, now)?;
+        }
+    }
+    writeln!(
+        out,
+        "replayed {} sessions of run {run}: {drifted} tool outputs drifted, {reward_changes} rewards changed",
+        sessions.len()
+    )?;
+    Ok(())
+}
+
+pub async fn fork(args: ForkArgs) -> anyhow::Result<()> {
+    let probe = open(&args.db.db).await?;
+    let run = probe.run_of(args.session).await.map_err(|e| usage(format!("{e}; see `parley sessions RUN`")))?;
+    let mut settings = settings_of(&probe, run).await?;
+    let source = probe.transcript(args.session).await?;
+    let at = args.at as usize;
+    if at == 0 || at > source.messages.len() {
+        return Err(usage(format!("--at {at}: session {} has messages 0 to {}", args.session, source.messages.len())));
+    }
+    let last = &source.messages[at - 1];
+    if last.role == Role::Assistant && !last.tool_calls.is_empty() {
+        return Err(usage(format!(
+            "--at {at} would cut between message {} (tool calls) and their results; use --at {} or later",
+            at - 1,
+            at + last.tool_calls.len()
+        )));
+    }
+    probe.close().await?;
+    drop(probe);
+
+    settings.db = args.db.db.clone();
+    settings.model = args.model.unwrap_or(settings.model);
+    settings.base_url = args.base_url.or(settings.base_url);
+    settings.api_key_env = args.api_key_env.or(settings.api_key_env);
+    settings.sampling.temperature = args.temperature.or(settings.sampling.temperature);
+    settings.sampling.top_p = args.top_p.or(settings.sampling.top_p);
+    settings.sampling.max_tokens = args.max_tokens.or(settings.sampling.max_tokens);
+
+    let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
+    let tasks = stored_tasks(&store, run).await?;
+    let id = store.fork_session(args.session, args.at).await?;
+    let row = store.sessions(run).await?.into_iter().find(|s| s.id == id).expect("the fork was just created");
+    let transcript = store.transcript(id).await?;
+    let prior = Prior { usage: transcript.usage(), messages: transcript.messages, tool_calls: transcript.tool_calls };
+    let job = Job {
+        id,
+        task: tasks[row.task_index as usize].clone(),
+        trial: row.trial as u32,
+        seed: row.seed as u64,
+        prior: Some(prior),
+    };
+    let runtime = Runtime::start(&settings, store).await?;
+    let mut outcome = None;
+    execute(&runtime, &settings, run, vec![job], |r| {
+        outcome = Some((r.outcome.termination, r.outcome.reward.as_ref().map(|r| r.value)));
+        Ok(())
+    })
+    .await?;
+    runtime.stop().await?;
+    let (termination, reward) = outcome.ok_or_else(|| anyhow::anyhow!("the fork did not run"))?;
+    println!(
+        "session {id}: forked from session {} at message {} with model {}; {termination}, reward {}",
+        args.session,
+        args.at,
+        settings.model,
+        reward.map_or_else(|| "-".to_owned(), |r| r.to_string())
+    );
+    Ok(())
+}

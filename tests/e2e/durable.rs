@@ -1,0 +1,176 @@
+//! Re-score, replay, fork, Ctrl-C, and the snapshots of `show` and `metrics`.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::harness::{PARLEY, Stub, Workdir, run, text};
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+async fn exec(work: &Workdir, sql: &str) {
+    let db = work.db().await;
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).execute(&db).await.unwrap();
+    db.close().await;
+}
+
+#[tokio::test]
+async fn rescore_keeps_old_scores_and_shows_what_changed() {
+    let work = Workdir::new();
+    work.tasks(4);
+    let stub = Stub::start(&[]);
+    ok(&run(&work, &stub, &[]));
+    let out = ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
+    assert!(out.contains("rescored 4 sessions of run 1: 0 changed"), "{out}");
+    // Correct the ground truth of task 1 so that the stub's answer is now right.
+    exec(&work, "UPDATE tasks SET row = json_set(row, '$.expected_synonym_values', json('[0]')) WHERE task_index = 1")
+        .await;
+    let out = ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
+    assert!(out.contains("session 2: reward 0 -> 1 (score version 3)"), "{out}");
+    assert!(out.contains("accuracy: false -> true"), "{out}");
+    assert!(out.contains("rescored 4 sessions of run 1: 1 changed"), "{out}");
+    let db = work.db().await;
+    let versions: Vec<(i64, f64)> =
+        sqlx::query_as("SELECT version, value FROM scores WHERE session_id = 2 ORDER BY version")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    assert_eq!(versions, [(1, 0.0), (2, 0.0), (3, 1.0)]);
+    let metrics = ok(&work.parley(&["metrics", "1", "--db", "parley.db", "--json"]));
+    let metrics: serde_json::Value = serde_json::from_str(&metrics).unwrap();
+    assert_eq!(metrics["reward"]["mean"], 0.75);
+}
+
+#[tokio::test]
+async fn replay_reports_no_drift_then_exactly_the_changed_tool_output() {
+    let work = Workdir::new();
+    work.tasks(3);
+    let stub = Stub::start(&[]);
+    ok(&run(&work, &stub, &[]));
+    let out = ok(&work.parley(&["replay", "--run", "1", "--db", "parley.db"]));
+    assert!(out.contains("replayed 3 sessions of run 1: 0 tool outputs drifted, 0 rewards changed"), "{out}");
+    // The recording of session 2's first tool call came from an older version of the tool.
+    exec(&work, r#"UPDATE tool_calls SET output = '{"synonym_value":1}' WHERE session_id = 2 AND seq = 3"#).await;
+    let out = ok(&work.parley(&["replay", "--run", "1", "--db", "parley.db"]));
+    let drift: Vec<&str> = out.lines().filter(|l| l.contains("recorded")).collect();
+    assert_eq!(
+        drift,
+        [r#"session 2 message 3 `get_synonym_value`: recorded {"synonym_value":1} · replayed {"synonym_value":765}"#]
+    );
+    assert!(out.contains("1 tool outputs drifted"));
+}
+
+#[tokio::test]
+async fn a_fork_shares_the_prefix_and_continues_with_another_model() {
+    let work = Workdir::new();
+    work.tasks(2);
+    let stub = Stub::start(&[]);
+    ok(&run(&work, &stub, &[]));
+    let out = ok(&work.parley(&["fork", "1", "--at", "4", "--model", "other-model", "--db", "parley.db"]));
+    assert!(out.contains("session 3: forked from session 1 at message 4 with model other-model; agent_stop"), "{out}");
+    let db = work.db().await;
+    let (from, at): (i64, i64) =
+        sqlx::query_as("SELECT forked_from, fork_at FROM sessions WHERE id = 3").fetch_one(&db).await.unwrap();
+    assert_eq!((from, at), (1, 4));
+    let prefix = |id: i64| {
+        let db = db.clone();
+        async move {
+            sqlx::query_as::<_, (String, Option<String>, Option<String>)>(
+                "SELECT role, content, tool_calls FROM messages WHERE session_id = ? AND seq < 4 ORDER BY seq",
+            )
+            .bind(id)
+            .fetch_all(&db)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(prefix(1).await, prefix(3).await);
+    let models: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT seq, json_extract(request, '$.model') FROM model_calls WHERE session_id = 3 ORDER BY seq",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    assert_eq!(models, [(2, "stub-model".to_owned()), (4, "other-model".to_owned()), (6, "other-model".to_owned())]);
+    let out = work.parley(&["fork", "1", "--at", "3", "--db", "parley.db"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(text(&out.stderr).contains("use --at 4"));
+}
+
+#[tokio::test]
+async fn ctrl_c_stops_cleanly_and_says_how_to_resume() {
+    let work = Workdir::new();
+    work.tasks(20);
+    let stub = Stub::start(&["--latency-ms", "300"]);
+    let child = Command::new(PARLEY)
+        .current_dir(work.dir.path())
+        .args(["run", "--tasks", "tasks.jsonl", "--base-url", &stub.url, "--db", "parley.db", "--out", "out.jsonl"])
+        .args(["--concurrency", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("resume it with: parley resume 1 --db parley.db"), "{stderr}");
+    let db = work.db().await;
+    let pending: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE status = 'pending'").fetch_one(&db).await.unwrap();
+    assert!(pending > 0, "the run was cut short");
+    let status: String = sqlx::query_scalar("SELECT status FROM runs").fetch_one(&db).await.unwrap();
+    assert_eq!(status, "interrupted");
+    let out = ok(&work.parley(&["resume", "1", "--db", "parley.db"]));
+    assert!(out.contains("terminations   agent_stop 20"), "{out}");
+    assert_eq!(crate::harness::read_jsonl(&work.path("out.jsonl")).len(), 20);
+}
+
+/// Replaces what changes from run to run (times) so that outputs compare as text: a number
+/// followed by `ms`, and with `ms_column`, the last column of table rows.
+fn normalize(text: &str, ms_column: bool) -> String {
+    let is_number = |w: &str| w.parse::<f64>().is_ok();
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let mut words: Vec<String> = line.split(' ').map(str::to_owned).collect();
+        for i in 0..words.len().saturating_sub(1) {
+            if is_number(&words[i]) && words[i + 1].starts_with("ms") {
+                words[i] = "<ms>".into();
+            }
+        }
+        if ms_column && let Some(last) = words.last_mut().filter(|w| is_number(w)) {
+            *last = "<ms>".into();
+        }
+        out.push_str(&words.join(" "));
+        out.push('\n');
+    }
+    out
+}
+
+fn snapshot(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/snapshots").join(name);
+    if std::env::var_os("PARLEY_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("{} is missing; run with PARLEY_UPDATE_SNAPSHOTS=1", path.display()));
+    assert_eq!(actual, expected, "{name} differs from its snapshot");
+}
+
+#[tokio::test]
+async fn show_and_metrics_match_their_snapshots() {
+    let work = Workdir::new();
+    work.tasks(4);
+    let stub = Stub::start(&["--bad-arguments", "0.3"]);
+    // One session at a time: the stub's fault draws then follow one order.
+    ok(&run(&work, &stub, &["--trials", "2", "--concurrency", "1"]));
+    snapshot("show.txt", &normalize(&ok(&work.parley(&["show", "2", "--db", "parley.db"])), false));
+    snapshot("metrics.txt", &normalize(&ok(&work.parley(&["metrics", "1", "--db", "parley.db"])), false));
+    let sessions = work.parley(&["sessions", "1", "--db", "parley.db", "--termination", "agent_stop"]);
+    snapshot("sessions.txt", &normalize(&ok(&sessions), true));
+}
