@@ -71,6 +71,8 @@ CREATE TABLE model_calls (
 CREATE TABLE tool_calls (
     session_id  INTEGER NOT NULL REFERENCES sessions (id),
     seq         INTEGER NOT NULL,
+    -- 'agent', or 'user' for the user's own calls in dual control.
+    party       TEXT NOT NULL,
     call_id     TEXT NOT NULL,
     name        TEXT NOT NULL,
     arguments   TEXT NOT NULL,

@@ -5,7 +5,9 @@ use serde_json::Value;
 
 use crate::message::{Message, ToolSpec};
 use crate::reward::Reward;
+use crate::session::Termination;
 use crate::task::Task;
+use crate::view::Party;
 
 /// What a tool call returned. `is_error` marks an output the model should read as a failure;
 /// it is still data for the transcript, not an `Err`.
@@ -47,11 +49,17 @@ pub trait EnvSession: Send {
     /// The tools the agent may call in this session.
     fn tools(&self) -> &[ToolSpec];
 
-    /// Calls one tool with arguments that already parsed as JSON and matched the tool's schema.
-    async fn call(&mut self, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError>;
+    /// The tools the user may call (dual control). Most environments have none.
+    fn user_tools(&self) -> &[ToolSpec] {
+        &[]
+    }
 
-    /// Scores the finished transcript.
-    async fn score(&mut self, transcript: &[Message]) -> Result<Reward, EnvError>;
+    /// Calls one tool for `party` with arguments that already parsed as JSON and matched the
+    /// tool's schema.
+    async fn call(&mut self, party: Party, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError>;
+
+    /// Scores the finished transcript; `termination` says how the session ended.
+    async fn score(&mut self, transcript: &[Message], termination: Termination) -> Result<Reward, EnvError>;
 
     /// Releases what the session holds. Called once, whatever the outcome.
     async fn close(&mut self) {}

@@ -18,6 +18,7 @@ pub mod session;
 pub mod store;
 pub mod task;
 pub mod user;
+pub mod view;
 
 pub use agent::{Agent, AgentFailure, AgentTurn, AgentView};
 pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
@@ -30,4 +31,5 @@ pub use store::{
     TurnRecord,
 };
 pub use task::{Task, stable_seed};
-pub use user::{UserSimulator, UserStop, UserTurn};
+pub use user::{UserFailure, UserSimulator, UserStop, UserTurn, UserView};
+pub use view::{Party, agent_view, user_view};

@@ -43,6 +43,8 @@ pub struct MessageRecord {
 pub struct ToolCallRecord {
     /// The seq of the tool-result message.
     pub seq: u32,
+    /// Who made the call: the agent, or the user in dual control.
+    pub party: crate::view::Party,
     pub call_id: String,
     pub name: String,
     pub arguments: String,

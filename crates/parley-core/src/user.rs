@@ -2,8 +2,9 @@
 
 use async_trait::async_trait;
 
-use crate::message::Message;
-use crate::model::ModelCall;
+use crate::message::{Message, ToolSpec};
+use crate::model::{ModelCall, ModelFailure};
+use crate::task::Task;
 
 /// How a simulated user ends a conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub enum UserStop {
 }
 
 impl UserStop {
+    pub const ALL: [UserStop; 3] = [UserStop::Stop, UserStop::Transfer, UserStop::OutOfScope];
+
     pub fn marker(self) -> &'static str {
         match self {
             UserStop::Stop => "###STOP###",
@@ -27,11 +30,26 @@ impl UserStop {
 
     /// Finds a stop marker anywhere in a user message.
     pub fn find(text: &str) -> Option<UserStop> {
-        [UserStop::Stop, UserStop::Transfer, UserStop::OutOfScope].into_iter().find(|s| text.contains(s.marker()))
+        UserStop::ALL.into_iter().find(|s| text.contains(s.marker()))
     }
 }
 
-/// The user's next turn.
+/// What the user sees when asked for its next turn.
+#[derive(Debug, Clone, Copy)]
+pub struct UserView<'a> {
+    pub task: &'a Task,
+    /// The conversation as the user sees it (see [`crate::view::user_view`]): agent text, the
+    /// user's own messages, and the user's own tool calls and their results. Never the agent's
+    /// tool calls, never the agent's system prompt.
+    pub messages: &'a [Message],
+    /// Tools the user may call (dual control); empty for most environments.
+    pub tools: &'a [ToolSpec],
+    /// Derived per task and trial, so that a rerun asks the same questions.
+    pub seed: u64,
+}
+
+/// The user's next turn: a message (text, or tool calls in dual control), whether it ends the
+/// conversation, and the model call that produced it.
 #[derive(Debug, Clone)]
 pub struct UserTurn {
     pub message: Message,
@@ -39,9 +57,19 @@ pub struct UserTurn {
     pub call: Option<ModelCall>,
 }
 
-/// A simulated (or real) user. It sees the conversation with roles flipped: the agent's text
-/// arrives as the other party, and the agent's tool calls are never shown to it.
+/// A user that could not produce a turn.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UserFailure {
+    /// The user's model endpoint failed after its retries.
+    #[error(transparent)]
+    Model(#[from] ModelFailure),
+    /// The simulator itself failed (no script left, unusable output, a closed terminal).
+    #[error("{message}")]
+    User { message: String, call: Option<ModelCall> },
+}
+
+/// A simulated (or real) user.
 #[async_trait]
 pub trait UserSimulator: Send + Sync {
-    async fn respond(&self, conversation: &[Message], seed: u64) -> Result<UserTurn, String>;
+    async fn respond(&self, view: UserView<'_>) -> Result<UserTurn, UserFailure>;
 }

@@ -1,7 +1,7 @@
 //! Replay: drive a recorded session's tool calls again against a fresh environment, with the
 //! recorded agent turns, and report where the environment's answers drifted from the record.
 
-use parley_core::{Environment, Message, Reward, Task, ToolCallRecord};
+use parley_core::{Environment, Message, Reward, Task, Termination, ToolCallRecord};
 use serde_json::Value;
 
 /// One tool output that differs from the recording.
@@ -29,12 +29,13 @@ pub async fn replay(
     task: &Task,
     transcript: &[Message],
     tool_calls: &[ToolCallRecord],
+    termination: Termination,
 ) -> Result<ReplayReport, String> {
     let mut env = environment.open(task).await.map_err(|e| format!("opening the environment: {e}"))?;
     let mut drift = Vec::new();
     for call in tool_calls.iter().filter(|c| !c.malformed) {
         let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
-        let replayed = match env.call(&call.name, &arguments).await {
+        let replayed = match env.call(call.party, &call.name, &arguments).await {
             Ok(output) => output.content,
             Err(e) => format!("environment error: {e}"),
         };
@@ -42,7 +43,7 @@ pub async fn replay(
             drift.push(Drift { seq: call.seq, name: call.name.clone(), recorded: call.output.clone(), replayed });
         }
     }
-    let reward = env.score(transcript).await.map_err(|e| e.to_string());
+    let reward = env.score(transcript, termination).await.map_err(|e| e.to_string());
     env.close().await;
     Ok(ReplayReport { drift, reward })
 }

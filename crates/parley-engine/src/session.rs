@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parley_core::{
-    Agent, AgentFailure, AgentView, EnvSession, Environment, Limits, Message, MessageRecord, ModelFailureKind, Reward,
-    Role, SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord, Usage,
+    Agent, AgentFailure, AgentView, EnvSession, Environment, Limits, Message, MessageRecord, ModelFailureKind, Party,
+    Reward, Role, SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord,
+    Usage,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -134,7 +135,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, cancel: &
             let (termination, mut error) = ended;
             let mut reward = None;
             if termination.is_scored() {
-                match env.score(&state.messages).await {
+                match env.score(&state.messages, termination).await {
                     Ok(r) => reward = Some(r),
                     Err(e) => error = Some(format!("scoring failed: {e}")),
                 }
@@ -182,7 +183,7 @@ async fn drive(
                     state.errors += 1;
                     Err(problem)
                 }
-                Ok(arguments) => match env.call(&call.name, &arguments).await {
+                Ok(arguments) => match env.call(Party::Agent, &call.name, &arguments).await {
                     Ok(output) => Ok(output),
                     Err(e) => {
                         return (Termination::EnvironmentError, Some(format!("tool `{}`: {e}", call.name)));
@@ -196,6 +197,7 @@ async fn drive(
             let seq = state.push(Message::tool_result(call.id.clone(), content.clone()), None);
             state.pending.tool_calls.push(ToolCallRecord {
                 seq,
+                party: Party::Agent,
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
@@ -268,7 +270,7 @@ async fn replay_writes(env: &mut dyn EnvSession, calls: &[ToolCallRecord]) -> Re
         let what = format!("replaying write call {} (`{}`)", call.seq, call.name);
         let arguments: Value =
             serde_json::from_str(&call.arguments).map_err(|e| format!("{what}: its arguments do not parse: {e}"))?;
-        let output = env.call(&call.name, &arguments).await.map_err(|e| format!("{what}: {e}"))?;
+        let output = env.call(call.party, &call.name, &arguments).await.map_err(|e| format!("{what}: {e}"))?;
         if output.content != call.output {
             return Err(format!(
                 "{what} gave {:?} where {:?} was recorded: the environment is not deterministic",

@@ -60,9 +60,9 @@ impl SqliteStore {
                                       latency_ms, attempts, error)
              SELECT ?, seq, endpoint, request, response, prompt_tokens, completion_tokens, latency_ms, attempts, error
              FROM model_calls WHERE session_id = ? AND seq < ?",
-            "INSERT INTO tool_calls (session_id, seq, call_id, name, arguments, output, is_error, is_write, malformed,
+            "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, malformed,
                                      duration_us)
-             SELECT ?, seq, call_id, name, arguments, output, is_error, is_write, malformed, duration_us
+             SELECT ?, seq, party, call_id, name, arguments, output, is_error, is_write, malformed, duration_us
              FROM tool_calls WHERE session_id = ? AND seq < ?",
         ];
         for copy in COPIES {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use parley_core::{Message, Role, RunId, SessionId, StoreError, ToolCall, ToolCallRecord, Usage};
+use parley_core::{Message, Party, Role, RunId, SessionId, StoreError, ToolCall, ToolCallRecord, Usage};
 use serde_json::Value;
 use sqlx::Row;
 
@@ -120,7 +120,7 @@ impl SqliteStore {
             });
         }
         let tool_calls = sqlx::query(
-            "SELECT seq, call_id, name, arguments, output, is_error, is_write, malformed, duration_us
+            "SELECT seq, party, call_id, name, arguments, output, is_error, is_write, malformed, duration_us
              FROM tool_calls WHERE session_id = ? ORDER BY seq",
         )
         .bind(session)
@@ -130,6 +130,7 @@ impl SqliteStore {
         .iter()
         .map(|r| ToolCallRecord {
             seq: r.get::<i64, _>("seq") as u32,
+            party: Party::parse(r.get("party")).unwrap_or_default(),
             call_id: r.get("call_id"),
             name: r.get("name"),
             arguments: r.get("arguments"),

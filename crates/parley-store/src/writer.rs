@@ -95,7 +95,7 @@ impl Writer {
         }
 
         let calls: Vec<_> = messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c))).collect();
-        for chunk in calls.chunks(MAX_PARAMS / 10) {
+        for chunk in calls.chunks(MAX_PARAMS / 11) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
                  completion_tokens, latency_ms, attempts, error) ",
@@ -118,12 +118,13 @@ impl Writer {
         let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
         for chunk in tools.chunks(MAX_PARAMS / 10) {
             let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO tool_calls (session_id, seq, call_id, name, arguments, output, is_error, is_write, \
+                "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, \
                  malformed, duration_us) ",
             );
             q.push_values(chunk, |mut b, (session, t)| {
                 b.push_bind(*session)
                     .push_bind(t.seq as i64)
+                    .push_bind(t.party.as_str())
                     .push_bind(t.call_id.as_str())
                     .push_bind(t.name.as_str())
                     .push_bind(t.arguments.as_str())

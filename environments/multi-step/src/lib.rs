@@ -12,7 +12,7 @@ mod generate;
 mod verify;
 
 use async_trait::async_trait;
-use parley_core::{EnvError, EnvSession, Environment, Message, Reward, Task, ToolOutput, ToolSpec};
+use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
 
 pub use generate::generate;
@@ -69,7 +69,7 @@ impl EnvSession for Session {
         &self.tools
     }
 
-    async fn call(&mut self, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
+    async fn call(&mut self, _party: Party, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
         Ok(match name {
             "get_synonym_value" => match arguments.get("synonym").and_then(Value::as_str) {
                 Some(synonym) => ToolOutput::ok(json!({"synonym_value": synonym_value(synonym)}).to_string()),
@@ -80,7 +80,7 @@ impl EnvSession for Session {
         })
     }
 
-    async fn score(&mut self, transcript: &[Message]) -> Result<Reward, EnvError> {
+    async fn score(&mut self, transcript: &[Message], _termination: Termination) -> Result<Reward, EnvError> {
         verify(&self.row, transcript)
     }
 }

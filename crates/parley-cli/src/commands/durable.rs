@@ -11,6 +11,11 @@ use crate::commands::inspect::{open, settings_of};
 use crate::commands::run::{Runtime, execute, stored_tasks};
 use crate::error::usage;
 
+/// How a stored session ended, for scorers that look at it.
+fn stored_termination(termination: Option<&str>) -> parley_core::Termination {
+    termination.and_then(parley_core::Termination::parse).unwrap_or(parley_core::Termination::AgentStop)
+}
+
 fn environment() -> environment_multi_step::MultiStep {
     environment_multi_step::MultiStep
 }
@@ -30,7 +35,7 @@ pub async fn rescore(args: RunRef) -> anyhow::Result<()> {
         let task = &tasks[session.task_index as usize];
         let mut env_session = env.open(task).await.map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
         let reward = env_session
-            .score(&transcript.messages)
+            .score(&transcript.messages, stored_termination(session.termination.as_deref()))
             .await
             .map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
         env_session.close().await;
@@ -78,9 +83,15 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         let Some(row) = rows.iter().find(|r| r.id == *id) else { continue };
         let transcript = store.transcript(*id).await?;
         let task = &tasks[row.task_index as usize];
-        let report = parley_engine::replay::replay(&env, task, &transcript.messages, &transcript.tool_calls)
-            .await
-            .map_err(|e| anyhow::anyhow!("session {id}: {e}"))?;
+        let report = parley_engine::replay::replay(
+            &env,
+            task,
+            &transcript.messages,
+            &transcript.tool_calls,
+            stored_termination(row.termination.as_deref()),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("session {id}: {e}"))?;
         for d in &report.drift {
             drifted += 1;
             writeln!(

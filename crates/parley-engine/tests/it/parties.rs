@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parley_core::{
     Agent, AgentFailure, AgentTurn, AgentView, EnvError, EnvSession, Environment, Message, ModelCall, ModelFailure,
-    ModelFailureKind, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
-    ToolCall, ToolOutput, ToolSpec, TurnRecord,
+    ModelFailureKind, Party, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
+    Task, Termination, ToolCall, ToolOutput, ToolSpec, TurnRecord,
 };
 use serde_json::{Value, json};
 
@@ -114,7 +114,7 @@ impl EnvSession for CounterSession {
         &self.tools
     }
 
-    async fn call(&mut self, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
+    async fn call(&mut self, _party: Party, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
         match name {
             "add" => {
                 self.total += arguments["n"].as_i64().unwrap_or(0);
@@ -124,7 +124,7 @@ impl EnvSession for CounterSession {
         }
     }
 
-    async fn score(&mut self, _transcript: &[Message]) -> Result<Reward, EnvError> {
+    async fn score(&mut self, _transcript: &[Message], _termination: Termination) -> Result<Reward, EnvError> {
         Ok(Reward::new(self.total as f64))
     }
 }

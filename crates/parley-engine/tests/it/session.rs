@@ -230,6 +230,7 @@ fn prior(recorded_total: &str) -> Prior {
     messages.push(parley_core::Message::tool_result("call_add", recorded_total));
     let tool_calls = vec![parley_core::ToolCallRecord {
         seq: 3,
+        party: parley_core::Party::Agent,
         call_id: "call_add".into(),
         name: "add".into(),
         arguments: r#"{"n": 2}"#.into(),
@@ -288,9 +289,15 @@ async fn the_step_limit_counts_recorded_steps() {
 #[tokio::test]
 async fn replay_of_an_unchanged_environment_reports_no_drift() {
     let p = prior("2");
-    let report = parley_engine::replay::replay(&Counter { fail_open: false }, &task(), &p.messages, &p.tool_calls)
-        .await
-        .unwrap();
+    let report = parley_engine::replay::replay(
+        &Counter { fail_open: false },
+        &task(),
+        &p.messages,
+        &p.tool_calls,
+        Termination::AgentStop,
+    )
+    .await
+    .unwrap();
     assert!(report.drift.is_empty());
     assert_eq!(report.reward.unwrap().value, 2.0);
 }
@@ -299,9 +306,15 @@ async fn replay_of_an_unchanged_environment_reports_no_drift() {
 async fn replay_reports_exactly_the_outputs_that_changed() {
     // Recorded when `add` answered differently: the replayed counter answers "2" where "3" was recorded.
     let p = prior("3");
-    let report = parley_engine::replay::replay(&Counter { fail_open: false }, &task(), &p.messages, &p.tool_calls)
-        .await
-        .unwrap();
+    let report = parley_engine::replay::replay(
+        &Counter { fail_open: false },
+        &task(),
+        &p.messages,
+        &p.tool_calls,
+        Termination::AgentStop,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         report.drift,
         [parley_engine::replay::Drift { seq: 3, name: "add".into(), recorded: "3".into(), replayed: "2".into() }]

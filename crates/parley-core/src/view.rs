@@ -1,0 +1,117 @@
+//! Who sees what. The transcript holds every message of a session; the agent and the user each
+//! see part of it. User tool calls (dual control) are user messages with `tool_calls`, and
+//! their results are tool messages answering those calls' ids.
+
+use std::collections::HashSet;
+
+use crate::message::{Message, Role};
+
+/// Who made a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Party {
+    #[default]
+    Agent,
+    User,
+}
+
+impl Party {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Party::Agent => "agent",
+            Party::User => "user",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Party> {
+        match s {
+            "agent" => Some(Party::Agent),
+            "user" => Some(Party::User),
+            _ => None,
+        }
+    }
+}
+
+fn user_call_ids(messages: &[Message]) -> HashSet<&str> {
+    messages.iter().filter(|m| m.role == Role::User).flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str())).collect()
+}
+
+/// Whether a tool message answers a call the user made.
+fn answers_user(message: &Message, user_calls: &HashSet<&str>) -> bool {
+    message.role == Role::Tool && message.tool_call_id.as_deref().is_some_and(|id| user_calls.contains(id))
+}
+
+/// The transcript as the agent sees it: everything but the user's tool calls and their results.
+pub fn agent_view(messages: &[Message]) -> Vec<Message> {
+    let user_calls = user_call_ids(messages);
+    if user_calls.is_empty() {
+        return messages.to_vec();
+    }
+    messages
+        .iter()
+        .filter(|m| !answers_user(m, &user_calls))
+        .filter_map(|m| {
+            if m.role == Role::User && !m.tool_calls.is_empty() {
+                // Text the user wrote beside its calls still reaches the agent.
+                m.content.as_deref().filter(|t| !t.is_empty()).map(Message::user)
+            } else {
+                Some(m.clone())
+            }
+        })
+        .collect()
+}
+
+/// The transcript as the user sees it: the agent's text and the user's own messages, calls and
+/// results; never system prompts, the agent's tool calls or their results.
+pub fn user_view(messages: &[Message]) -> Vec<Message> {
+    let user_calls = user_call_ids(messages);
+    messages
+        .iter()
+        .filter_map(|m| match m.role {
+            Role::System => None,
+            Role::User => Some(m.clone()),
+            Role::Tool => answers_user(m, &user_calls).then(|| m.clone()),
+            Role::Assistant => m.content.as_deref().filter(|t| !t.is_empty()).map(Message::assistant),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ToolCall;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall { id: id.into(), name: "toggle".into(), arguments: "{}".into() }
+    }
+
+    fn transcript() -> Vec<Message> {
+        vec![
+            Message::system("policy"),
+            Message::user("my phone is off"),
+            Message::assistant_calls(Some("Let me look.".into()), vec![call("a1")]),
+            Message::tool_result("a1", "line active"),
+            Message::assistant("Please turn airplane mode off."),
+            Message { role: Role::User, content: None, tool_calls: vec![call("u1")], tool_call_id: None },
+            Message::tool_result("u1", "airplane mode off"),
+            Message::user("Done, it works."),
+        ]
+    }
+
+    #[test]
+    fn the_agent_never_sees_the_users_tool_calls() {
+        let view = agent_view(&transcript());
+        assert_eq!(view.len(), 6);
+        assert!(view.iter().all(|m| m.tool_call_id.as_deref() != Some("u1")));
+        assert!(view.iter().filter(|m| m.role == Role::User).all(|m| m.tool_calls.is_empty()));
+    }
+
+    #[test]
+    fn the_user_sees_agent_text_and_its_own_calls_only() {
+        let view = user_view(&transcript());
+        let roles: Vec<Role> = view.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::User, Role::Assistant, Role::Assistant, Role::User, Role::Tool, Role::User]);
+        assert_eq!(view[1], Message::assistant("Let me look."));
+        assert!(view.iter().all(|m| m.tool_call_id.as_deref() != Some("a1")));
+    }
+}
