@@ -8,6 +8,8 @@ use crate::model::{ModelCall, ModelFailure};
 /// What the agent sees when it is asked for its next turn.
 #[derive(Debug, Clone, Copy)]
 pub struct AgentView<'a> {
+    /// The task, for agents that know it (an oracle plays its gold actions).
+    pub task: &'a crate::task::Task,
     /// The transcript as the agent sees it: system prompt, user turns, its own turns, tool results.
     pub messages: &'a [Message],
     pub tools: &'a [ToolSpec],
@@ -37,6 +39,12 @@ pub enum AgentFailure {
 pub trait Agent: Send + Sync {
     /// The system prompt this agent puts before the task's messages, if any.
     fn system_prompt(&self) -> Option<&str> {
+        None
+    }
+
+    /// The text this agent opens a conversation with when the task has no opening of its own
+    /// and a user is present (tau2's agent answers with "Hi! How can I help you today?").
+    fn greeting(&self) -> Option<&str> {
         None
     }
 

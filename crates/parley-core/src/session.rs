@@ -89,10 +89,13 @@ pub struct Limits {
     pub max_errors: u32,
     /// Wall time for the whole session.
     pub timeout: Duration,
+    /// Agent turns granted when the user stops right after confirming an action the agent has
+    /// not carried out yet (a premature stop); 0 ends such sessions at once.
+    pub stop_grace: u32,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_steps: 30, max_turns: 30, max_errors: 5, timeout: Duration::from_secs(600) }
+        Limits { max_steps: 30, max_turns: 30, max_errors: 5, timeout: Duration::from_secs(600), stop_grace: 1 }
     }
 }

@@ -2,6 +2,7 @@
 //! see part of it. User tool calls (dual control) are user messages with `tool_calls`, and
 //! their results are tool messages answering those calls' ids.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use crate::message::{Message, Role};
@@ -42,10 +43,11 @@ fn answers_user(message: &Message, user_calls: &HashSet<&str>) -> bool {
 }
 
 /// The transcript as the agent sees it: everything but the user's tool calls and their results.
-pub fn agent_view(messages: &[Message]) -> Vec<Message> {
+/// Borrowed when the user made no calls, which is the common case.
+pub fn agent_view(messages: &[Message]) -> Cow<'_, [Message]> {
     let user_calls = user_call_ids(messages);
     if user_calls.is_empty() {
-        return messages.to_vec();
+        return Cow::Borrowed(messages);
     }
     messages
         .iter()
@@ -58,7 +60,8 @@ pub fn agent_view(messages: &[Message]) -> Vec<Message> {
                 Some(m.clone())
             }
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .into()
 }
 
 /// The transcript as the user sees it: the agent's text and the user's own messages, calls and
@@ -100,10 +103,17 @@ mod tests {
 
     #[test]
     fn the_agent_never_sees_the_users_tool_calls() {
-        let view = agent_view(&transcript());
+        let transcript = transcript();
+        let view = agent_view(&transcript);
         assert_eq!(view.len(), 6);
         assert!(view.iter().all(|m| m.tool_call_id.as_deref() != Some("u1")));
         assert!(view.iter().filter(|m| m.role == Role::User).all(|m| m.tool_calls.is_empty()));
+    }
+
+    #[test]
+    fn without_user_calls_the_agent_view_borrows() {
+        let transcript = vec![Message::user("hi"), Message::assistant("hello")];
+        assert!(matches!(agent_view(&transcript), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -74,5 +74,6 @@ fn panicked(id: SessionId, task: Arc<Task>, trial: u32, why: String) -> SessionR
         },
         produced_from,
         usage: Default::default(),
+        user_usage: Default::default(),
     }
 }

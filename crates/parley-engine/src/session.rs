@@ -1,23 +1,29 @@
-//! One session: a half-duplex loop between the agent and the environment, one committed turn
-//! at a time. Each step of the loop is a [`Step`]: the one closed set of things that can happen.
+//! One session: the half-duplex state machine over agent, user and environment, one committed
+//! turn at a time. Agent text goes to the user; user text goes to the agent; agent tool calls go
+//! to the environment and back to the agent; user tool calls (dual control) go to the
+//! environment and back to the user. [`Next`] names whose move it is; every step ends in a
+//! commit or in a termination reason.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parley_core::{
-    Agent, AgentFailure, AgentView, EnvSession, Environment, Limits, Message, MessageRecord, ModelFailureKind, Party,
-    Reward, Role, SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord,
-    Usage,
+    Agent, AgentFailure, AgentView, EnvSession, Environment, Limits, Message, MessageRecord, ModelCall,
+    ModelFailureKind, Party, Reward, Role, SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall,
+    ToolCallRecord, TurnRecord, Usage, UserFailure, UserSimulator, UserStop, UserView, agent_view, user_view,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::schema;
 
-/// The three parties every session of a run shares.
+/// The parties every session of a run shares. Without a user, the agent's first text answer
+/// ends the session (`agent_stop`): single- and multi-step tasks are sessions whose user never
+/// speaks after the task's first message.
 #[derive(Clone)]
 pub struct Parties {
     pub agent: Arc<dyn Agent>,
+    pub user: Option<Arc<dyn UserSimulator>>,
     pub environment: Arc<dyn Environment>,
     pub store: Arc<dyn SessionStore>,
 }
@@ -51,31 +57,54 @@ pub struct SessionResult {
     pub transcript: Vec<Message>,
     /// Where the session's own messages start in `transcript` (after the task's opening).
     pub produced_from: usize,
+    /// Tokens of the agent's model calls.
     pub usage: Usage,
+    /// Tokens of the user simulator's model calls.
+    pub user_usage: Usage,
 }
 
-/// What the loop does next.
-enum Step {
-    /// The agent answered; its tool calls (if any) are next.
-    Agent(Message),
-    /// The session is over.
-    End(Termination, Option<String>),
+/// The text with which an agent ends a conversation that has a user.
+pub const AGENT_STOP: &str = "###STOP###";
+
+/// Whose move it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Agent,
+    User,
 }
 
-struct State {
+/// How a session ended, before it is scored.
+type Ended = (Termination, Option<String>);
+
+struct State<'a> {
     id: SessionId,
+    task: &'a Task,
+    seed: u64,
     messages: Vec<Message>,
     pending: TurnRecord,
+    /// Agent model calls.
     steps: u32,
+    /// User turns.
+    turns: u32,
+    /// Malformed tool calls, by either party.
     errors: u32,
     usage: Usage,
+    user_usage: Usage,
+    /// Seqs of the results of the agent's write calls, to tell whether a confirmed action was done.
+    writes: Vec<u32>,
+    /// Agent turns left after a premature user stop, and that stop.
+    grace: u32,
+    stopping: Option<UserStop>,
 }
 
-impl State {
-    fn push(&mut self, message: Message, call: Option<parley_core::ModelCall>) -> u32 {
+impl State<'_> {
+    fn push(&mut self, message: Message, call: Option<ModelCall>, party: Party) -> u32 {
         let seq = self.messages.len() as u32;
         if let Some(call) = &call {
-            self.usage += call.usage;
+            match party {
+                Party::Agent => self.usage += call.usage,
+                Party::User => self.user_usage += call.usage,
+            }
         }
         self.pending.messages.push(MessageRecord { seq, message: message.clone(), call });
         self.messages.push(message);
@@ -90,28 +119,34 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, cancel: &
     let Job { id, task, trial, seed, prior } = job;
     let mut state = State {
         id,
+        task: &task,
+        seed,
         messages: Vec::new(),
         pending: TurnRecord::default(),
         steps: 0,
+        turns: 0,
         errors: 0,
         usage: Usage::default(),
+        user_usage: Usage::default(),
+        writes: Vec::new(),
+        grace: limits.stop_grace,
+        stopping: None,
     };
     if let Some(prompt) = parties.agent.system_prompt() {
-        state.push(Message::system(prompt), None);
+        state.push(Message::system(prompt), None, Party::Agent);
     }
     for m in &task.messages {
-        state.push(m.clone(), None);
+        state.push(m.clone(), None, Party::Agent);
     }
     let produced_from = state.messages.len();
     let prior = prior.filter(|p| !p.messages.is_empty());
     if let Some(prior) = &prior {
-        // The opening is already committed, and so is everything after it.
-        state.pending = TurnRecord::default();
-        state.messages.clone_from(&prior.messages);
-        let produced = &prior.messages[produced_from.min(prior.messages.len())..];
-        state.steps = produced.iter().filter(|m| m.role == Role::Assistant).count() as u32;
-        state.errors = prior.tool_calls.iter().filter(|t| t.malformed).count() as u32;
-        state.usage = prior.usage;
+        restore(&mut state, prior, produced_from);
+    } else if parties.user.is_some()
+        && let Some(greeting) = parties.agent.greeting()
+        && !task.messages.iter().any(|m| m.role != Role::System)
+    {
+        state.push(Message::assistant(greeting), None, Party::Agent);
     }
 
     let (termination, error, reward) = match parties.environment.open(&task).await {
@@ -125,7 +160,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, cancel: &
                     {
                         return (Termination::EnvironmentError, Some(e));
                     }
-                    drive(parties, &mut state, env.as_mut(), limits, seed, resumed).await
+                    drive(parties, &mut state, env.as_mut(), limits, resumed).await
                 } => ended,
                 () = tokio::time::sleep(limits.timeout) => {
                     (Termination::Timeout, Some(format!("the session ran past its limit of {:?}", limits.timeout)))
@@ -151,101 +186,231 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, cancel: &
     } else if let Err(e) = parties.store.finish_session(id, std::mem::take(&mut state.pending), &outcome).await {
         tracing::error!(session = id, error = %e, "could not record the end of a session");
     }
-    SessionResult { id, task, trial, outcome, transcript: state.messages, produced_from, usage: state.usage }
+    let (usage, user_usage, transcript) = (state.usage, state.user_usage, state.messages);
+    SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage }
+}
+
+/// Takes up a session where an earlier process left it: its transcript and counters.
+fn restore(state: &mut State<'_>, prior: &Prior, produced_from: usize) {
+    // The opening is already committed, and so is everything after it.
+    state.pending = TurnRecord::default();
+    state.messages.clone_from(&prior.messages);
+    let produced = &prior.messages[produced_from.min(prior.messages.len())..];
+    state.steps = produced.iter().filter(|m| m.role == Role::Assistant).count() as u32;
+    state.turns = produced.iter().filter(|m| m.role == Role::User).count() as u32;
+    state.errors = prior.tool_calls.iter().filter(|t| t.malformed).count() as u32;
+    state.writes = prior.tool_calls.iter().filter(|t| t.write && t.party == Party::Agent).map(|t| t.seq).collect();
+    state.usage = prior.usage;
+    // A committed user stop with the agent still to answer means the grace turn was under way.
+    if let Some(last) = state.messages.last().filter(|m| m.role == Role::User) {
+        state.stopping = UserStop::find(last.content_str());
+        if state.stopping.is_some() {
+            state.grace = state.grace.saturating_sub(1);
+        }
+    }
+}
+
+/// Whose move it is after the last committed message.
+fn next_after(messages: &[Message], has_user: bool) -> Next {
+    let Some(last) = messages.last() else { return if has_user { Next::User } else { Next::Agent } };
+    match last.role {
+        Role::User => Next::Agent,
+        Role::Tool => {
+            let id = last.tool_call_id.as_deref();
+            let by_user =
+                messages.iter().any(|m| m.role == Role::User && m.tool_calls.iter().any(|c| Some(c.id.as_str()) == id));
+            if by_user { Next::User } else { Next::Agent }
+        }
+        Role::Assistant | Role::System if has_user => Next::User,
+        Role::Assistant | Role::System => Next::Agent,
+    }
 }
 
 /// The loop proper. Returns how the session ended; the caller scores and records it.
 async fn drive(
     parties: &Parties,
-    state: &mut State,
+    state: &mut State<'_>,
     env: &mut dyn EnvSession,
     limits: &Limits,
-    seed: u64,
     resumed: bool,
-) -> (Termination, Option<String>) {
-    // The task's opening messages are the first turn (already committed when resuming).
+) -> Ended {
+    // The task's opening (and the agent's greeting) is the first turn.
     if !resumed && let Err(e) = commit(parties, state).await {
         return (Termination::InfrastructureError, Some(e));
     }
+    let mut next = next_after(&state.messages, parties.user.is_some());
     loop {
-        let step = agent_step(parties, state, env.tools(), limits, seed).await;
-        let message = match step {
-            Step::End(termination, error) => return (termination, error),
-            Step::Agent(message) => message,
+        next = match next {
+            Next::Agent => match agent_turn(parties, state, env, limits).await {
+                Ok(next) => next,
+                Err(ended) => return ended,
+            },
+            Next::User => match user_turn(parties, state, env, limits).await {
+                Ok(next) => next,
+                Err(ended) => return ended,
+            },
         };
-        if message.tool_calls.is_empty() {
-            return (Termination::AgentStop, None);
-        }
-        for call in &message.tool_calls {
-            let started = Instant::now();
-            let output = match check_call(env.tools(), call) {
-                Err(problem) => {
-                    state.errors += 1;
-                    Err(problem)
-                }
-                Ok(arguments) => match env.call(Party::Agent, &call.name, &arguments).await {
-                    Ok(output) => Ok(output),
-                    Err(e) => {
-                        return (Termination::EnvironmentError, Some(format!("tool `{}`: {e}", call.name)));
-                    }
-                },
-            };
-            let (content, is_error, write, malformed) = match output {
-                Ok(o) => (o.content, o.is_error, o.write, false),
-                Err(problem) => (json!({ "error": problem }).to_string(), true, false, true),
-            };
-            let seq = state.push(Message::tool_result(call.id.clone(), content.clone()), None);
-            state.pending.tool_calls.push(ToolCallRecord {
-                seq,
-                party: Party::Agent,
-                call_id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-                output: content,
-                is_error,
-                write,
-                malformed,
-                duration: started.elapsed(),
-            });
-        }
-        if state.errors > limits.max_errors {
-            return (
-                Termination::TooManyErrors,
-                Some(format!("{} malformed tool calls, more than the limit of {}", state.errors, limits.max_errors)),
-            );
-        }
         if let Err(e) = commit(parties, state).await {
             return (Termination::InfrastructureError, Some(e));
         }
     }
 }
 
-async fn agent_step(
-    parties: &Parties,
-    state: &mut State,
-    tools: &[parley_core::ToolSpec],
-    limits: &Limits,
-    seed: u64,
-) -> Step {
+/// One agent step: a model call, then its tool calls if any. `Err` ends the session.
+async fn agent_turn(parties: &Parties, state: &mut State<'_>, env: &mut dyn EnvSession, limits: &Limits) -> Result<Next, Ended> {
     if state.steps >= limits.max_steps {
-        return Step::End(Termination::MaxSteps, Some(format!("the agent used all {} steps", limits.max_steps)));
+        return Err((Termination::MaxSteps, Some(format!("the agent used all {} steps", limits.max_steps))));
     }
     state.steps += 1;
-    let view = AgentView { messages: &state.messages, tools, seed };
-    match parties.agent.act(view).await {
+    let turn = {
+        let messages = agent_view(&state.messages);
+        let view = AgentView { task: state.task, messages: &messages, tools: env.tools(), seed: state.seed };
+        parties.agent.act(view).await
+    };
+    let message = match turn {
         Ok(turn) => {
-            state.push(turn.message.clone(), turn.call);
-            Step::Agent(turn.message)
+            state.push(turn.message.clone(), turn.call, Party::Agent);
+            turn.message
         }
-        Err(AgentFailure::Model(failure)) => {
-            let termination = match failure.kind {
-                ModelFailureKind::ContextWindowExceeded => Termination::ContextWindowExceeded,
-                _ => Termination::InfrastructureError,
-            };
-            Step::End(termination, Some(failure.message))
-        }
-        Err(AgentFailure::Agent { message, .. }) => Step::End(Termination::AgentError, Some(message)),
+        Err(AgentFailure::Model(failure)) => return Err(model_failure(failure.kind, failure.message)),
+        Err(AgentFailure::Agent { message, .. }) => return Err((Termination::AgentError, Some(message))),
+    };
+    if !message.tool_calls.is_empty() {
+        run_calls(state, env, Party::Agent, &message.tool_calls).await?;
+        check_errors(state, limits)?;
+        return Ok(Next::Agent);
     }
+    if let Some(stop) = state.stopping {
+        // The agent has had its grace turn after a premature stop: the user's stop stands.
+        return Err((Termination::UserStop, Some(format!("the user stopped with {}", stop.marker()))));
+    }
+    if parties.user.is_none() || message.content_str().contains(AGENT_STOP) {
+        return Err((Termination::AgentStop, None));
+    }
+    Ok(Next::User)
+}
+
+/// One user step: a simulated (or real) user's message, then its tool calls if any.
+async fn user_turn(parties: &Parties, state: &mut State<'_>, env: &mut dyn EnvSession, limits: &Limits) -> Result<Next, Ended> {
+    let Some(user) = &parties.user else {
+        return Err((Termination::AgentStop, None));
+    };
+    if state.turns >= limits.max_turns {
+        return Err((Termination::MaxTurns, Some(format!("the user used all {} turns", limits.max_turns))));
+    }
+    state.turns += 1;
+    let turn = {
+        let messages = user_view(&state.messages);
+        let view = UserView { task: state.task, messages: &messages, tools: env.user_tools(), seed: state.seed };
+        user.respond(view).await
+    };
+    let turn = match turn {
+        Ok(turn) => turn,
+        Err(UserFailure::Model(failure)) => return Err(model_failure(failure.kind, format!("user simulator: {}", failure.message))),
+        Err(UserFailure::User { message, .. }) => return Err((Termination::UserError, Some(message))),
+    };
+    let user_seq = state.push(turn.message.clone(), turn.call, Party::User);
+    if !turn.message.tool_calls.is_empty() {
+        run_calls(state, env, Party::User, &turn.message.tool_calls).await?;
+        check_errors(state, limits)?;
+        return Ok(Next::User);
+    }
+    if let Some(stop) = turn.stop {
+        if state.grace > 0 && premature(state, user_seq) {
+            state.grace -= 1;
+            state.stopping = Some(stop);
+            tracing::debug!(session = state.id, "the user stopped before the agent acted on a confirmation");
+            return Ok(Next::Agent);
+        }
+        return Err((Termination::UserStop, Some(format!("the user stopped with {}", stop.marker()))));
+    }
+    Ok(Next::Agent)
+}
+
+fn model_failure(kind: ModelFailureKind, message: String) -> Ended {
+    match kind {
+        ModelFailureKind::ContextWindowExceeded => (Termination::ContextWindowExceeded, Some(message)),
+        _ => (Termination::InfrastructureError, Some(message)),
+    }
+}
+
+fn check_errors(state: &State<'_>, limits: &Limits) -> Result<(), Ended> {
+    if state.errors > limits.max_errors {
+        return Err((
+            Termination::TooManyErrors,
+            Some(format!("{} malformed tool calls, more than the limit of {}", state.errors, limits.max_errors)),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs one party's tool calls in order. Malformed calls are answered with a tool error; an
+/// environment failure ends the session.
+async fn run_calls(state: &mut State<'_>, env: &mut dyn EnvSession, party: Party, calls: &[ToolCall]) -> Result<(), Ended> {
+    for call in calls {
+        let started = Instant::now();
+        let tools = match party {
+            Party::Agent => env.tools(),
+            Party::User => env.user_tools(),
+        };
+        let output = match check_call(tools, call) {
+            Err(problem) => {
+                state.errors += 1;
+                Err(problem)
+            }
+            Ok(arguments) => match env.call(party, &call.name, &arguments).await {
+                Ok(output) => Ok(output),
+                Err(e) => return Err((Termination::EnvironmentError, Some(format!("tool `{}`: {e}", call.name)))),
+            },
+        };
+        let (content, is_error, write, malformed) = match output {
+            Ok(o) => (o.content, o.is_error, o.write, false),
+            Err(problem) => (json!({ "error": problem }).to_string(), true, false, true),
+        };
+        let seq = state.push(Message::tool_result(call.id.clone(), content.clone()), None, party);
+        if write && party == Party::Agent {
+            state.writes.push(seq);
+        }
+        state.pending.tool_calls.push(ToolCallRecord {
+            seq,
+            party,
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            output: content,
+            is_error,
+            write,
+            malformed,
+            duration: started.elapsed(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether a user stop came too early: the stop message, or the user message just before it,
+/// answers an agent's question with a confirmation, and the agent has made no write call since.
+fn premature(state: &State<'_>, stop_seq: u32) -> bool {
+    let messages = &state.messages[..=stop_seq as usize];
+    let user_texts = messages.iter().enumerate().rev().filter(|(_, m)| m.role == Role::User && !m.content_str().is_empty());
+    user_texts.take(2).any(|(seq, m)| {
+        let asked = messages[..seq]
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::Assistant && !m.content_str().is_empty())
+            .is_some_and(|m| m.content_str().contains('?'));
+        asked && confirms(m.content_str()) && !state.writes.iter().any(|&w| w as usize > seq)
+    })
+}
+
+/// Whether a message agrees to have something done ("yes, please go ahead").
+fn confirms(text: &str) -> bool {
+    let text = text.to_lowercase();
+    let words: Vec<&str> = text.split(|c: char| !c.is_alphanumeric() && c != '\'').filter(|w| !w.is_empty()).collect();
+    let has = |w: &str| words.contains(&w);
+    let phrase = |p: &str| text.contains(p);
+    has("yes") || has("confirm") || has("confirmed") || has("proceed") || has("sure") || has("yeah")
+        || phrase("go ahead") || phrase("please do") || phrase("do it") || phrase("sounds good")
+        || phrase("that's correct") || phrase("that is correct")
 }
 
 /// Checks a call the model wrote: a known tool, arguments that parse as JSON and match the
@@ -281,7 +446,7 @@ async fn replay_writes(env: &mut dyn EnvSession, calls: &[ToolCallRecord]) -> Re
     Ok(())
 }
 
-async fn commit(parties: &Parties, state: &mut State) -> Result<(), String> {
+async fn commit(parties: &Parties, state: &mut State<'_>) -> Result<(), String> {
     let turn = std::mem::take(&mut state.pending);
     parties.store.commit_turn(state.id, turn).await.map_err(|e| format!("committing a turn: {e}"))
 }

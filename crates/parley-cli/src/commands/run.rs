@@ -59,6 +59,7 @@ impl Runtime {
         let store = Arc::new(store);
         let parties = Parties {
             agent: Arc::new(agent),
+            user: None,
             environment: Arc::new(environment_multi_step::MultiStep),
             store: store.clone(),
         };
