@@ -142,8 +142,13 @@ fn normalize(text: &str, ms_column: bool) -> String {
                 words[i] = "<ms>".into();
             }
         }
-        if ms_column && let Some(last) = words.last_mut().filter(|w| is_number(w)) {
-            *last = "<ms>".into();
+        if ms_column && words.last().is_some_and(|w| is_number(w)) {
+            // The column is right-aligned: its padding changes with the number's width.
+            words.pop();
+            while words.last().is_some_and(String::is_empty) {
+                words.pop();
+            }
+            words.extend(["".into(), "<ms>".into()]);
         }
         out.push_str(&words.join(" "));
         out.push('\n');
