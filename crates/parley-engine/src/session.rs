@@ -257,7 +257,12 @@ async fn drive(
 }
 
 /// One agent step: a model call, then its tool calls if any. `Err` ends the session.
-async fn agent_turn(parties: &Parties, state: &mut State<'_>, env: &mut dyn EnvSession, limits: &Limits) -> Result<Next, Ended> {
+async fn agent_turn(
+    parties: &Parties,
+    state: &mut State<'_>,
+    env: &mut dyn EnvSession,
+    limits: &Limits,
+) -> Result<Next, Ended> {
     if state.steps >= limits.max_steps {
         return Err((Termination::MaxSteps, Some(format!("the agent used all {} steps", limits.max_steps))));
     }
@@ -291,7 +296,12 @@ async fn agent_turn(parties: &Parties, state: &mut State<'_>, env: &mut dyn EnvS
 }
 
 /// One user step: a simulated (or real) user's message, then its tool calls if any.
-async fn user_turn(parties: &Parties, state: &mut State<'_>, env: &mut dyn EnvSession, limits: &Limits) -> Result<Next, Ended> {
+async fn user_turn(
+    parties: &Parties,
+    state: &mut State<'_>,
+    env: &mut dyn EnvSession,
+    limits: &Limits,
+) -> Result<Next, Ended> {
     let Some(user) = &parties.user else {
         return Err((Termination::AgentStop, None));
     };
@@ -306,7 +316,9 @@ async fn user_turn(parties: &Parties, state: &mut State<'_>, env: &mut dyn EnvSe
     };
     let turn = match turn {
         Ok(turn) => turn,
-        Err(UserFailure::Model(failure)) => return Err(model_failure(failure.kind, format!("user simulator: {}", failure.message))),
+        Err(UserFailure::Model(failure)) => {
+            return Err(model_failure(failure.kind, format!("user simulator: {}", failure.message)));
+        }
         Err(UserFailure::User { message, .. }) => return Err((Termination::UserError, Some(message))),
     };
     let user_seq = state.push(turn.message.clone(), turn.call, Party::User);
@@ -346,7 +358,12 @@ fn check_errors(state: &State<'_>, limits: &Limits) -> Result<(), Ended> {
 
 /// Runs one party's tool calls in order. Malformed calls are answered with a tool error; an
 /// environment failure ends the session.
-async fn run_calls(state: &mut State<'_>, env: &mut dyn EnvSession, party: Party, calls: &[ToolCall]) -> Result<(), Ended> {
+async fn run_calls(
+    state: &mut State<'_>,
+    env: &mut dyn EnvSession,
+    party: Party,
+    calls: &[ToolCall],
+) -> Result<(), Ended> {
     for call in calls {
         let started = Instant::now();
         let tools = match party {
@@ -388,18 +405,38 @@ async fn run_calls(state: &mut State<'_>, env: &mut dyn EnvSession, party: Party
 }
 
 /// Whether a user stop came too early: the stop message, or the user message just before it,
-/// answers an agent's question with a confirmation, and the agent has made no write call since.
+/// answers an agent's request for the go-ahead with a confirmation, and the agent has made no
+/// write call since.
 fn premature(state: &State<'_>, stop_seq: u32) -> bool {
     let messages = &state.messages[..=stop_seq as usize];
-    let user_texts = messages.iter().enumerate().rev().filter(|(_, m)| m.role == Role::User && !m.content_str().is_empty());
+    let user_texts =
+        messages.iter().enumerate().rev().filter(|(_, m)| m.role == Role::User && !m.content_str().is_empty());
     user_texts.take(2).any(|(seq, m)| {
         let asked = messages[..seq]
             .iter()
             .rev()
             .find(|m| m.role == Role::Assistant && !m.content_str().is_empty())
-            .is_some_and(|m| m.content_str().contains('?'));
+            .is_some_and(|m| asks_to_act(m.content_str()));
         asked && confirms(m.content_str()) && !state.writes.iter().any(|&w| w as usize > seq)
     })
+}
+
+/// Whether an agent message asks for the go-ahead to do something ("Shall I cancel it?").
+fn asks_to_act(text: &str) -> bool {
+    let text = text.to_lowercase();
+    text.contains('?')
+        && [
+            "shall i",
+            "should i",
+            "do you want me to",
+            "would you like me to",
+            "confirm",
+            "proceed",
+            "go ahead",
+            "may i",
+        ]
+        .iter()
+        .any(|p| text.contains(p))
 }
 
 /// Whether a message agrees to have something done ("yes, please go ahead").
@@ -408,9 +445,18 @@ fn confirms(text: &str) -> bool {
     let words: Vec<&str> = text.split(|c: char| !c.is_alphanumeric() && c != '\'').filter(|w| !w.is_empty()).collect();
     let has = |w: &str| words.contains(&w);
     let phrase = |p: &str| text.contains(p);
-    has("yes") || has("confirm") || has("confirmed") || has("proceed") || has("sure") || has("yeah")
-        || phrase("go ahead") || phrase("please do") || phrase("do it") || phrase("sounds good")
-        || phrase("that's correct") || phrase("that is correct")
+    has("yes")
+        || has("confirm")
+        || has("confirmed")
+        || has("proceed")
+        || has("sure")
+        || has("yeah")
+        || phrase("go ahead")
+        || phrase("please do")
+        || phrase("do it")
+        || phrase("sounds good")
+        || phrase("that's correct")
+        || phrase("that is correct")
 }
 
 /// Checks a call the model wrote: a known tool, arguments that parse as JSON and match the

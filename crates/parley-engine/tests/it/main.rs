@@ -3,3 +3,4 @@
 
 mod parties;
 mod session;
+mod users;

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use parley_core::{
     Agent, AgentFailure, AgentTurn, AgentView, EnvError, EnvSession, Environment, Message, ModelCall, ModelFailure,
     ModelFailureKind, Party, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
-    Task, Termination, ToolCall, ToolOutput, ToolSpec, TurnRecord,
+    Task, Termination, ToolCall, ToolOutput, ToolSpec, TurnRecord, UserFailure, UserSimulator, UserTurn, UserView,
 };
 use serde_json::{Value, json};
 
@@ -89,6 +89,16 @@ pub fn counter_tools() -> Vec<ToolSpec> {
     ]
 }
 
+/// The user's own tool in dual control: a switch on the user's side.
+pub fn user_tools() -> Vec<ToolSpec> {
+    vec![ToolSpec {
+        name: "toggle".into(),
+        description: "flip the switch".into(),
+        parameters: json!({"type": "object"}),
+        strict: false,
+    }]
+}
+
 #[async_trait]
 impl Environment for Counter {
     fn name(&self) -> &str {
@@ -99,13 +109,15 @@ impl Environment for Counter {
         if self.fail_open {
             return Err(EnvError("the counter server is down".into()));
         }
-        Ok(Box::new(CounterSession { tools: counter_tools(), total: 0 }))
+        Ok(Box::new(CounterSession { tools: counter_tools(), user_tools: user_tools(), total: 0, switch: false }))
     }
 }
 
 struct CounterSession {
     tools: Vec<ToolSpec>,
+    user_tools: Vec<ToolSpec>,
     total: i64,
+    switch: bool,
 }
 
 #[async_trait]
@@ -114,8 +126,20 @@ impl EnvSession for CounterSession {
         &self.tools
     }
 
-    async fn call(&mut self, _party: Party, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
+    fn user_tools(&self) -> &[ToolSpec] {
+        &self.user_tools
+    }
+
+    async fn call(&mut self, party: Party, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
         match name {
+            "toggle" if party == Party::User => {
+                self.switch = !self.switch;
+                Ok(ToolOutput {
+                    content: format!("switch {}", if self.switch { "on" } else { "off" }),
+                    is_error: false,
+                    write: true,
+                })
+            }
             "add" => {
                 self.total += arguments["n"].as_i64().unwrap_or(0);
                 Ok(ToolOutput { content: self.total.to_string(), is_error: false, write: true })
@@ -125,7 +149,7 @@ impl EnvSession for CounterSession {
     }
 
     async fn score(&mut self, _transcript: &[Message], _termination: Termination) -> Result<Reward, EnvError> {
-        Ok(Reward::new(self.total as f64))
+        Ok(Reward::new(self.total as f64).with("switch", self.switch))
     }
 }
 
@@ -192,4 +216,53 @@ pub fn task() -> Arc<Task> {
         tools: Vec::new(),
         row: json!({}),
     })
+}
+
+/// What the scripted user does on one turn.
+#[derive(Clone)]
+pub enum Line {
+    Say(&'static str),
+    Call(&'static str, &'static str),
+    Fail,
+}
+
+pub struct ScriptedUser {
+    lines: Mutex<VecDeque<Line>>,
+    /// What the user saw on each turn.
+    pub seen: Mutex<Vec<Vec<Message>>>,
+}
+
+impl ScriptedUser {
+    pub fn new(lines: impl IntoIterator<Item = Line>) -> Arc<ScriptedUser> {
+        Arc::new(ScriptedUser { lines: Mutex::new(lines.into_iter().collect()), seen: Mutex::new(Vec::new()) })
+    }
+}
+
+#[async_trait]
+impl UserSimulator for ScriptedUser {
+    async fn respond(&self, view: UserView<'_>) -> Result<UserTurn, UserFailure> {
+        self.seen.lock().unwrap().push(view.messages.to_vec());
+        let line = self.lines.lock().unwrap().pop_front().unwrap_or(Line::Say("###STOP###"));
+        let record = Some(ModelCall {
+            attempts: 1,
+            usage: parley_core::Usage { prompt_tokens: 10, completion_tokens: 1 },
+            ..ModelCall::default()
+        });
+        match line {
+            Line::Say(text) => {
+                Ok(UserTurn { message: Message::user(text), stop: parley_core::UserStop::find(text), call: record })
+            }
+            Line::Call(name, args) => Ok(UserTurn {
+                message: Message {
+                    role: parley_core::Role::User,
+                    content: None,
+                    tool_calls: vec![call(name, args)],
+                    tool_call_id: None,
+                },
+                stop: None,
+                call: record,
+            }),
+            Line::Fail => Err(UserFailure::User { message: "the script ran dry".into(), call: None }),
+        }
+    }
 }

@@ -19,8 +19,12 @@ struct Setup {
 fn setup(plays: Vec<Play>, store: MemoryStore, fail_open: bool) -> Setup {
     let agent = ScriptedAgent::new(plays);
     let store = Arc::new(store);
-    let parties =
-        Parties { agent: agent.clone(), user: None, environment: Arc::new(Counter { fail_open }), store: store.clone() };
+    let parties = Parties {
+        agent: agent.clone(),
+        user: None,
+        environment: Arc::new(Counter { fail_open }),
+        store: store.clone(),
+    };
     Setup { agent, store, parties }
 }
 
