@@ -38,6 +38,8 @@ impl UserStop {
 #[derive(Debug, Clone, Copy)]
 pub struct UserView<'a> {
     pub task: &'a Task,
+    /// Which trial of the task this session is.
+    pub trial: u32,
     /// The conversation as the user sees it (see [`crate::view::user_view`]): agent text, the
     /// user's own messages, and the user's own tool calls and their results. Never the agent's
     /// tool calls, never the agent's system prompt.

@@ -79,6 +79,7 @@ type Ended = (Termination, Option<String>);
 struct State<'a> {
     id: SessionId,
     task: &'a Task,
+    trial: u32,
     seed: u64,
     messages: Vec<Message>,
     pending: TurnRecord,
@@ -120,6 +121,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, cancel: &
     let mut state = State {
         id,
         task: &task,
+        trial,
         seed,
         messages: Vec::new(),
         pending: TurnRecord::default(),
@@ -311,7 +313,13 @@ async fn user_turn(
     state.turns += 1;
     let turn = {
         let messages = user_view(&state.messages);
-        let view = UserView { task: state.task, messages: &messages, tools: env.user_tools(), seed: state.seed };
+        let view = UserView {
+            task: state.task,
+            trial: state.trial,
+            messages: &messages,
+            tools: env.user_tools(),
+            seed: state.seed,
+        };
         user.respond(view).await
     };
     let turn = match turn {
