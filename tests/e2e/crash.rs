@@ -79,6 +79,19 @@ type SessionRow = (i64, i64, i64, String, Option<String>, Option<f64>);
 /// A session's outcome and transcript: (status, termination, reward, messages).
 type Outcome = (String, String, Option<f64>, Vec<String>);
 
+/// Whether run 1 exists in the crash database.
+async fn run_recorded(work: &Workdir) -> bool {
+    if !work.path("crash.db").exists() {
+        return false;
+    }
+    let Ok(pool) = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path("crash.db").display())).await else {
+        return false;
+    };
+    let runs: Result<i64, _> = sqlx::query_scalar("SELECT COUNT(*) FROM runs").fetch_one(&pool).await;
+    pool.close().await;
+    runs.is_ok_and(|n| n > 0)
+}
+
 /// Every session's outcome and transcript, keyed by (task, trial).
 async fn results(work: &Workdir, db: &str) -> BTreeMap<(i64, i64), Outcome> {
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path(db).display())).await.unwrap();
@@ -127,20 +140,20 @@ async fn killed_at_random_moments_and_resumed_the_run_equals_an_uninterrupted_on
     let mut delays = Delays(0x5eed);
     let mut kills = 0;
     let mut snapshots: Vec<(Vec<String>, Value)> = Vec::new();
-    let mut first = true;
     for _attempt in 0..200 {
+        // A kill can land before the run is even recorded; then it is started again.
+        let recorded = run_recorded(&work).await;
         let args =
-            if first { run_args(&stub, "crash.db", "crash.jsonl") } else { vec!["resume", "1", "--db", "crash.db"] };
-        if !first {
+            if recorded { vec!["resume", "1", "--db", "crash.db"] } else { run_args(&stub, "crash.db", "crash.jsonl") };
+        if recorded {
             // What is recorded now must never be asked for again.
             snapshots.push((recorded_turns(&work, "crash.db").await, stub.stats()["turns"].clone()));
         }
-        first = false;
         let mut child = Command::new(PARLEY)
             .current_dir(work.dir.path())
             .args(&args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(work.path("attempt.log")).unwrap())
             .spawn()
             .unwrap();
         std::thread::sleep(delays.next());
@@ -150,7 +163,8 @@ async fn killed_at_random_moments_and_resumed_the_run_equals_an_uninterrupted_on
             kills += 1;
         } else {
             let status = child.wait().unwrap();
-            assert!(status.success(), "{args:?} failed");
+            let log = std::fs::read_to_string(work.path("attempt.log")).unwrap_or_default();
+            assert!(status.success(), "{args:?} failed: {log}");
         }
         if kills >= KILLS {
             break;

@@ -7,3 +7,4 @@ mod faults;
 mod harness;
 mod run;
 mod usage;
+mod users;

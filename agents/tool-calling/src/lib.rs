@@ -4,10 +4,12 @@
 //! Invariant: the agent only talks to its [`ModelClient`]; it never calls tools itself (the
 //! engine does) and never sees the store.
 
+pub mod json_mode;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_core::{Agent, AgentFailure, AgentTurn, AgentView, ChatRequest, ModelClient, Sampling};
+use parley_core::{Agent, AgentFailure, AgentTurn, AgentView, ChatRequest, ModelClient, Role, Sampling};
 
 /// How the agent is set up.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +20,10 @@ pub struct ToolCallingConfig {
     pub sampling: Sampling,
     /// Send the per-task, per-trial seed with every call (unless `sampling.seed` fixes one).
     pub seed_per_session: bool,
+    /// Choose tools through a JSON-schema response format instead of native tool calls.
+    pub json_tools: bool,
+    /// The opening line when the agent speaks first.
+    pub greeting: Option<String>,
 }
 
 pub struct ToolCallingAgent {
@@ -37,10 +43,29 @@ impl Agent for ToolCallingAgent {
         self.config.system_prompt.as_deref()
     }
 
+    fn greeting(&self) -> Option<&str> {
+        self.config.greeting.as_deref()
+    }
+
     async fn act(&self, view: AgentView<'_>) -> Result<AgentTurn, AgentFailure> {
         let mut sampling = self.config.sampling.clone();
         if sampling.seed.is_none() && self.config.seed_per_session {
             sampling.seed = Some(view.seed);
+        }
+        if self.config.json_tools && !view.tools.is_empty() {
+            let messages = json_mode::rewrite(view.messages, view.tools);
+            let format = json_mode::response_format(view.tools);
+            let request = ChatRequest {
+                model: &self.config.model,
+                messages: &messages,
+                tools: &[],
+                sampling: &sampling,
+                response_format: Some(&format),
+            };
+            let reply = self.client.chat(request).await?;
+            let steps = view.messages.iter().filter(|m| m.role == Role::Assistant).count();
+            let message = json_mode::read(reply.message.content_str(), format!("call_{steps}"));
+            return Ok(AgentTurn { message, call: Some(reply.call) });
         }
         let request = ChatRequest {
             model: &self.config.model,

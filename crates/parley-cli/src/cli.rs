@@ -207,6 +207,57 @@ pub struct RunArgs {
     /// Do not store raw request and response bodies of model calls (usage and latency are kept).
     #[arg(long)]
     pub no_raw_calls: bool,
+    /// How the agent calls tools: `native` (the endpoint's tool calling) or `json` (tools are
+    /// chosen through a JSON-schema response format, for endpoints without tool calling)
+    /// [default: native].
+    #[arg(long, value_name = "MODE")]
+    pub tool_mode: Option<String>,
+    /// The agent opens the conversation with this text when the task has no opening.
+    #[arg(long, value_name = "TEXT")]
+    pub greeting: Option<String>,
+
+    /// Who plays the user: `none` (the task's first message only), `llm`, `scripted` (the
+    /// row's `follow_ups`), `replay` (the user turns of `--user-replay-run`) or `human` (you, on
+    /// the terminal or through a pipe) [default: none].
+    #[arg(long, value_name = "KIND", help_heading = "User simulation")]
+    pub user: Option<String>,
+    /// The simulated user's endpoint [default: the agent's].
+    #[arg(long, value_name = "URL", help_heading = "User simulation")]
+    pub user_base_url: Option<String>,
+    /// The simulated user's model [default: the agent's].
+    #[arg(long, help_heading = "User simulation")]
+    pub user_model: Option<String>,
+    /// Variable holding the user endpoint's API key.
+    #[arg(long, value_name = "VAR", help_heading = "User simulation")]
+    pub user_api_key_env: Option<String>,
+    /// The simulated user's sampling temperature.
+    #[arg(long, help_heading = "User simulation")]
+    pub user_temperature: Option<f64>,
+    /// Tokens per user message.
+    #[arg(long, value_name = "N", help_heading = "User simulation")]
+    pub user_max_tokens: Option<u32>,
+    /// A fixed seed for every user call, instead of one derived from each task and trial.
+    #[arg(long, help_heading = "User simulation")]
+    pub user_seed: Option<u64>,
+    /// Global guidelines for the simulated user (a text file) [default: built in].
+    #[arg(long, value_name = "FILE", help_heading = "User simulation")]
+    pub user_guidelines: Option<PathBuf>,
+    /// The user's system prompt template, with {guidelines}, {persona} and {scenario} slots.
+    #[arg(long, value_name = "FILE", help_heading = "User simulation")]
+    pub user_prompt: Option<PathBuf>,
+    /// A persona for tasks that give none.
+    #[arg(long, value_name = "TEXT", help_heading = "User simulation")]
+    pub user_persona: Option<String>,
+    /// The recorded run whose user turns `--user replay` says again.
+    #[arg(long, value_name = "RUN", help_heading = "User simulation")]
+    pub user_replay_run: Option<i64>,
+    /// User turns allowed per session [default: 30].
+    #[arg(long, value_name = "N", help_heading = "User simulation")]
+    pub max_turns: Option<u32>,
+    /// Agent turns granted after the user stops right after confirming an action the agent has
+    /// not carried out yet [default: 1; 0 turns the guard off].
+    #[arg(long, value_name = "N", help_heading = "User simulation")]
+    pub stop_grace: Option<u32>,
 }
 
 /// The stub answers a request that offers tools with one tool call per turn, its arguments
@@ -251,6 +302,10 @@ pub struct StubArgs {
     /// Mixed into every fault decision.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Turns a simulated user (a request whose system text names `###STOP###`) takes before it
+    /// answers with `###STOP###`.
+    #[arg(long, default_value_t = 2)]
+    pub user_turns: u32,
 }
 
 #[derive(Debug, Args)]

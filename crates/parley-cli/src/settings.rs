@@ -35,6 +35,21 @@ struct FileRun {
     top_p: Option<f64>,
     max_tokens: Option<u32>,
     raw_calls: Option<bool>,
+    tool_mode: Option<String>,
+    greeting: Option<String>,
+    user: Option<String>,
+    user_base_url: Option<String>,
+    user_model: Option<String>,
+    user_api_key_env: Option<String>,
+    user_temperature: Option<f64>,
+    user_max_tokens: Option<u32>,
+    user_seed: Option<u64>,
+    user_guidelines: Option<PathBuf>,
+    user_prompt: Option<PathBuf>,
+    user_persona: Option<String>,
+    user_replay_run: Option<i64>,
+    max_turns: Option<u32>,
+    stop_grace: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -68,6 +83,60 @@ pub struct RunSettings {
     pub system_prompt: Option<String>,
     pub sampling: Sampling,
     pub raw_calls: bool,
+    #[serde(default)]
+    pub tool_mode: ToolMode,
+    #[serde(default)]
+    pub greeting: Option<String>,
+    #[serde(default)]
+    pub user: UserSettings,
+    #[serde(default = "default_turns")]
+    pub max_turns: u32,
+    #[serde(default = "default_grace")]
+    pub stop_grace: u32,
+}
+
+fn default_turns() -> u32 {
+    Limits::default().max_turns
+}
+
+fn default_grace() -> u32 {
+    Limits::default().stop_grace
+}
+
+/// How the agent calls tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolMode {
+    #[default]
+    Native,
+    Json,
+}
+
+/// Who plays the user.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UserKind {
+    #[default]
+    None,
+    Llm,
+    Scripted,
+    Replay,
+    Human,
+}
+
+/// The simulated user's settings; the model settings matter for `llm` only.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UserSettings {
+    pub kind: UserKind,
+    /// `None`: the agent's endpoint.
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub sampling: Sampling,
+    pub guidelines: Option<PathBuf>,
+    pub prompt: Option<PathBuf>,
+    pub persona: Option<String>,
+    pub replay_run: Option<i64>,
 }
 
 pub const ENVIRONMENTS: &[&str] = &["multi-step"];
@@ -109,6 +178,39 @@ impl RunSettings {
                 seed: None,
             },
             raw_calls: !args.no_raw_calls && f.raw_calls.unwrap_or(true),
+            tool_mode: match args.tool_mode.or(f.tool_mode).as_deref() {
+                None | Some("native") => ToolMode::Native,
+                Some("json") => ToolMode::Json,
+                Some(other) => return Err(usage(format!("--tool-mode `{other}`: choose native or json"))),
+            },
+            greeting: args.greeting.or(f.greeting),
+            user: UserSettings {
+                kind: match args.user.or(f.user).as_deref() {
+                    None | Some("none") => UserKind::None,
+                    Some("llm") => UserKind::Llm,
+                    Some("scripted") => UserKind::Scripted,
+                    Some("replay") => UserKind::Replay,
+                    Some("human") => UserKind::Human,
+                    Some(other) => {
+                        return Err(usage(format!("--user `{other}`: choose none, llm, scripted, replay or human")));
+                    }
+                },
+                base_url: args.user_base_url.or(f.user_base_url),
+                model: args.user_model.or(f.user_model),
+                api_key_env: args.user_api_key_env.or(f.user_api_key_env),
+                sampling: Sampling {
+                    temperature: args.user_temperature.or(f.user_temperature),
+                    top_p: None,
+                    max_tokens: args.user_max_tokens.or(f.user_max_tokens),
+                    seed: args.user_seed.or(f.user_seed),
+                },
+                guidelines: args.user_guidelines.or(f.user_guidelines),
+                prompt: args.user_prompt.or(f.user_prompt),
+                persona: args.user_persona.or(f.user_persona),
+                replay_run: args.user_replay_run.or(f.user_replay_run),
+            },
+            max_turns: args.max_turns.or(f.max_turns).unwrap_or(Limits::default().max_turns),
+            stop_grace: args.stop_grace.or(f.stop_grace).unwrap_or(Limits::default().stop_grace),
         };
         settings.check()?;
         Ok(settings)
@@ -145,6 +247,33 @@ impl RunSettings {
         {
             return Err(usage(format!("--api-key-env names `{var}`, which is not set; export {var}=... first")));
         }
+        let user = &self.user;
+        if let Some(url) = &user.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(usage(format!("--user-base-url `{url}` is not a URL; use http://host:port/v1")));
+        }
+        if let Some(var) = &user.api_key_env
+            && std::env::var_os(var).is_none()
+        {
+            return Err(usage(format!("--user-api-key-env names `{var}`, which is not set; export {var}=... first")));
+        }
+        for (flag, path) in [("--user-guidelines", &user.guidelines), ("--user-prompt", &user.prompt)] {
+            if let Some(path) = path
+                && !path.is_file()
+            {
+                return Err(usage(format!("{flag} {}: no such file", path.display())));
+            }
+        }
+        if user.kind == UserKind::Replay && user.replay_run.is_none() {
+            return Err(usage("--user replay needs --user-replay-run RUN, the run whose user turns to say again"));
+        }
+        if let Some(t) = user.sampling.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(usage(format!("--user-temperature must be between 0 and 2, not {t}")));
+        }
+        if self.max_turns == 0 {
+            return Err(usage("--max-turns must be greater than 0, not 0"));
+        }
         if let Some(tasks) = &self.tasks
             && !tasks.is_file()
         {
@@ -158,7 +287,8 @@ impl RunSettings {
             max_steps: self.max_steps,
             max_errors: self.max_errors,
             timeout: Duration::from_secs_f64(self.session_timeout_secs),
-            ..Limits::default()
+            max_turns: self.max_turns,
+            stop_grace: self.stop_grace,
         }
     }
 }

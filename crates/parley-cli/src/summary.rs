@@ -13,6 +13,8 @@ pub struct Report {
     pub tokens: TokenTotals,
     pub call_ms_p50: Option<f64>,
     pub call_ms_p99: Option<f64>,
+    pub user_call_ms_p50: Option<f64>,
+    pub user_call_ms_p99: Option<f64>,
     pub unfinished: usize,
 }
 
@@ -33,8 +35,10 @@ impl Report {
                 }
             })
             .collect();
-        let mut latencies = store.call_latencies(run).await?;
+        let mut latencies = store.call_latencies(run, "assistant").await?;
         latencies.sort_by(f64::total_cmp);
+        let mut user_latencies = store.call_latencies(run, "user").await?;
+        user_latencies.sort_by(f64::total_cmp);
         Ok(Report {
             run,
             unfinished: rows.len() - outcomes.len(),
@@ -42,11 +46,14 @@ impl Report {
             tokens: store.token_totals(run).await?,
             call_ms_p50: percentile(&latencies, 0.5),
             call_ms_p99: percentile(&latencies, 0.99),
+            user_call_ms_p50: percentile(&user_latencies, 0.5),
+            user_call_ms_p99: percentile(&user_latencies, 0.99),
         })
     }
 
     pub fn print(&self, w: &mut impl Write, elapsed: Option<Duration>) -> std::io::Result<()> {
         let s = &self.summary;
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"));
         match elapsed {
             Some(elapsed) => {
                 let secs = elapsed.as_secs_f64();
@@ -69,13 +76,24 @@ impl Report {
         let hat: Vec<String> = s.pass.iter().map(|(k, _, hat)| format!("k={k} {}", fmt(*hat))).collect();
         writeln!(w, "pass@k         {}", at.join("  "))?;
         writeln!(w, "pass^k         {}", hat.join("  "))?;
-        let t = self.tokens;
+        let t = self.tokens.agent;
         writeln!(
             w,
             "tokens         prompt {} · completion {} · {} model calls",
             t.prompt_tokens, t.completion_tokens, t.model_calls
         )?;
-        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"));
+        let u = self.tokens.user;
+        if u.model_calls > 0 {
+            writeln!(
+                w,
+                "user tokens    prompt {} · completion {} · {} model calls · p50 {} p99 {}",
+                u.prompt_tokens,
+                u.completion_tokens,
+                u.model_calls,
+                ms(self.user_call_ms_p50),
+                ms(self.user_call_ms_p99)
+            )?;
+        }
         writeln!(
             w,
             "latency        model call p50 {} p99 {} · session p50 {} p99 {}",
@@ -98,8 +116,10 @@ impl Report {
             "terminations": s.terminations,
             "reward": s.reward,
             "pass": s.pass.iter().map(|(k, at, hat)| serde_json::json!({"k": k, "pass_at_k": at, "pass_hat_k": hat})).collect::<Vec<_>>(),
-            "tokens": {"prompt": self.tokens.prompt_tokens, "completion": self.tokens.completion_tokens, "model_calls": self.tokens.model_calls},
+            "tokens": {"prompt": self.tokens.agent.prompt_tokens, "completion": self.tokens.agent.completion_tokens, "model_calls": self.tokens.agent.model_calls},
+            "user_tokens": {"prompt": self.tokens.user.prompt_tokens, "completion": self.tokens.user.completion_tokens, "model_calls": self.tokens.user.model_calls},
             "latency_ms": {"model_call_p50": self.call_ms_p50, "model_call_p99": self.call_ms_p99,
+                           "user_call_p50": self.user_call_ms_p50, "user_call_p99": self.user_call_ms_p99,
                            "session_p50": s.session_ms_p50, "session_p99": s.session_ms_p99},
         })
     }

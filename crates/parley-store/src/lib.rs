@@ -22,7 +22,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Connection, QueryBuilder, SqliteConnection, SqlitePool};
 
 pub use load::{CallFigures, RunRecord, Transcript};
-pub use read::{SessionRow, TokenTotals};
+pub use read::{SessionRow, TokenTotals, Tokens};
 use writer::{Writer, WriterHandle};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

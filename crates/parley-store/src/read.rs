@@ -18,12 +18,19 @@ pub struct SessionRow {
     pub duration_ms: Option<f64>,
 }
 
-/// Token and call totals of a run.
+/// Token and call totals of one party's model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct TokenTotals {
+pub struct Tokens {
     pub model_calls: i64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
+}
+
+/// Token and call totals of a run, the agent's apart from the simulated user's.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TokenTotals {
+    pub agent: Tokens,
+    pub user: Tokens,
 }
 
 impl SqliteStore {
@@ -40,24 +47,43 @@ impl SqliteStore {
     }
 
     pub async fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError> {
-        let row = sqlx::query!(
-            r#"SELECT COUNT(*) AS "calls!: i64",
+        // A model call belongs to whoever wrote the message it produced.
+        let rows = sqlx::query!(
+            r#"SELECT msg.role AS "role!: String",
+                      COUNT(*) AS "calls!: i64",
                       COALESCE(SUM(m.prompt_tokens), 0) AS "prompt!: i64",
                       COALESCE(SUM(m.completion_tokens), 0) AS "completion!: i64"
-               FROM model_calls m JOIN sessions s ON s.id = m.session_id WHERE s.run_id = ?"#,
+               FROM model_calls m
+               JOIN sessions s ON s.id = m.session_id
+               JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
+               WHERE s.run_id = ? GROUP BY msg.role"#,
             run
         )
-        .fetch_one(self.pool())
+        .fetch_all(self.pool())
         .await
         .map_err(db_error)?;
-        Ok(TokenTotals { model_calls: row.calls, prompt_tokens: row.prompt, completion_tokens: row.completion })
+        let mut totals = TokenTotals::default();
+        for row in rows {
+            let tokens =
+                Tokens { model_calls: row.calls, prompt_tokens: row.prompt, completion_tokens: row.completion };
+            match row.role.as_str() {
+                "user" => totals.user = tokens,
+                _ => totals.agent = tokens,
+            }
+        }
+        Ok(totals)
     }
 
-    /// Latencies of the model calls of a run, in milliseconds.
-    pub async fn call_latencies(&self, run: RunId) -> Result<Vec<f64>, StoreError> {
+    /// Latencies of the model calls of a run, in milliseconds, of the party whose messages
+    /// have `role` (`assistant` for the agent, `user` for the simulated user).
+    pub async fn call_latencies(&self, run: RunId, role: &str) -> Result<Vec<f64>, StoreError> {
         sqlx::query_scalar!(
-            "SELECT m.latency_ms FROM model_calls m JOIN sessions s ON s.id = m.session_id WHERE s.run_id = ?",
-            run
+            "SELECT m.latency_ms FROM model_calls m
+             JOIN sessions s ON s.id = m.session_id
+             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
+             WHERE s.run_id = ? AND msg.role = ?",
+            run,
+            role
         )
         .fetch_all(self.pool())
         .await

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use crate::error::ApiError;
 use crate::hash::hex;
 use crate::stats::conversation_hash;
-use crate::turn::{Answer, Tool, Turn, text_of, tokens};
+use crate::turn::{Answer, Tool, Turn, simulates_user, text_of, tokens};
 
 /// The body of a `malformed` fault: valid up to where it stops.
 pub(crate) const MALFORMED: &str = r#"{"id": "chatcmpl-broken", "choices": ["#;
@@ -56,7 +56,9 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
         }
     }
 
+    let user_turns = simulates_user(system.as_deref()).then(|| roles.iter().filter(|r| **r == "assistant").count());
     Ok(Turn {
+        user_turns,
         model,
         conversation: conversation_hash(system.as_deref().unwrap_or(""), first_user.as_deref().unwrap_or("")),
         messages: messages.len(),

@@ -20,6 +20,8 @@ pub struct StubConfig {
     pub retry_after_secs: u64,
     /// The final text; `None` gives the default described in the crate documentation.
     pub final_text: Option<String>,
+    /// Turns a simulated user takes before it stops (see the crate docs).
+    pub user_turns: u32,
 }
 
 impl Default for StubConfig {
@@ -32,6 +34,7 @@ impl Default for StubConfig {
             hang: Duration::from_secs(3600),
             retry_after_secs: 1,
             final_text: None,
+            user_turns: 2,
         }
     }
 }

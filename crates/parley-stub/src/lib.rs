@@ -40,10 +40,13 @@
 //! 1. with a structured-output request (Chat Completions `response_format: {"type":
 //!    "json_schema", "json_schema": {"schema": S}}`, Responses `text: {"format": {"type":
 //!    "json_schema", "schema": S}}`), the JSON document synthesized from S, serialized;
-//! 2. else [`StubConfig::final_text`] when set;
-//! 3. else `Result: ` followed by the text of the last tool result of the current turn,
+//! 2. else, for a simulated user's request (its system text contains `###STOP###`), `Yes, please
+//!    go ahead.` while the request holds fewer than [`StubConfig::user_turns`] `assistant`
+//!    messages (the user's own earlier turns), then `Thank you, that is all. ###STOP###`;
+//! 3. else [`StubConfig::final_text`] when set;
+//! 4. else `Result: ` followed by the text of the last tool result of the current turn,
 //!    when *k* > 0;
-//! 4. else `Hello from parley-stub.`.
+//! 5. else `Hello from parley-stub.`.
 //!
 //! So with the default two tool calls a conversation goes: tool call, tool call, final text;
 //! a structured-output request with tools makes its tool calls first and ends with the JSON.

@@ -9,7 +9,7 @@ use crate::chat::model;
 use crate::error::ApiError;
 use crate::hash::hex;
 use crate::stats::conversation_hash;
-use crate::turn::{Answer, Tool, Turn, text_of, tokens};
+use crate::turn::{Answer, Tool, Turn, simulates_user, text_of, tokens};
 
 /// The body of a `malformed` fault: valid up to where it stops.
 pub(crate) const MALFORMED: &str = r#"{"id": "resp_broken", "output": ["#;
@@ -72,7 +72,10 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
         }
     }
 
+    let user_turns = simulates_user(system.as_deref())
+        .then(|| items.iter().filter(|i| matches!(i, Item::Message { role: "assistant", .. })).count());
     Ok(Turn {
+        user_turns,
         model,
         conversation: conversation_hash(system.as_deref().unwrap_or(""), first_user.as_deref().unwrap_or("")),
         messages: items.len(),

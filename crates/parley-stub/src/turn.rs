@@ -33,6 +33,18 @@ pub(crate) struct Turn<'a> {
     pub(crate) json_schema: Option<&'a Value>,
     /// Characters of every message's text, for the usage estimate.
     pub(crate) prompt_chars: usize,
+    /// For a simulated user's request (its system text names `###STOP###`): how many turns the
+    /// user has had, i.e. the request's `assistant` messages.
+    pub(crate) user_turns: Option<usize>,
+}
+
+/// What a simulated user says while it goes on, and when it is done.
+pub(crate) const USER_GOES_ON: &str = "Yes, please go ahead.";
+pub(crate) const USER_STOPS: &str = "Thank you, that is all. ###STOP###";
+
+/// Whether a system text is a user simulator's instructions.
+pub(crate) fn simulates_user(system: Option<&str>) -> bool {
+    system.is_some_and(|s| s.contains("###STOP###"))
 }
 
 /// A function tool offered by the request.
@@ -83,6 +95,8 @@ impl<'a> Turn<'a> {
         }
         let text = if let Some(schema) = self.json_schema {
             synthesize(schema).to_string()
+        } else if let Some(turns) = self.user_turns {
+            if turns < config.user_turns as usize { USER_GOES_ON } else { USER_STOPS }.to_owned()
         } else if let Some(text) = &config.final_text {
             text.clone()
         } else if let Some(result) = &self.last_tool_result {

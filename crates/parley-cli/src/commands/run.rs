@@ -10,7 +10,7 @@ use agent_tool_calling::{ToolCallingAgent, ToolCallingConfig};
 use anyhow::Context;
 use futures::StreamExt;
 use parley_core::nemo_gym::{response_object, rollout_row, task_from_row};
-use parley_core::{RunSpec, SessionSpec, SessionStore, Task, stable_seed};
+use parley_core::{RunSpec, SessionSpec, SessionStore, Task, UserSimulator, stable_seed};
 use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult};
 use parley_llm::{ChatClient, EndpointConfig};
 use parley_store::{SqliteStore, StoreOptions};
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::usage;
 use crate::export::Format;
 use crate::progress::Progress;
-use crate::settings::RunSettings;
+use crate::settings::{RunSettings, ToolMode, UserKind};
 use crate::summary;
 
 /// What a run needs while it executes: the store, the three parties, and the built-in stub's
@@ -54,12 +54,15 @@ impl Runtime {
                 system_prompt: settings.system_prompt.clone(),
                 sampling: settings.sampling.clone(),
                 seed_per_session: true,
+                json_tools: settings.tool_mode == ToolMode::Json,
+                greeting: settings.greeting.clone(),
             },
         );
+        let user = user_simulator(settings, &base_url, &store).await?;
         let store = Arc::new(store);
         let parties = Parties {
             agent: Arc::new(agent),
-            user: None,
+            user,
             environment: Arc::new(environment_multi_step::MultiStep),
             store: store.clone(),
         };
@@ -71,6 +74,62 @@ impl Runtime {
         self.store.close().await?;
         Ok(())
     }
+}
+
+/// The simulated user the settings ask for.
+async fn user_simulator(
+    settings: &RunSettings,
+    agent_base_url: &str,
+    store: &SqliteStore,
+) -> anyhow::Result<Option<Arc<dyn UserSimulator>>> {
+    let user = &settings.user;
+    Ok(match user.kind {
+        UserKind::None => None,
+        UserKind::Scripted => Some(Arc::new(simulator_scripted::Scripted)),
+        UserKind::Human => Some(Arc::new(simulator_human::Human::stdio())),
+        UserKind::Llm => {
+            let client = ChatClient::new(&EndpointConfig {
+                base_url: user.base_url.clone().unwrap_or_else(|| agent_base_url.to_owned()),
+                api_key_env: user.api_key_env.clone(),
+                timeout: Duration::from_secs_f64(settings.call_timeout_secs),
+                max_retries: settings.max_retries,
+                max_concurrency: settings.endpoint_concurrency,
+            })
+            .map_err(|e| usage(format!("the user's endpoint: {e}")))?;
+            let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
+                path.as_ref()
+                    .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+                    .transpose()
+            };
+            let defaults = simulator_llm::Prompt::default();
+            let prompt = simulator_llm::Prompt {
+                template: read(&user.prompt)?.unwrap_or(defaults.template),
+                guidelines: read(&user.guidelines)?.unwrap_or(defaults.guidelines),
+                tool_guidelines: defaults.tool_guidelines,
+                persona: user.persona.clone(),
+            };
+            let config = simulator_llm::LlmUserConfig {
+                model: user.model.clone().unwrap_or_else(|| settings.model.clone()),
+                sampling: user.sampling.clone(),
+                prompt,
+            };
+            Some(Arc::new(simulator_llm::LlmUser::new(Arc::new(client), config)))
+        }
+        UserKind::Replay => {
+            let run = user.replay_run.ok_or_else(|| usage("--user replay needs --user-replay-run RUN"))?;
+            let record = store.run(run).await.map_err(|e| usage(format!("--user-replay-run {run}: {e}")))?;
+            let recorded: RunSettings = serde_json::from_value(record.config).context("reading the recorded run")?;
+            let tasks = stored_tasks(store, run).await?;
+            let mut sessions = Vec::new();
+            for s in store.sessions(run).await? {
+                let opening = usize::from(recorded.system_prompt.is_some())
+                    + tasks.get(s.task_index as usize).map_or(0, |t| t.messages.len());
+                let transcript = store.transcript(s.id).await?;
+                sessions.push(((s.task_index as usize, s.trial as u32), transcript.messages, opening));
+            }
+            Some(Arc::new(simulator_replay::Replay::new(sessions)))
+        }
+    })
 }
 
 /// How an execution went.

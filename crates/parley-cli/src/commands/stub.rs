@@ -23,6 +23,7 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
         hang: Duration::from_secs(args.hang_secs),
         retry_after_secs: args.retry_after,
         final_text: None,
+        user_turns: args.user_turns,
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     Ok(config)

@@ -6,3 +6,4 @@ mod requests;
 mod serve;
 mod stats;
 mod support;
+mod user;
