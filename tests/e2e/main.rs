@@ -5,6 +5,7 @@ mod crash;
 mod durable;
 mod faults;
 mod harness;
+mod remote;
 mod run;
 mod usage;
 mod users;

@@ -140,10 +140,40 @@ pub struct ExportArgs {
 pub struct RunArgs {
     /// Settings file; flags override it. Defaults to ./parley.toml when that file exists.
     #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Environment to run: `multi-step`.
+    pub settings: Option<PathBuf>,
+    /// Environment to run: `multi-step` (built in), `nemo-gym` (NeMo Gym resources servers),
+    /// `mcp` (MCP servers) [default: multi-step].
     #[arg(long)]
     pub env: Option<String>,
+    /// NeMo Gym: the config (YAML) naming the resources servers Parley starts, as NeMo Gym does.
+    #[arg(long, value_name = "CONFIG.yaml", help_heading = "Remote environments")]
+    pub config: Option<PathBuf>,
+    /// NeMo Gym: a resources server already running, instead of `--config`.
+    #[arg(long, value_name = "URL", help_heading = "Remote environments")]
+    pub server: Option<String>,
+    /// NeMo Gym: which server of the config to use, when it names several.
+    #[arg(long, value_name = "NAME", help_heading = "Remote environments")]
+    pub server_name: Option<String>,
+    /// NeMo Gym: the virtual environment with NeMo Gym installed [default: .venv-nemo-gym].
+    #[arg(long, value_name = "DIR", help_heading = "Remote environments")]
+    pub gym_venv: Option<PathBuf>,
+    /// NeMo Gym: the server speaks the Gymnasium protocol (`/reset`, `/step`) rather than
+    /// seed, tools and verify. Implied by a config whose server is a Gymnasium one.
+    #[arg(long, help_heading = "Remote environments")]
+    pub gymnasium: bool,
+    /// MCP: a server to start over stdio, as one command line (repeatable).
+    #[arg(long, value_name = "COMMAND", help_heading = "Remote environments")]
+    pub mcp_stdio: Vec<String>,
+    /// MCP: a server over streamable HTTP (repeatable).
+    #[arg(long, value_name = "URL", help_heading = "Remote environments")]
+    pub mcp_http: Vec<String>,
+    /// MCP: start the stdio servers once per session instead of sharing them.
+    #[arg(long, help_heading = "Remote environments")]
+    pub mcp_per_session: bool,
+    /// MCP: how the final answer is scored against the row's `expected_answer`: `contains` or
+    /// `equals` [default: contains].
+    #[arg(long, value_name = "HOW", help_heading = "Remote environments")]
+    pub answer_match: Option<String>,
     /// Task rows, NeMo Gym JSONL (`responses_create_params` plus task fields). Without it,
     /// `--num-tasks` generated tasks are used.
     #[arg(long, value_name = "FILE")]

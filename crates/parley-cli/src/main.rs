@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod environments;
 mod error;
 mod export;
 mod progress;

@@ -15,6 +15,15 @@ use crate::error::usage;
 #[serde(deny_unknown_fields)]
 struct FileRun {
     env: Option<String>,
+    config: Option<PathBuf>,
+    server: Option<String>,
+    server_name: Option<String>,
+    gym_venv: Option<PathBuf>,
+    gymnasium: Option<bool>,
+    mcp_stdio: Option<Vec<String>>,
+    mcp_http: Option<Vec<String>>,
+    mcp_per_session: Option<bool>,
+    answer_match: Option<String>,
     tasks: Option<PathBuf>,
     num_tasks: Option<usize>,
     base_url: Option<String>,
@@ -64,6 +73,8 @@ struct File {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunSettings {
     pub env: String,
+    #[serde(default)]
+    pub remote: RemoteSettings,
     pub tasks: Option<PathBuf>,
     pub num_tasks: usize,
     /// `None`: start the stub in-process.
@@ -103,6 +114,20 @@ fn default_grace() -> u32 {
     Limits::default().stop_grace
 }
 
+/// Where a remote environment's servers are.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RemoteSettings {
+    pub gym_config: Option<PathBuf>,
+    pub server: Option<String>,
+    pub server_name: Option<String>,
+    pub gym_venv: Option<PathBuf>,
+    pub gymnasium: bool,
+    pub mcp_stdio: Vec<String>,
+    pub mcp_http: Vec<String>,
+    pub mcp_per_session: bool,
+    pub answer_match: Option<String>,
+}
+
 /// How the agent calls tools.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -139,11 +164,11 @@ pub struct UserSettings {
     pub replay_run: Option<i64>,
 }
 
-pub const ENVIRONMENTS: &[&str] = &["multi-step"];
+pub const ENVIRONMENTS: &[&str] = &["multi-step", "nemo-gym", "mcp"];
 
 impl RunSettings {
     pub fn resolve(args: RunArgs) -> anyhow::Result<RunSettings> {
-        let file = load_file(args.config.as_deref())?;
+        let file = load_file(args.settings.as_deref())?;
         let f = file.run;
         let env = args.env.or(f.env).unwrap_or_else(|| "multi-step".into());
         if !ENVIRONMENTS.contains(&env.as_str()) {
@@ -153,8 +178,20 @@ impl RunSettings {
             )));
         }
         let concurrency = args.concurrency.or(f.concurrency).unwrap_or(64);
+        let remote = RemoteSettings {
+            gym_config: args.config.or(f.config),
+            server: args.server.or(f.server),
+            server_name: args.server_name.or(f.server_name),
+            gym_venv: args.gym_venv.or(f.gym_venv),
+            gymnasium: args.gymnasium || f.gymnasium.unwrap_or(false),
+            mcp_stdio: if args.mcp_stdio.is_empty() { f.mcp_stdio.unwrap_or_default() } else { args.mcp_stdio },
+            mcp_http: if args.mcp_http.is_empty() { f.mcp_http.unwrap_or_default() } else { args.mcp_http },
+            mcp_per_session: args.mcp_per_session || f.mcp_per_session.unwrap_or(false),
+            answer_match: args.answer_match.or(f.answer_match),
+        };
         let settings = RunSettings {
             env,
+            remote,
             tasks: args.tasks.or(f.tasks),
             num_tasks: args.num_tasks.or(f.num_tasks).unwrap_or(100),
             base_url: args.base_url.or(f.base_url),
@@ -247,6 +284,41 @@ impl RunSettings {
         {
             return Err(usage(format!("--api-key-env names `{var}`, which is not set; export {var}=... first")));
         }
+        let remote = &self.remote;
+        match self.env.as_str() {
+            "nemo-gym" => {
+                if remote.gym_config.is_some() == remote.server.is_some() {
+                    return Err(usage("--env nemo-gym needs either --config CONFIG.yaml or --server URL"));
+                }
+                if let Some(config) = &remote.gym_config
+                    && !config.is_file()
+                {
+                    return Err(usage(format!("--config {}: no such file", config.display())));
+                }
+                if let Some(url) = &remote.server
+                    && !(url.starts_with("http://") || url.starts_with("https://"))
+                {
+                    return Err(usage(format!("--server `{url}` is not a URL; use http://host:port")));
+                }
+                if let Some(venv) = &remote.gym_venv
+                    && !venv.join("bin/python").is_file()
+                {
+                    return Err(usage(format!("--gym-venv {}: no bin/python there", venv.display())));
+                }
+            }
+            "mcp" if remote.mcp_stdio.is_empty() && remote.mcp_http.is_empty() => {
+                return Err(usage("--env mcp needs at least one --mcp-stdio COMMAND or --mcp-http URL"));
+            }
+            _ => {}
+        }
+        if let Some(how) = &remote.answer_match
+            && !["contains", "equals"].contains(&how.as_str())
+        {
+            return Err(usage(format!("--answer-match `{how}`: choose contains or equals")));
+        }
+        if self.env != "multi-step" && self.tasks.is_none() {
+            return Err(usage(format!("--env {} needs --tasks ROWS.jsonl", self.env)));
+        }
         let user = &self.user;
         if let Some(url) = &user.base_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
@@ -312,12 +384,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("parley.toml");
         std::fs::write(&path, "[run]\nconcurrency = 8\ntrials = 3\n").unwrap();
-        let args = RunArgs { config: Some(path.clone()), concurrency: Some(2), ..RunArgs::default() };
+        let args = RunArgs { settings: Some(path.clone()), concurrency: Some(2), ..RunArgs::default() };
         let s = RunSettings::resolve(args).unwrap();
         assert_eq!((s.concurrency, s.trials), (2, 3));
 
         std::fs::write(&path, "[run]\nconcurency = 8\n").unwrap();
-        let err = RunSettings::resolve(RunArgs { config: Some(path), ..RunArgs::default() }).unwrap_err();
+        let err = RunSettings::resolve(RunArgs { settings: Some(path), ..RunArgs::default() }).unwrap_err();
         assert!(err.to_string().contains("concurency"), "{err}");
     }
 

@@ -2,13 +2,14 @@
 
 use std::io::Write;
 
-use parley_core::{Environment, Role};
+use parley_core::Role;
 use parley_engine::{Job, Prior};
 use parley_store::{SqliteStore, StoreOptions};
 
 use crate::cli::{ForkArgs, ReplayArgs, RunRef};
 use crate::commands::inspect::{open, settings_of};
 use crate::commands::run::{Runtime, execute, stored_tasks};
+use crate::environments::Environments;
 use crate::error::usage;
 
 /// How a stored session ended, for scorers that look at it.
@@ -16,15 +17,12 @@ fn stored_termination(termination: Option<&str>) -> parley_core::Termination {
     termination.and_then(parley_core::Termination::parse).unwrap_or(parley_core::Termination::AgentStop)
 }
 
-fn environment() -> environment_multi_step::MultiStep {
-    environment_multi_step::MultiStep
-}
-
 pub async fn rescore(args: RunRef) -> anyhow::Result<()> {
     let store = open(&args.db.db).await?;
-    settings_of(&store, args.run).await?;
+    let settings = settings_of(&store, args.run).await?;
     let tasks = stored_tasks(&store, args.run).await?;
-    let env = environment();
+    let environments = Environments::open(&settings).await?;
+    let env = environments.environment.clone();
     let mut out = std::io::stdout().lock();
     let (mut scored, mut changed) = (0, 0);
     for session in store.sessions(args.run).await? {
@@ -57,6 +55,7 @@ pub async fn rescore(args: RunRef) -> anyhow::Result<()> {
         }
     }
     writeln!(out, "rescored {scored} sessions of run {}: {changed} changed", args.run)?;
+    environments.shutdown().await;
     Ok(())
 }
 
@@ -76,7 +75,8 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     };
     let tasks = stored_tasks(&store, run).await?;
     let rows = store.sessions(run).await?;
-    let env = environment();
+    let environments = Environments::open(&settings_of(&store, run).await?).await?;
+    let env = environments.environment.clone();
     let mut out = std::io::stdout().lock();
     let (mut drifted, mut reward_changes) = (0, 0);
     for id in &sessions {
@@ -84,7 +84,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         let transcript = store.transcript(*id).await?;
         let task = &tasks[row.task_index as usize];
         let report = parley_engine::replay::replay(
-            &env,
+            env.as_ref(),
             task,
             &transcript.messages,
             &transcript.tool_calls,
@@ -111,6 +111,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         "replayed {} sessions of run {run}: {drifted} tool outputs drifted, {reward_changes} rewards changed",
         sessions.len()
     )?;
+    environments.shutdown().await;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ use parley_store::{SqliteStore, StoreOptions};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::environments::Environments;
 use crate::error::usage;
 use crate::export::Format;
 use crate::progress::Progress;
@@ -30,6 +31,7 @@ pub struct Runtime {
     pub parties: Parties,
     pub base_url: String,
     shutdown: CancellationToken,
+    environments: Environments,
 }
 
 impl Runtime {
@@ -58,18 +60,24 @@ impl Runtime {
                 greeting: settings.greeting.clone(),
             },
         );
-        let user = user_simulator(settings, &base_url, &store).await?;
+        let environments = Environments::open(settings).await?;
+        // A user the environment needs (Gymnasium observations) stands in when none is asked for.
+        let user = match user_simulator(settings, &base_url, &store).await? {
+            Some(user) => Some(user),
+            None => environments.user.clone(),
+        };
         let store = Arc::new(store);
         let parties = Parties {
             agent: Arc::new(agent),
             user,
-            environment: Arc::new(environment_multi_step::MultiStep),
+            environment: environments.environment.clone(),
             store: store.clone(),
         };
-        Ok(Runtime { store, parties, base_url, shutdown })
+        Ok(Runtime { store, parties, base_url, shutdown, environments })
     }
 
     pub async fn stop(self) -> anyhow::Result<()> {
+        self.environments.shutdown().await;
         self.shutdown.cancel();
         self.store.close().await?;
         Ok(())

@@ -1,0 +1,173 @@
+//! One MCP client connection: started (stdio) or reached (streamable HTTP), its tools listed
+//! once, calls bounded by a timeout and a concurrency limit, and a clean stop.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parley_core::{ToolOutput, ToolSpec};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use serde_json::Value;
+use tokio::sync::{Mutex, Semaphore};
+
+use super::{McpServerSpec, McpTransport};
+use crate::error::RemoteError;
+use crate::http::ServerOptions;
+
+pub(crate) struct Connection {
+    name: String,
+    peer: Peer<RoleClient>,
+    service: Mutex<Option<RunningService<RoleClient, ()>>>,
+    tools: Vec<ToolSpec>,
+    limit: Arc<Semaphore>,
+    timeout: Duration,
+}
+
+impl Connection {
+    pub async fn open(spec: &McpServerSpec, options: &ServerOptions) -> Result<Connection, RemoteError> {
+        let label = label(spec);
+        let service = match &spec.transport {
+            McpTransport::Stdio { command, args, env, cwd } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+                if let Some(cwd) = cwd {
+                    cmd.current_dir(cwd);
+                }
+                let (transport, _) = TokioChildProcess::builder(cmd).stderr(Stdio::null()).spawn().map_err(|e| {
+                    RemoteError::Connect {
+                        server: label.clone(),
+                        call: "start".into(),
+                        attempts: 1,
+                        cause: e.to_string(),
+                    }
+                })?;
+                within(options.timeout, &label, "initialize", ().serve(transport)).await?
+            }
+            McpTransport::Http { url } => {
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+                    match within(options.timeout, &label, "initialize", ().serve(transport)).await {
+                        Ok(service) => break service,
+                        Err(e) if attempt > options.max_retries => {
+                            return Err(match e {
+                                RemoteError::Protocol { server, call, cause } => {
+                                    RemoteError::Connect { server, call, attempts: attempt, cause }
+                                }
+                                other => other,
+                            });
+                        }
+                        Err(_) => tokio::time::sleep(options.backoff.saturating_mul(1 << attempt.min(6))).await,
+                    }
+                }
+            }
+        };
+        let peer = service.peer().clone();
+        let listed = within(options.timeout, &label, "tools/list", peer.list_all_tools()).await?;
+        let tools = listed
+            .into_iter()
+            .map(|tool| ToolSpec {
+                name: tool.name.to_string(),
+                description: tool.description.as_deref().unwrap_or_default().to_owned(),
+                parameters: Value::Object(tool.input_schema.as_ref().clone()),
+                strict: false,
+            })
+            .collect();
+        Ok(Connection {
+            name: spec.name.clone(),
+            peer,
+            service: Mutex::new(Some(service)),
+            tools,
+            limit: Arc::new(Semaphore::new(options.max_concurrency.max(1))),
+            timeout: options.timeout,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn tools(&self) -> &[ToolSpec] {
+        &self.tools
+    }
+
+    /// Calls one tool. An MCP error answer (unknown tool, invalid arguments) is a tool error
+    /// for the model; a dead, closed or hung server is a [`RemoteError`].
+    pub async fn call(&self, tool: &str, arguments: &Value) -> Result<ToolOutput, RemoteError> {
+        let label = format!("MCP server `{}`", self.name);
+        let call = format!("tools/call `{tool}`");
+        let Value::Object(arguments) = arguments else {
+            return Ok(ToolOutput::error(format!("the arguments of `{tool}` must be a JSON object")));
+        };
+        let _permit = self.limit.acquire().await.map_err(|_| RemoteError::Protocol {
+            server: label.clone(),
+            call: call.clone(),
+            cause: "the connection is closed".into(),
+        })?;
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
+        match tokio::time::timeout(self.timeout, self.peer.call_tool(params)).await {
+            Err(_) => Err(RemoteError::Timeout { server: label, call, timeout: self.timeout, attempts: 1 }),
+            Ok(Ok(result)) => Ok(output(&result)),
+            Ok(Err(ServiceError::McpError(error))) => {
+                Ok(ToolOutput::error(format!("MCP error {}: {}", error.code.0, error.message)))
+            }
+            Ok(Err(error)) => {
+                Err(RemoteError::Transport { server: label, call, attempts: 1, cause: error.to_string() })
+            }
+        }
+    }
+
+    /// Ends the session with the server; a stdio server's process is stopped with it.
+    pub async fn close(&self) {
+        if let Some(mut service) = self.service.lock().await.take() {
+            match service.close_with_timeout(Duration::from_secs(5)).await {
+                Ok(Some(_)) => {}
+                Ok(None) => tracing::warn!(server = %self.name, "the MCP connection did not close within 5 s"),
+                Err(error) => tracing::warn!(server = %self.name, %error, "closing the MCP connection failed"),
+            }
+        }
+    }
+}
+
+/// The text a model reads for a tool result: the text blocks, other blocks as JSON, or the
+/// structured content when there are no blocks.
+fn output(result: &CallToolResult) -> ToolOutput {
+    let mut parts: Vec<String> = result
+        .content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text(text) => text.text.clone(),
+            other => serde_json::to_string(other).unwrap_or_default(),
+        })
+        .collect();
+    if parts.is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        parts.push(structured.to_string());
+    }
+    ToolOutput { content: parts.join("\n"), is_error: result.is_error.unwrap_or(false), write: true }
+}
+
+fn label(spec: &McpServerSpec) -> String {
+    match &spec.transport {
+        McpTransport::Stdio { command, .. } => format!("MCP server `{}` (stdio: {command})", spec.name),
+        McpTransport::Http { url } => format!("MCP server `{}` at {url}", spec.name),
+    }
+}
+
+async fn within<T, E: std::fmt::Display>(
+    timeout: Duration,
+    label: &str,
+    call: &str,
+    future: impl Future<Output = Result<T, E>>,
+) -> Result<T, RemoteError> {
+    match tokio::time::timeout(timeout, future).await {
+        Err(_) => Err(RemoteError::Timeout { server: label.into(), call: call.into(), timeout, attempts: 1 }),
+        Ok(Err(e)) => Err(RemoteError::Protocol { server: label.into(), call: call.into(), cause: e.to_string() }),
+        Ok(Ok(value)) => Ok(value),
+    }
+}

@@ -1,0 +1,138 @@
+//! A [`ModelClient`] for endpoints that serve the OpenAI Responses API (`POST {base}/responses`),
+//! which is what NeMo Gym rows (`responses_create_params`) and NeMo Gym's own model servers
+//! speak. For Chat Completions endpoints (vLLM, llama.cpp) use `parley-llm`'s `ChatClient`.
+//!
+//! Owns: the translation of Parley messages and tools to Responses input items and back
+//! ([`wire`]), and the HTTP calls, through the same tower stack as every remote call here
+//! (timeout per attempt, bounded retries of transport errors, 408, 429 and 5xx honouring
+//! `Retry-After`, a concurrency limit per endpoint). Invariant: the API key lives only in the
+//! HTTP client's headers; it never reaches a [`ModelCall`], a log line or an error.
+
+pub mod wire;
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use parley_core::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind};
+use serde_json::Value;
+
+use crate::error::RemoteError;
+use crate::http::{HttpServer, Retry, ServerOptions};
+
+/// How to reach one Responses endpoint.
+#[derive(Debug, Clone)]
+pub struct ResponsesConfig {
+    /// Base URL up to and including `/v1`, e.g. `http://127.0.0.1:8000/v1`.
+    pub base_url: String,
+    /// The environment variable that holds the API key, if the endpoint needs one.
+    pub api_key_env: Option<String>,
+    pub timeout: Duration,
+    pub max_retries: u32,
+    pub max_concurrency: usize,
+}
+
+impl Default for ResponsesConfig {
+    fn default() -> ResponsesConfig {
+        ResponsesConfig {
+            base_url: "http://127.0.0.1:8000/v1".into(),
+            api_key_env: None,
+            timeout: Duration::from_secs(120),
+            max_retries: 3,
+            max_concurrency: 256,
+        }
+    }
+}
+
+/// A [`ModelClient`] for one Responses endpoint.
+#[derive(Debug, Clone)]
+pub struct ResponsesClient {
+    server: HttpServer,
+    max_retries: u32,
+}
+
+impl ResponsesClient {
+    pub fn new(config: &ResponsesConfig) -> Result<ResponsesClient, RemoteError> {
+        let key = match &config.api_key_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                RemoteError::Config(format!(
+                    "the API key variable `{var}` is not set; export it, or leave `api_key_env` unset"
+                ))
+            })?),
+            None => None,
+        };
+        let options = ServerOptions {
+            timeout: config.timeout,
+            max_retries: config.max_retries,
+            backoff: Duration::from_millis(200),
+            max_concurrency: config.max_concurrency,
+        };
+        let server = HttpServer::with_bearer("responses endpoint", &config.base_url, &options, key.as_deref())?;
+        Ok(ResponsesClient { server, max_retries: config.max_retries })
+    }
+}
+
+#[async_trait]
+impl ModelClient for ResponsesClient {
+    fn endpoint(&self) -> &str {
+        self.server.base_url()
+    }
+
+    async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
+        let body = wire::request_json(&request);
+        let started = Instant::now();
+        let mut call = ModelCall { endpoint: self.endpoint().to_owned(), request: body, ..ModelCall::default() };
+        // A 200 whose body is not a response is asked again, within the same retry budget.
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let result = self.server.post("/responses", &call.request, None, Retry::Transient).await;
+            call.latency = started.elapsed();
+            call.attempts += 1;
+            let (kind, message) = match result {
+                Err(error) => (kind_of(&error), error.to_string()),
+                Ok(exchange) if !exchange.is_success() => {
+                    let text = exchange.body.to_lowercase();
+                    let kind = if text.contains("context_length_exceeded") || text.contains("context length") {
+                        ModelFailureKind::ContextWindowExceeded
+                    } else {
+                        ModelFailureKind::Status(exchange.status)
+                    };
+                    call.response = serde_json::from_str(&exchange.body).ok();
+                    (kind, format!("HTTP {}: {}", exchange.status, crate::error::head(&exchange.body, 300)))
+                }
+                Ok(exchange) => match serde_json::from_str::<Value>(&exchange.body) {
+                    Err(e) => (ModelFailureKind::MalformedResponse, format!("the body is not JSON: {e}")),
+                    Ok(response) => match wire::parse_reply(&response) {
+                        Ok((message, finish_reason, usage)) => {
+                            call.usage = usage;
+                            call.response = Some(response);
+                            return Ok(ChatReply { message, finish_reason, call });
+                        }
+                        Err(why) => {
+                            call.response = Some(response);
+                            (ModelFailureKind::MalformedResponse, format!("not a Responses object: {why}"))
+                        }
+                    },
+                },
+            };
+            if kind == ModelFailureKind::MalformedResponse && rounds <= self.max_retries {
+                continue;
+            }
+            call.error = Some(message.clone());
+            return Err(ModelFailure {
+                kind,
+                message: format!("{message} ({} round(s) to {})", rounds, self.endpoint()),
+                call,
+            });
+        }
+    }
+}
+
+fn kind_of(error: &RemoteError) -> ModelFailureKind {
+    match error {
+        RemoteError::Timeout { .. } => ModelFailureKind::Timeout,
+        RemoteError::Status { status, .. } => ModelFailureKind::Status(*status),
+        RemoteError::Malformed { .. } => ModelFailureKind::MalformedResponse,
+        _ => ModelFailureKind::Transport,
+    }
+}

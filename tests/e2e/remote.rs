@@ -1,0 +1,134 @@
+//! Remote environments through the binary: NeMo Gym's own resources servers, started by Parley
+//! from a NeMo Gym config, and an MCP reference server. The peers come from `.ci/setup-peers`;
+//! without them the tests say so loudly and skip, or fail under `PARLEY_REQUIRE_PEERS=1`.
+
+use std::path::PathBuf;
+
+use crate::harness::{Stub, Workdir, read_jsonl, text};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+fn peer(path: PathBuf, ready: PathBuf) -> Option<PathBuf> {
+    if ready.is_file() {
+        return Some(path);
+    }
+    let message = "the test peers are not installed; run .ci/setup-peers";
+    assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
+    eprintln!("\n*** SKIPPED: {message} ***\n");
+    None
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[tokio::test]
+async fn parley_starts_nemo_gyms_servers_from_its_config_and_verifies_with_them() {
+    let venv = root().join(".venv-nemo-gym");
+    let Some(venv) = peer(venv.clone(), venv.join(".parley-ready-0.7.0")) else { return };
+    let server = venv.join("lib/python3.13/site-packages/resources_servers/example_multi_step");
+    let work = Workdir::new();
+    // Five of NeMo Gym's own rows, with the first one's expectation set to what the stub reports.
+    let rows: Vec<String> = std::fs::read_to_string(server.join("data/example.jsonl"))
+        .unwrap()
+        .lines()
+        .take(5)
+        .enumerate()
+        .map(|(i, line)| {
+            let mut row: serde_json::Value = serde_json::from_str(line).unwrap();
+            if i == 0 {
+                row["expected_synonym_values"] = serde_json::json!([0]);
+            }
+            row.to_string()
+        })
+        .collect();
+    std::fs::write(work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
+    let stub = Stub::start(&[]);
+    let config = server.join("configs/example_multi_step.yaml");
+    let out = ok(&work.parley(&[
+        "run",
+        "--env",
+        "nemo-gym",
+        "--config",
+        config.to_str().unwrap(),
+        "--gym-venv",
+        venv.to_str().unwrap(),
+        "--tasks",
+        "rows.jsonl",
+        "--base-url",
+        &stub.url,
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
+    ]));
+    assert!(out.contains("terminations   agent_stop 5"), "{out}");
+    let rows = read_jsonl(&work.path("out.jsonl"));
+    assert_eq!(rows.len(), 5);
+    for row in &rows {
+        let first = row["_ng_task_index"] == 0;
+        // The verify fields came from NeMo Gym's own server.
+        assert_eq!(row["reward"], if first { 1.0 } else { 0.0 }, "{row}");
+        assert_eq!(row["accuracy"], first);
+        assert_eq!(row["parsed_synonym_values"], serde_json::json!([0]));
+        assert!(row["set_overlap"].is_number());
+        assert_eq!(row["response"]["output"][1]["output"], r#"{"synonym_value":765}"#, "tool output from the server");
+    }
+    // The servers Parley started are gone.
+    let left = std::process::Command::new("pgrep").args(["-f", "example_multi_step/app.py"]).output().unwrap();
+    assert!(left.stdout.is_empty(), "servers left running: {}", text(&left.stdout));
+}
+
+#[tokio::test]
+async fn an_mcp_server_over_stdio_is_an_environment() {
+    let mcp = root().join(".mcp-peers");
+    let script = mcp.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let Some(script) = peer(script, mcp.join(".parley-ready")) else { return };
+    let work = Workdir::new();
+    let row = serde_json::json!({"responses_create_params": {"input": "Echo something."}, "expected_answer": "Result"});
+    std::fs::write(work.path("rows.jsonl"), format!("{row}\n{row}\n")).unwrap();
+    let stub = Stub::start(&["--tool-calls", "1"]);
+    let command = format!("node {} stdio", script.display());
+    let out = ok(&work.parley(&[
+        "run",
+        "--env",
+        "mcp",
+        "--mcp-stdio",
+        &command,
+        "--tasks",
+        "rows.jsonl",
+        "--base-url",
+        &stub.url,
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
+    ]));
+    assert!(out.contains("terminations   agent_stop 2"), "{out}");
+    let db = work.db().await;
+    let calls: Vec<(String, String)> =
+        sqlx::query_as("SELECT name, output FROM tool_calls ORDER BY session_id, seq").fetch_all(&db).await.unwrap();
+    assert_eq!(calls.len(), 2, "one MCP call per session: {calls:?}");
+    // The stub answers with `Result: <tool output>`, which contains the expected answer.
+    let rows = read_jsonl(&work.path("out.jsonl"));
+    assert!(rows.iter().all(|r| r["reward"] == 1.0), "{rows:?}");
+}
+
+#[test]
+fn remote_environments_need_their_servers_named() {
+    let work = Workdir::new();
+    std::fs::write(work.path("rows.jsonl"), "{\"responses_create_params\": {\"input\": \"x\"}}\n").unwrap();
+    for (args, needle) in [
+        (vec!["run", "--env", "nemo-gym", "--tasks", "rows.jsonl"], "--config CONFIG.yaml or --server URL"),
+        (vec!["run", "--env", "nemo-gym", "--server", "localhost:1", "--tasks", "rows.jsonl"], "localhost:1"),
+        (vec!["run", "--env", "mcp", "--tasks", "rows.jsonl"], "--mcp-stdio"),
+        (vec!["run", "--env", "mcp", "--mcp-http", "http://127.0.0.1:1/mcp"], "--tasks"),
+    ] {
+        let out = work.parley(&args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        assert!(text(&out.stderr).contains(needle), "{args:?}: {}", text(&out.stderr));
+    }
+}
