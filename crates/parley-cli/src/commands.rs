@@ -1,6 +1,7 @@
 //! One module per command.
 
 pub mod durable;
+pub mod envs;
 pub mod inspect;
 pub mod run;
 pub mod stub;

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parley_core::{Environment, UserSimulator};
+use parley_core::{Environment, Task, UserSimulator};
+use parley_llm::{ChatClient, EndpointConfig};
 use parley_remote::{
     ExactMatch, GymnasiumEnvironment, GymnasiumUser, LaunchOptions, MatchMode, McpEnvironment, McpServerSpec,
     NemoGymEnvironment, NemoGymServers, ServerOptions,
@@ -15,9 +16,49 @@ use parley_remote::{
 use crate::error::usage;
 use crate::settings::RunSettings;
 
+/// Loads the tau2 domain a run names, with its NL-assertion judge when `judged`.
+pub fn tau2_domain(settings: &RunSettings, judged: bool) -> anyhow::Result<environment_tau2::Domain> {
+    let name = settings.env.trim_start_matches("tau2:");
+    let dir = environment_tau2::data_dir(settings.tau2.data_dir.as_deref()).map_err(|e| usage(e.to_string()))?;
+    let mut options = environment_tau2::DomainOptions::default();
+    if judged {
+        let t = &settings.tau2;
+        let base_url = t.judge_base_url.clone().or_else(|| settings.base_url.clone());
+        if let Some(base_url) = base_url {
+            let client = ChatClient::new(&EndpointConfig {
+                base_url,
+                api_key_env: t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone()),
+                timeout: Duration::from_secs_f64(settings.call_timeout_secs),
+                max_retries: settings.max_retries,
+                max_concurrency: settings.endpoint_concurrency,
+            })
+            .map_err(|e| usage(format!("the judge's endpoint: {e}")))?;
+            options.judge = Some(Arc::new(client));
+            options.judge_model = Some(t.judge_model.clone().unwrap_or_else(|| settings.model.clone()));
+        }
+    }
+    environment_tau2::load(&dir, name, options).map_err(|e| anyhow::anyhow!("loading tau2 domain `{name}`: {e}"))
+}
+
+/// The tasks of a split (all of them for `base`), numbered in that order.
+pub fn tau2_tasks(domain: &environment_tau2::Domain, split: Option<&str>) -> anyhow::Result<Vec<Arc<Task>>> {
+    let chosen: Vec<&Task> = match split {
+        None | Some("base") => domain.tasks.iter().collect(),
+        Some(name) => domain.split(name).ok_or_else(|| {
+            let known: Vec<&str> = domain.splits.keys().map(String::as_str).collect();
+            usage(format!("--split {name}: the {} domain has splits {}", domain.name, known.join(", ")))
+        })?,
+    };
+    Ok(chosen.into_iter().enumerate().map(|(index, t)| Arc::new(Task { index, ..t.clone() })).collect())
+}
+
 /// The environment of a run, and whatever runs behind it.
 pub struct Environments {
     pub environment: Arc<dyn Environment>,
+    /// The tasks, for environments that bring their own (tau2's domains).
+    pub tasks: Option<Vec<Arc<Task>>>,
+    /// The agent's system prompt the environment asks for (tau2's policy).
+    pub policy: Option<String>,
     /// A user the environment needs (a Gymnasium server's observations reach the agent as a user).
     pub user: Option<Arc<dyn UserSimulator>>,
     servers: Option<NemoGymServers>,
@@ -34,11 +75,19 @@ impl Environments {
         };
         let mut out = Environments {
             environment: Arc::new(environment_multi_step::MultiStep),
+            tasks: None,
+            policy: None,
             user: None,
             servers: None,
             mcp: None,
         };
         match settings.env.as_str() {
+            env if env.starts_with("tau2:") => {
+                let domain = tau2_domain(settings, true)?;
+                out.tasks = Some(tau2_tasks(&domain, settings.tau2.split.as_deref())?);
+                out.policy = Some(domain.policy().to_owned());
+                out.environment = domain.environment();
+            }
             "nemo-gym" => {
                 let (url, name, gymnasium) = match (&remote.server, &remote.gym_config) {
                     (Some(url), _) => (url.clone(), "nemo-gym".to_owned(), remote.gymnasium),

@@ -45,6 +45,7 @@ fn main() -> ExitCode {
                         Command::Replay(args) => commands::durable::replay(args).await,
                         Command::Fork(args) => commands::durable::fork(args).await,
                         Command::Tasks(args) => commands::tasks::tasks(args),
+                        Command::Envs(args) => commands::envs::envs(args),
                     }
                 })
             },

@@ -15,6 +15,12 @@ use crate::error::usage;
 #[serde(deny_unknown_fields)]
 struct FileRun {
     env: Option<String>,
+    agent: Option<String>,
+    split: Option<String>,
+    data_dir: Option<PathBuf>,
+    judge_base_url: Option<String>,
+    judge_model: Option<String>,
+    judge_api_key_env: Option<String>,
     config: Option<PathBuf>,
     server: Option<String>,
     server_name: Option<String>,
@@ -74,6 +80,10 @@ struct File {
 pub struct RunSettings {
     pub env: String,
     #[serde(default)]
+    pub agent: AgentKind,
+    #[serde(default)]
+    pub tau2: Tau2Settings,
+    #[serde(default)]
     pub remote: RemoteSettings,
     pub tasks: Option<PathBuf>,
     pub num_tasks: usize,
@@ -112,6 +122,25 @@ fn default_turns() -> u32 {
 
 fn default_grace() -> u32 {
     Limits::default().stop_grace
+}
+
+/// Which agent plays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentKind {
+    #[default]
+    ToolCalling,
+    Oracle,
+}
+
+/// tau2's data, split and judge.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Tau2Settings {
+    pub split: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub judge_base_url: Option<String>,
+    pub judge_model: Option<String>,
+    pub judge_api_key_env: Option<String>,
 }
 
 /// Where a remote environment's servers are.
@@ -164,7 +193,8 @@ pub struct UserSettings {
     pub replay_run: Option<i64>,
 }
 
-pub const ENVIRONMENTS: &[&str] = &["multi-step", "nemo-gym", "mcp"];
+pub const ENVIRONMENTS: &[&str] =
+    &["multi-step", "tau2:mock", "tau2:airline", "tau2:retail", "tau2:telecom", "nemo-gym", "mcp"];
 
 impl RunSettings {
     pub fn resolve(args: RunArgs) -> anyhow::Result<RunSettings> {
@@ -189,8 +219,22 @@ impl RunSettings {
             mcp_per_session: args.mcp_per_session || f.mcp_per_session.unwrap_or(false),
             answer_match: args.answer_match.or(f.answer_match),
         };
+        let agent = match args.agent.or(f.agent).as_deref() {
+            None | Some("tool-calling") => AgentKind::ToolCalling,
+            Some("oracle") => AgentKind::Oracle,
+            Some(other) => return Err(usage(format!("--agent `{other}`: choose tool-calling or oracle"))),
+        };
+        let tau2 = Tau2Settings {
+            split: args.split.or(f.split),
+            data_dir: args.data_dir.or(f.data_dir),
+            judge_base_url: args.judge_base_url.or(f.judge_base_url),
+            judge_model: args.judge_model.or(f.judge_model),
+            judge_api_key_env: args.judge_api_key_env.or(f.judge_api_key_env),
+        };
         let settings = RunSettings {
             env,
+            agent,
+            tau2,
             remote,
             tasks: args.tasks.or(f.tasks),
             num_tasks: args.num_tasks.or(f.num_tasks).unwrap_or(100),
@@ -316,7 +360,18 @@ impl RunSettings {
         {
             return Err(usage(format!("--answer-match `{how}`: choose contains or equals")));
         }
-        if self.env != "multi-step" && self.tasks.is_none() {
+        if self.agent == AgentKind::Oracle && !self.env.starts_with("tau2:") {
+            return Err(usage("--agent oracle plays tau2 tasks' gold actions; use it with --env tau2:<domain>"));
+        }
+        if let Some(split) = &self.tau2.split
+            && !["test", "train", "base", "small"].contains(&split.as_str())
+        {
+            return Err(usage(format!("--split `{split}`: choose test, train or base")));
+        }
+        if self.env.starts_with("tau2:") {
+            environment_tau2::data_dir(self.tau2.data_dir.as_deref()).map_err(|e| usage(e.to_string()))?;
+        }
+        if self.env != "multi-step" && !self.env.starts_with("tau2:") && self.tasks.is_none() {
             return Err(usage(format!("--env {} needs --tasks ROWS.jsonl", self.env)));
         }
         let user = &self.user;

@@ -1,11 +1,14 @@
 //! A scripted user: after the task's opening it says the task row's `follow_ups` (NeMo Gym's
-//! field) one per turn, then stops with `###STOP###`.
+//! field) one per turn, then stops with `###STOP###`. For a tau2 task (a row with
+//! `user_scenario`) it opens with the scenario's reason for the call, then carries out the
+//! task's gold user actions (`evaluation_criteria.actions` whose requestor is `user`), one tool
+//! call per turn, then stops: with the oracle agent this plays a task's whole reference solution.
 //!
 //! Invariant: it never calls a model; what it says depends only on the task row and on how many
 //! user messages the conversation already holds, so a resumed session goes on where it stopped.
 
 use async_trait::async_trait;
-use parley_core::{Message, Role, UserFailure, UserSimulator, UserStop, UserTurn, UserView};
+use parley_core::{Message, Role, ToolCall, UserFailure, UserSimulator, UserStop, UserTurn, UserView};
 use serde_json::Value;
 
 #[derive(Debug, Default)]
@@ -19,10 +22,59 @@ pub fn follow_ups(row: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
+/// What a tau2 user says first: the scenario's reason for the call.
+fn tau2_opening(row: &Value) -> Option<String> {
+    let instructions = row.pointer("/user_scenario/instructions")?;
+    let text = match instructions {
+        Value::Object(parts) => parts.get("reason_for_call").and_then(Value::as_str),
+        Value::String(text) => Some(text.as_str()),
+        _ => None,
+    };
+    Some(text.filter(|t| !t.is_empty()).unwrap_or("Hello.").to_owned())
+}
+
+/// A tau2 task's gold user actions, as tool calls.
+pub fn user_actions(row: &Value) -> Vec<ToolCall> {
+    let actions = row.pointer("/evaluation_criteria/actions").and_then(Value::as_array);
+    actions
+        .into_iter()
+        .flatten()
+        .filter(|a| a.get("requestor").and_then(Value::as_str) == Some("user"))
+        .enumerate()
+        .map(|(i, a)| ToolCall {
+            id: format!("scripted-user-{i}"),
+            name: a.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            arguments: a.get("arguments").cloned().unwrap_or(Value::Object(Default::default())).to_string(),
+        })
+        .collect()
+}
+
+fn stop() -> UserTurn {
+    UserTurn { message: Message::user(UserStop::Stop.marker()), stop: Some(UserStop::Stop), call: None }
+}
+
 #[async_trait]
 impl UserSimulator for Scripted {
     async fn respond(&self, view: UserView<'_>) -> Result<UserTurn, UserFailure> {
-        let script = follow_ups(&view.task.row);
+        let row = &view.task.row;
+        if row.get("follow_ups").is_none()
+            && let Some(opening) = tau2_opening(row)
+        {
+            let spoke = view.messages.iter().skip(view.task.messages.len()).any(|m| m.role == Role::User);
+            if !spoke {
+                return Ok(UserTurn { message: Message::user(opening), stop: None, call: None });
+            }
+            let made = view.messages.iter().filter(|m| m.role == Role::User).map(|m| m.tool_calls.len()).sum::<usize>();
+            return Ok(match user_actions(row).into_iter().nth(made) {
+                Some(call) => UserTurn {
+                    message: Message { role: Role::User, content: None, tool_calls: vec![call], tool_call_id: None },
+                    stop: None,
+                    call: None,
+                },
+                None => stop(),
+            });
+        }
+        let script = follow_ups(row);
         // The opening's user messages are the task's; the script starts after them.
         let opening = view.task.messages.iter().filter(|m| m.role == Role::User).count();
         let said = view.messages.iter().filter(|m| m.role == Role::User && m.tool_calls.is_empty()).count();

@@ -10,7 +10,7 @@ use agent_tool_calling::{ToolCallingAgent, ToolCallingConfig};
 use anyhow::Context;
 use futures::StreamExt;
 use parley_core::nemo_gym::{response_object, rollout_row, task_from_row};
-use parley_core::{RunSpec, SessionSpec, SessionStore, Task, UserSimulator, stable_seed};
+use parley_core::{Agent, RunSpec, SessionSpec, SessionStore, Task, UserSimulator, stable_seed};
 use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult};
 use parley_llm::{ChatClient, EndpointConfig};
 use parley_store::{SqliteStore, StoreOptions};
@@ -21,7 +21,7 @@ use crate::environments::Environments;
 use crate::error::usage;
 use crate::export::Format;
 use crate::progress::Progress;
-use crate::settings::{RunSettings, ToolMode, UserKind};
+use crate::settings::{AgentKind, RunSettings, ToolMode, UserKind};
 use crate::summary;
 
 /// What a run needs while it executes: the store, the three parties, and the built-in stub's
@@ -30,6 +30,10 @@ pub struct Runtime {
     pub store: Arc<SqliteStore>,
     pub parties: Parties,
     pub base_url: String,
+    /// The agent's system prompt in effect: the settings', or the environment's policy.
+    pub system_prompt: Option<String>,
+    /// Tasks the environment brought (tau2), in run order.
+    pub tasks: Option<Vec<Arc<Task>>>,
     shutdown: CancellationToken,
     environments: Environments,
 }
@@ -49,31 +53,35 @@ impl Runtime {
             max_concurrency: settings.endpoint_concurrency,
         })
         .map_err(|e| usage(e.to_string()))?;
-        let agent = ToolCallingAgent::new(
-            Arc::new(client),
-            ToolCallingConfig {
-                model: settings.model.clone(),
-                system_prompt: settings.system_prompt.clone(),
-                sampling: settings.sampling.clone(),
-                seed_per_session: true,
-                json_tools: settings.tool_mode == ToolMode::Json,
-                greeting: settings.greeting.clone(),
-            },
-        );
         let environments = Environments::open(settings).await?;
+        // The oracle needs no prompt; a model agent gets the settings' or the environment's.
+        let system_prompt = match settings.agent {
+            AgentKind::Oracle => None,
+            AgentKind::ToolCalling => settings.system_prompt.clone().or_else(|| environments.policy.clone()),
+        };
+        let agent: Arc<dyn Agent> = match settings.agent {
+            AgentKind::Oracle => Arc::new(agent_oracle::Oracle),
+            AgentKind::ToolCalling => Arc::new(ToolCallingAgent::new(
+                Arc::new(client),
+                ToolCallingConfig {
+                    model: settings.model.clone(),
+                    system_prompt: system_prompt.clone(),
+                    sampling: settings.sampling.clone(),
+                    seed_per_session: true,
+                    json_tools: settings.tool_mode == ToolMode::Json,
+                    greeting: settings.greeting.clone(),
+                },
+            )),
+        };
         // A user the environment needs (Gymnasium observations) stands in when none is asked for.
         let user = match user_simulator(settings, &base_url, &store).await? {
             Some(user) => Some(user),
             None => environments.user.clone(),
         };
         let store = Arc::new(store);
-        let parties = Parties {
-            agent: Arc::new(agent),
-            user,
-            environment: environments.environment.clone(),
-            store: store.clone(),
-        };
-        Ok(Runtime { store, parties, base_url, shutdown, environments })
+        let parties = Parties { agent, user, environment: environments.environment.clone(), store: store.clone() };
+        let tasks = environments.tasks.clone();
+        Ok(Runtime { store, parties, base_url, system_prompt, tasks, shutdown, environments })
     }
 
     pub async fn stop(self) -> anyhow::Result<()> {
@@ -183,12 +191,21 @@ pub async fn execute(
     Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true })
 }
 
-pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
-    let tasks = load_tasks(&settings)?;
+pub async fn run(mut settings: RunSettings) -> anyhow::Result<()> {
+    let file_tasks = if settings.env.starts_with("tau2:") { None } else { Some(load_tasks(&settings)?) };
     let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
         .await
         .with_context(|| format!("opening the store {}", settings.db.display()))?;
     let runtime = Runtime::start(&settings, store).await?;
+    let tasks = match file_tasks {
+        Some(tasks) => tasks,
+        None => runtime.tasks.clone().unwrap_or_default(),
+    };
+    if tasks.is_empty() {
+        return Err(usage("no tasks to run"));
+    }
+    // What the transcript starts with is what the run records.
+    settings.system_prompt.clone_from(&runtime.system_prompt);
 
     // Trials of a task are adjacent (NeMo Gym's default `aabbcc` order).
     let specs: Vec<SessionSpec> = tasks
@@ -333,8 +350,26 @@ async fn rewrite_outputs(
     Ok((counts.rows, counts.failures))
 }
 
-/// The run's tasks as stored with it.
+/// The run's tasks as stored with it. tau2 tasks are rebuilt from their domain, by id.
 pub async fn stored_tasks(store: &SqliteStore, run: i64) -> anyhow::Result<Vec<Arc<Task>>> {
+    let record = store.run(run).await?;
+    if record.environment.starts_with("tau2:") {
+        let settings: RunSettings = serde_json::from_value(record.config).context("reading the run's settings")?;
+        let domain = crate::environments::tau2_domain(&settings, false)?;
+        let rows = store.task_rows(run).await?;
+        return rows
+            .iter()
+            .enumerate()
+            .map(|(index, row)| {
+                let id = row.get("id").and_then(|v| v.as_str()).unwrap_or_default();
+                let task =
+                    domain.tasks.iter().find(|t| t.id == id).ok_or_else(|| {
+                        anyhow::anyhow!("task `{id}` of run {run} is not in the {} domain", domain.name)
+                    })?;
+                Ok(Arc::new(Task { index, ..task.clone() }))
+            })
+            .collect();
+    }
     store
         .task_rows(run)
         .await?

@@ -1,0 +1,225 @@
+//! A loaded domain: its tasks (as Parley tasks), splits, system prompt, tool catalogue and
+//! initial world, and the [`Environment`] that opens sessions on it. Loading reads everything
+//! from the data folder and validates every task up front; nothing is read afterwards.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parley_core::{Environment, Message, ModelClient, Task, ToolSpec};
+use serde_json::Value;
+
+use crate::catalog::Catalog;
+use crate::domains::{load_state, read_json};
+use crate::error::Tau2Error;
+use crate::prompt;
+use crate::pyjson::Py;
+use crate::score::Judge;
+use crate::session::Tau2Environment;
+use crate::spec::TaskSpec;
+use crate::toolkit::{DomainState, Requestor};
+
+/// The domains this crate implements.
+pub const DOMAINS: [&str; 4] = ["mock", "airline", "retail", "telecom"];
+
+/// The judge model tau2 uses for NL assertions (`DEFAULT_LLM_NL_ASSERTIONS`).
+pub const DEFAULT_JUDGE_MODEL: &str = "gpt-4.1-2025-04-14";
+
+/// How to load a domain.
+#[derive(Clone, Default)]
+pub struct DomainOptions {
+    /// tau2's solo mode: the agent works a ticket alone, may call the user's tools, and stops
+    /// with the `done` tool. Only mock and telecom have solo policies.
+    pub solo: bool,
+    /// The NL-assertion judge: any OpenAI-compatible endpoint.
+    pub judge: Option<Arc<dyn ModelClient>>,
+    /// The judge's model; [`DEFAULT_JUDGE_MODEL`] when `None`.
+    pub judge_model: Option<String>,
+}
+
+impl std::fmt::Debug for DomainOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DomainOptions")
+            .field("solo", &self.solo)
+            .field("judge", &self.judge.as_ref().map(|j| j.endpoint().to_owned()))
+            .field("judge_model", &self.judge_model)
+            .finish()
+    }
+}
+
+/// Sizes for a `parley envs` listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DomainCounts {
+    pub tools: usize,
+    pub user_tools: usize,
+    pub tasks: usize,
+}
+
+/// What every session of a domain shares.
+pub(crate) struct Shared {
+    pub name: String,
+    pub base: Box<dyn DomainState>,
+    pub catalog: Arc<Catalog>,
+    pub specs: HashMap<String, Arc<TaskSpec>>,
+    pub solo: bool,
+    pub judge: Option<Judge>,
+}
+
+pub struct Domain {
+    pub name: String,
+    pub tasks: Vec<Task>,
+    /// Split name to task ids. Telecom ships only `tasks_small.json` here; its one split is
+    /// `small` (all 20 tasks).
+    pub splits: BTreeMap<String, Vec<String>>,
+    policy: String,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Domain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Domain").field("name", &self.name).field("tasks", &self.tasks.len()).finish()
+    }
+}
+
+/// The tau2 data folder: `explicit` if given, else `PARLEY_TAU2_DATA`. (The CLI adds its
+/// config file in between.)
+pub fn data_dir(explicit: Option<&Path>) -> Result<PathBuf, Tau2Error> {
+    let dir = match explicit {
+        Some(dir) => dir.to_owned(),
+        None => match std::env::var_os("PARLEY_TAU2_DATA") {
+            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+            _ => return Err(Tau2Error::NoDataDir),
+        },
+    };
+    if !dir.is_dir() {
+        return Err(Tau2Error::MissingDataDir(dir));
+    }
+    Ok(dir)
+}
+
+/// Loads a domain (`mock`, `airline`, `retail` or `telecom`) from the tau2 data folder.
+pub fn load(data_dir: &Path, name: &str, options: DomainOptions) -> Result<Domain, Tau2Error> {
+    if !DOMAINS.contains(&name) {
+        return Err(Tau2Error::UnknownDomain(name.to_owned()));
+    }
+    let dir = data_dir.join(name);
+    let policy = prompt::policy(&dir, name, options.solo)?.ok_or_else(|| {
+        Tau2Error::Invalid(format!(
+            "the {name} domain has no solo variant (tau2 ships solo policies for mock and telecom)"
+        ))
+    })?;
+    let catalog = Arc::new(Catalog::load(data_dir, name)?);
+    let base = load_state(name, &dir)?;
+
+    let task_file = dir.join(if name == "telecom" { "tasks_small.json" } else { "tasks.json" });
+    let rows: Vec<Value> = read_json(&task_file)?;
+    let ordered: Vec<Py> = match Py::parse(&crate::domains::read(&task_file)?) {
+        Ok(Py::List(items)) => items,
+        _ => Vec::new(),
+    };
+    let bad = |message: String| Tau2Error::Parse { path: task_file.clone(), message };
+
+    let mut agent_tools = catalog.specs(Requestor::Assistant);
+    if options.solo {
+        agent_tools.extend(catalog.specs(Requestor::User));
+        agent_tools.push(ToolSpec {
+            name: prompt::STOP_TOOL.into(),
+            description: "Call this function when you are done with the task.".into(),
+            parameters: serde_json::json!({"properties": {}, "title": "parameters", "type": "object"}),
+            strict: false,
+        });
+    }
+    let mut tasks = Vec::new();
+    let mut specs = HashMap::new();
+    for (index, row) in rows.iter().enumerate() {
+        let spec = TaskSpec::parse(row, ordered.get(index)).map_err(bad)?;
+        if options.solo && !solo_valid(&spec) {
+            continue;
+        }
+        let messages = if options.solo {
+            let ticket = spec.ticket.clone().unwrap_or_default();
+            let mut m = vec![Message::system(prompt::solo_system_prompt(&policy, &ticket))];
+            m.extend(spec.history.iter().cloned());
+            m
+        } else if spec.history.is_empty() {
+            vec![Message::assistant(prompt::GREETING)]
+        } else {
+            spec.history.clone()
+        };
+        tasks.push(Task { index, id: spec.id.clone(), messages, tools: agent_tools.clone(), row: row.clone() });
+        specs.insert(spec.id.clone(), Arc::new(spec));
+    }
+
+    let mut splits = BTreeMap::new();
+    if name == "telecom" {
+        splits.insert("small".to_owned(), tasks.iter().map(|t| t.id.clone()).collect());
+    } else {
+        let path = dir.join("split_tasks.json");
+        let all: BTreeMap<String, Vec<String>> = read_json(&path)?;
+        for (split, ids) in all {
+            splits.insert(split, ids.into_iter().filter(|id| specs.contains_key(id)).collect());
+        }
+    }
+
+    let judge = options.judge.clone().map(|client| Judge {
+        client,
+        model: options.judge_model.clone().unwrap_or_else(|| DEFAULT_JUDGE_MODEL.to_owned()),
+    });
+    let shared = Shared { name: name.to_owned(), base, catalog, specs, solo: options.solo, judge };
+    Ok(Domain {
+        name: name.to_owned(),
+        tasks,
+        splits,
+        policy: if options.solo { policy } else { prompt::system_prompt(&policy) },
+        shared: Arc::new(shared),
+    })
+}
+
+/// tau2's `LLMSoloAgent.check_valid_task`.
+fn solo_valid(spec: &TaskSpec) -> bool {
+    use parley_core::Role;
+    if !spec.history.is_empty() {
+        return spec
+            .history
+            .iter()
+            .all(|m| m.role != Role::User && (m.role != Role::Assistant || !m.tool_calls.is_empty()));
+    }
+    spec.ticket.is_some() && spec.criteria.as_ref().and_then(|c| c.actions.as_ref()).is_some_and(|a| !a.is_empty())
+}
+
+impl Domain {
+    /// The agent's system prompt as tau2's `LLMAgent` builds it: its instruction and the domain
+    /// policy. In solo mode, the domain policy alone (each task's prompt, with its ticket, is
+    /// the first of its messages).
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    pub fn environment(&self) -> Arc<dyn Environment> {
+        Arc::new(self.tau2_environment())
+    }
+
+    /// The environment with its concrete type, whose sessions expose their database hashes.
+    pub fn tau2_environment(&self) -> Tau2Environment {
+        Tau2Environment { shared: self.shared.clone() }
+    }
+
+    pub fn counts(&self) -> DomainCounts {
+        DomainCounts {
+            tools: self.shared.catalog.agent.len(),
+            user_tools: self.shared.catalog.user.len(),
+            tasks: self.tasks.len(),
+        }
+    }
+
+    /// The user's tools (dual control): mock and telecom have some.
+    pub fn user_tools(&self) -> Vec<ToolSpec> {
+        self.shared.catalog.specs(Requestor::User)
+    }
+
+    /// The tasks of one split, in file order.
+    pub fn split(&self, split: &str) -> Option<Vec<&Task>> {
+        let ids = self.splits.get(split)?;
+        Some(self.tasks.iter().filter(|t| ids.contains(&t.id)).collect())
+    }
+}

@@ -1,0 +1,23 @@
+//! The crate's one error type, for failures of loading and of the environment itself. A tool
+//! that raises is never an `Err` here: it is data (`Error: ...` in the transcript).
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Tau2Error {
+    #[error(
+        "no tau2 data directory: pass one explicitly (--data-dir) or set PARLEY_TAU2_DATA to the folder holding \
+         mock/, airline/, retail/, telecom/ and derived/tools.openai.json"
+    )]
+    NoDataDir,
+    #[error("tau2 data directory {0} does not exist")]
+    MissingDataDir(PathBuf),
+    #[error("unknown tau2 domain `{0}`: expected one of mock, airline, retail, telecom")]
+    UnknownDomain(String),
+    #[error("reading {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("parsing {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}

@@ -1,0 +1,199 @@
+//! A string-keyed map that keeps insertion order, like a Python dict. tau2's tool outputs list
+//! a dictionary's entries in the order they were loaded or added, so the databases cannot use
+//! `BTreeMap` (sorted) or `HashMap` (random). It never reorders entries.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+#[derive(Debug, Clone)]
+pub struct OrderedMap<V> {
+    entries: Vec<(String, V)>,
+    index: HashMap<String, usize>,
+}
+
+/// Equality as a sorted-keys dump sees it: the same keys with equal values, in any order.
+impl<V: PartialEq> PartialEq for OrderedMap<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.entries.iter().all(|(k, v)| other.get(k) == Some(v))
+    }
+}
+
+impl<V> Default for OrderedMap<V> {
+    fn default() -> Self {
+        OrderedMap { entries: Vec::new(), index: HashMap::new() }
+    }
+}
+
+impl<V> OrderedMap<V> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.index.get(key).map(|&i| &self.entries[i].1)
+    }
+
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut V> {
+        self.index.get(key).map(|&i| &mut self.entries[i].1)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.index.contains_key(key)
+    }
+
+    /// Inserts or replaces; a replaced entry keeps its position, as in a Python dict.
+    pub fn insert(&mut self, key: String, value: V) {
+        match self.index.get(&key) {
+            Some(&i) => self.entries[i].1 = value,
+            None => {
+                self.index.insert(key.clone(), self.entries.len());
+                self.entries.push((key, value));
+            }
+        }
+    }
+
+    /// Removes an entry, keeping the order of the rest (`dict.pop`).
+    pub fn remove(&mut self, key: &str) -> Option<V> {
+        let i = self.index.remove(key)?;
+        let (_, value) = self.entries.remove(i);
+        for (_, slot) in self.index.iter_mut() {
+            if *slot > i {
+                *slot -= 1;
+            }
+        }
+        Some(value)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &V)> {
+        self.entries.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.entries.iter().map(|(k, _)| k)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.entries.iter().map(|(_, v)| v)
+    }
+}
+
+impl<V> OrderedMap<V> {
+    /// Moves the named keys to the front, in the given order (for maps read from TOML, whose
+    /// parser sorts keys: see [`toml_table_keys`]).
+    pub fn reorder(&mut self, order: &[String]) {
+        let mut entries = std::mem::take(&mut self.entries);
+        let mut ordered = Vec::with_capacity(entries.len());
+        for key in order {
+            if let Some(i) = entries.iter().position(|(k, _)| k == key) {
+                ordered.push(entries.remove(i));
+            }
+        }
+        ordered.extend(entries);
+        self.index = ordered.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        self.entries = ordered;
+    }
+}
+
+/// The keys of the TOML table `path` in document order, from its sub-table headers
+/// (`[path.key]`, `[path.key.more]`) and its `key = value` lines. The `toml` crate hands tables
+/// over sorted, but tau2 (Python's `toml`) keeps the file's order, which shows in tool output.
+pub fn toml_table_keys(text: &str, path: &str) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut in_table = false;
+    for line in text.lines().map(str::trim) {
+        if let Some(header) = line.strip_prefix('[').map(|h| h.trim_start_matches('[').trim_end_matches(']')) {
+            in_table = header == path;
+            if let Some(rest) = header.strip_prefix(path).and_then(|r| r.strip_prefix('.')) {
+                let key = rest.split('.').next().unwrap_or_default().trim_matches('"').to_owned();
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+        } else if in_table && let Some((key, _)) = line.split_once('=') {
+            let key = key.trim().trim_matches('"').to_owned();
+            if !key.is_empty() && !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    keys
+}
+
+impl<V> FromIterator<(String, V)> for OrderedMap<V> {
+    fn from_iter<I: IntoIterator<Item = (String, V)>>(iter: I) -> Self {
+        let mut map = OrderedMap::new();
+        for (k, v) in iter {
+            map.insert(k, v);
+        }
+        map
+    }
+}
+
+impl<V: Serialize> Serialize for OrderedMap<V> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.entries.len()))?;
+        for (k, v) in &self.entries {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+struct MapVisitor<V>(std::marker::PhantomData<V>);
+
+impl<'de, V: Deserialize<'de>> Visitor<'de> for MapVisitor<V> {
+    type Value = OrderedMap<V>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a map")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<OrderedMap<V>, A::Error> {
+        let mut map = OrderedMap::new();
+        while let Some((k, v)) = access.next_entry::<String, V>()? {
+            map.insert(k, v);
+        }
+        Ok(map)
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for OrderedMap<V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(MapVisitor(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_document_order_through_json() {
+        let m: OrderedMap<i64> = serde_json::from_str(r#"{"z": 1, "a": 2, "m": 3}"#).unwrap();
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["z", "a", "m"]);
+        assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"z":1,"a":2,"m":3}"#);
+    }
+
+    #[test]
+    fn reorders_by_a_toml_documents_order() {
+        let mut m: OrderedMap<i64> = [("a".into(), 1), ("m".into(), 2), ("z".into(), 3)].into_iter().collect();
+        let text = "[t.z]\nx = 1\n[t.z.inner]\n[t.a]\n[u]\n[t.m]\n";
+        m.reorder(&toml_table_keys(text, "t"));
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["z", "a", "m"]);
+    }
+
+    #[test]
+    fn remove_keeps_the_rest_in_order() {
+        let mut m: OrderedMap<i64> = [("a".into(), 1), ("b".into(), 2), ("c".into(), 3)].into_iter().collect();
+        assert_eq!(m.remove("b"), Some(2));
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(m.get("c"), Some(&3));
+    }
+}

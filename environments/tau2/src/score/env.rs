@@ -1,0 +1,98 @@
+//! tau2's `EnvironmentEvaluator`: the predicted world (initial state plus a strict replay of the
+//! transcript's mutating calls) against the gold world (initial state plus the gold actions, not
+//! synced, errors swallowed), compared by the hashes of both databases; then the env assertions
+//! on the predicted world. A gold write action that raised leaves the gold state incomplete, so
+//! a match against it is not certified (`db_check` is null), as in tau2.
+
+use parley_core::Message;
+use serde_json::{Map, Value, json};
+
+use super::ScoreContext;
+use crate::spec::Criteria;
+use crate::toolkit::Requestor;
+use crate::world::World;
+
+pub struct EnvOutcome {
+    pub reward: f64,
+    pub db_check: Value,
+    pub checks: Value,
+    pub breakdown: Map<String, Value>,
+    pub info: Value,
+}
+
+pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Message]) -> Result<EnvOutcome, String> {
+    if criteria.actions.is_none() && criteria.env_assertions.is_none() {
+        return Ok(EnvOutcome {
+            reward: 1.0,
+            db_check: json!({"db_match": true, "db_reward": 1.0}),
+            checks: json!([]),
+            breakdown: Map::new(),
+            info: json!({"note": "No expected actions or env assertions"}),
+        });
+    }
+    let mut predicted = World::new(ctx.base.clone_box(), ctx.catalog.clone(), ctx.solo);
+    predicted.set_state(ctx.spec, transcript)?;
+
+    let mut gold = World::new(ctx.base.clone_box(), ctx.catalog.clone(), false);
+    gold.set_state(ctx.spec, &ctx.spec.history).map_err(|e| format!("building the gold state: {e}"))?;
+    let mut failed = Vec::new();
+    for action in criteria.actions.iter().flatten() {
+        let Some(requestor) = Requestor::parse(&action.requestor) else { continue };
+        let mutating = ctx.catalog.is_mutating(&action.name);
+        if let Err(e) = gold.make_tool_call(requestor, &action.name, &action.arguments)
+            && mutating
+        {
+            failed.push(json!({
+                "action_id": action.action_id,
+                "tool_name": action.name,
+                "requestor": action.requestor,
+                "error_type": "ValueError",
+                "error": e.0,
+            }));
+        }
+    }
+
+    // Equal databases are equal hashes; comparing the models skips serializing and digesting.
+    let db_match = gold.same_dbs(&predicted);
+    let db_reward = if db_match { 1.0 } else { 0.0 };
+    let (db_check, info) = if failed.is_empty() {
+        (json!({"db_match": db_match, "db_reward": db_reward}), Value::Null)
+    } else {
+        let check = if db_match { Value::Null } else { json!({"db_match": false, "db_reward": 0.0}) };
+        (check, json!({"gold_replay_incomplete": true, "failed_mutating_actions": failed, "db_evaluated": !db_match}))
+    };
+
+    let mut checks = Vec::new();
+    let mut assertion_reward = 1.0;
+    for assertion in criteria.env_assertions.iter().flatten() {
+        let met = predicted
+            .run_env_assertion(assertion)
+            .map_err(|e| format!("env assertion {}: {}", assertion.call.func_name, e.0))?;
+        let reward = if met { 1.0 } else { 0.0 };
+        assertion_reward *= reward;
+        checks.push(json!({
+            "env_assertion": {
+                "env_type": assertion.call.env_type,
+                "func_name": assertion.call.func_name,
+                "arguments": assertion.call.arguments,
+                "assert_value": assertion.assert_value,
+                "message": assertion.message,
+            },
+            "met": met,
+            "reward": reward,
+        }));
+    }
+
+    let mut reward = 1.0;
+    let mut breakdown = Map::new();
+    let basis = |kind: &str| criteria.reward_basis.iter().any(|b| b == kind);
+    if basis("DB") && !db_check.is_null() {
+        breakdown.insert("DB".into(), json!(db_reward));
+        reward *= db_reward;
+    }
+    if basis("ENV_ASSERTION") {
+        breakdown.insert("ENV_ASSERTION".into(), json!(assertion_reward));
+        reward *= assertion_reward;
+    }
+    Ok(EnvOutcome { reward, db_check, checks: Value::Array(checks), breakdown, info })
+}

@@ -1,0 +1,156 @@
+//! tau2's domains through the binary: the oracle with a scripted user solves every solvable
+//! task; the mock domain in a multi-turn conversation with the LLM user (the stub playing both
+//! sides); `parley envs` lists the domains. The data is read from `../shared/data/tau2`.
+
+use std::path::PathBuf;
+
+use crate::harness::{Stub, Workdir, read_jsonl, text};
+
+fn data() -> String {
+    std::env::var("PARLEY_TAU2_DATA").unwrap_or_else(|_| {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2");
+        dir.canonicalize().expect("tau2's data at ../shared/data/tau2").display().to_string()
+    })
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[tokio::test]
+async fn the_oracle_solves_every_airline_task() {
+    let work = Workdir::new();
+    let data = data();
+    let out = ok(&work.parley(&[
+        "run",
+        "--env",
+        "tau2:airline",
+        "--agent",
+        "oracle",
+        "--user",
+        "scripted",
+        "--data-dir",
+        &data,
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
+    ]));
+    assert!(out.contains("terminations   user_stop 50"), "{out}");
+    assert!(out.contains("reward         1.000 ± 0.000 (95% interval, n=50)"), "{out}");
+    let rows = read_jsonl(&work.path("out.jsonl"));
+    assert!(rows.iter().all(|r| r["reward"] == 1.0 && r["db_check"]["db_match"] == true), "{:?}", rows[0]);
+    // Resume, show and export work on tau2 runs too: their tasks are rebuilt from the domain.
+    let show = ok(&work.parley(&["show", "1", "--db", "parley.db"]));
+    assert!(show.contains("Hi! How can I help you today?"), "{show}");
+    let replay = ok(&work.parley(&["replay", "--run", "1", "--db", "parley.db"]));
+    assert!(replay.contains("replayed 50 sessions of run 1: 0 tool outputs drifted, 0 rewards changed"), "{replay}");
+}
+
+#[tokio::test]
+async fn a_split_selects_tasks_and_dual_control_solves_telecom() {
+    let work = Workdir::new();
+    let data = data();
+    let out = ok(&work.parley(&[
+        "run",
+        "--env",
+        "tau2:retail",
+        "--split",
+        "test",
+        "--agent",
+        "oracle",
+        "--user",
+        "scripted",
+        "--data-dir",
+        &data,
+        "--db",
+        "parley.db",
+        "--out",
+        "retail.jsonl",
+    ]));
+    assert!(out.contains("40 sessions"), "{out}");
+    let out = ok(&work.parley(&[
+        "run",
+        "--env",
+        "tau2:telecom",
+        "--agent",
+        "oracle",
+        "--user",
+        "scripted",
+        "--data-dir",
+        &data,
+        "--db",
+        "parley.db",
+        "--out",
+        "telecom.jsonl",
+    ]));
+    assert!(out.contains("reward         1.000 ± 0.000 (95% interval, n=20)"), "{out}");
+    let db = work.db().await;
+    let user_calls: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM tool_calls t JOIN sessions s ON s.id = t.session_id WHERE s.run_id = 2 AND t.party = 'user'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert!(user_calls > 0, "telecom's users act on their own phones");
+}
+
+#[tokio::test]
+async fn the_mock_domain_in_conversation_with_the_llm_user() {
+    let work = Workdir::new();
+    let data = data();
+    let agent = Stub::start(&[]);
+    let user = Stub::start(&["--user-turns", "3"]);
+    let out = ok(&work.parley(&[
+        "run",
+        "--env",
+        "tau2:mock",
+        "--data-dir",
+        &data,
+        "--base-url",
+        &agent.url,
+        "--user",
+        "llm",
+        "--user-base-url",
+        &user.url,
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
+    ]));
+    assert!(out.contains("10 sessions"), "{out}");
+    assert!(out.contains("user tokens"), "{out}");
+    let db = work.db().await;
+    // The agent got tau2's policy as its system prompt, and the users their scenarios.
+    let system: String = sqlx::query_scalar("SELECT content FROM messages WHERE session_id = 1 AND seq = 0")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert!(system.contains("<policy>"), "{system}");
+    let user_requests: Vec<String> = sqlx::query_scalar(
+        "SELECT c.request FROM model_calls c JOIN messages m ON m.session_id = c.session_id AND m.seq = c.seq
+         WHERE m.role = 'user' AND c.session_id = 1",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    assert!(!user_requests.is_empty());
+    assert!(user_requests[0].contains("<scenario>"), "{}", user_requests[0]);
+    let stops: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE termination = 'user_stop'")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(stops, 10, "every conversation ended with the user's stop");
+}
+
+#[test]
+fn envs_lists_the_domains_with_their_counts() {
+    let work = Workdir::new();
+    let out = ok(&work.parley(&["envs", "--data-dir", &data()]));
+    for line in ["tau2:airline", "tau2:retail", "tau2:telecom", "tau2:mock", "multi-step", "nemo-gym", "mcp"] {
+        assert!(out.contains(line), "{out}");
+    }
+    let airline = out.lines().find(|l| l.starts_with("tau2:airline")).unwrap();
+    assert!(airline.split_whitespace().any(|w| w == "50"), "{airline}");
+}
