@@ -5,6 +5,7 @@ mod crash;
 mod durable;
 mod faults;
 mod harness;
+mod llama;
 mod remote;
 mod run;
 mod tau2;
