@@ -25,7 +25,9 @@ impl Drop for Server {
 #[tokio::test]
 async fn a_local_model_plays_agent_and_user() {
     let cache = root().join(".cache/llama");
-    if !cache.join("build-11434.0.0/.parley-build-ok").is_file() || !cache.join("SmolLM2-135M-Instruct.Q4_1.gguf").is_file() {
+    if !cache.join("build-11434.0.0/.parley-build-ok").is_file()
+        || !cache.join("SmolLM2-135M-Instruct.Q4_1.gguf").is_file()
+    {
         let message = "llama-server is not built; run .ci/setup-llama";
         assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
         eprintln!("\n*** SKIPPED: {message} ***\n");
@@ -46,9 +48,35 @@ async fn a_local_model_plays_agent_and_user() {
     let work = Workdir::new();
     work.tasks(2);
     let out = work.parley(&[
-        "run", "--tasks", "tasks.jsonl", "--base-url", &url, "--model", "smollm2", "--tool-mode", "json",
-        "--temperature", "0", "--max-tokens", "64", "--max-steps", "3", "--user", "llm", "--user-max-tokens", "40",
-        "--max-turns", "2", "--call-timeout", "180", "--concurrency", "1", "--db", "parley.db", "--out", "out.jsonl",
+        "run",
+        "--tasks",
+        "tasks.jsonl",
+        "--base-url",
+        &url,
+        "--model",
+        "smollm2",
+        "--tool-mode",
+        "json",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "64",
+        "--max-steps",
+        "3",
+        "--user",
+        "llm",
+        "--user-max-tokens",
+        "40",
+        "--max-turns",
+        "2",
+        "--call-timeout",
+        "180",
+        "--concurrency",
+        "1",
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
     ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", text(&out.stderr));

@@ -9,5 +9,6 @@ mod llama;
 mod remote;
 mod run;
 mod tau2;
+mod tau2_export;
 mod usage;
 mod users;

@@ -46,6 +46,40 @@ async fn the_oracle_solves_every_airline_task() {
     assert!(show.contains("Hi! How can I help you today?"), "{show}");
     let replay = ok(&work.parley(&["replay", "--run", "1", "--db", "parley.db"]));
     assert!(replay.contains("replayed 50 sessions of run 1: 0 tool outputs drifted, 0 rewards changed"), "{replay}");
+
+    // The run exported as tau2's results document, which tau2 itself re-scores the same.
+    ok(&work.parley(&["export", "1", "--format", "tau2", "--db", "parley.db", "--out", "results.json"]));
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(work.path("results.json")).unwrap()).unwrap();
+    let simulations = results["simulations"].as_array().unwrap();
+    assert_eq!(simulations.len(), 50);
+    assert!(simulations.iter().all(|s| s["reward_info"]["reward"] == 1.0), "{}", simulations[0]);
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv-tau2");
+    if venv.join(".parley-ready-26.3").is_file() {
+        let out = std::process::Command::new(venv.join("bin/tau2"))
+            .args(["evaluate-trajs", "results.json", "--output-dir", "rescored"])
+            .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            .env("NO_COLOR", "1")
+            .current_dir(work.dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let rescored: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(work.path("rescored/updated_results.json")).unwrap())
+                .unwrap();
+        let rewards: Vec<f64> = rescored["simulations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["reward_info"]["reward"].as_f64().unwrap())
+            .collect();
+        assert_eq!(rewards, vec![1.0; 50], "tau2 re-scores the run as Parley did");
+    } else {
+        assert!(
+            std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"),
+            "tau2 is not installed; run .ci/setup-tau2"
+        );
+    }
 }
 
 #[tokio::test]

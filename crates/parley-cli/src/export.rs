@@ -10,12 +10,16 @@ use serde_json::{Value, json};
 
 use crate::settings::RunSettings;
 
+mod tau2;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// NeMo Gym rollout rows: the task row, `response`, `reward` and the verifier's fields.
     NemoGym,
     /// OpenAI chat fine-tuning rows: `messages` (with tool calls) and `tools`.
     OpenaiChat,
+    /// tau2's results JSON (`SimulationRun` records), which `tau2 evaluate-trajs` can re-score.
+    Tau2,
 }
 
 /// What an export wrote.
@@ -38,6 +42,9 @@ pub async fn export(
     out: &mut dyn Write,
     mut failures: Option<&mut dyn Write>,
 ) -> anyhow::Result<Counts> {
+    if format == Format::Tau2 {
+        return export_tau2(store, run, tasks, settings, out).await;
+    }
     let mut counts = Counts::default();
     let mut after = 0;
     loop {
@@ -66,6 +73,7 @@ pub async fn export(
                     let response = response_object(&settings.model, produced, transcript.usage());
                     rollout_row(&task.row, response, &reward, task.index, session.trial as u32)
                 }
+                Format::Tau2 => unreachable!("tau2 documents are written by export_tau2"),
                 Format::OpenaiChat => {
                     let messages: Vec<Value> = transcript.messages.iter().map(chat_message).collect();
                     let tools: Vec<Value> = task.tools.iter().map(|t| t.to_chat_json()).collect();
@@ -76,6 +84,62 @@ pub async fn export(
             counts.rows += 1;
         }
     }
+    Ok(counts)
+}
+
+/// One tau2 Results document for the run's scored sessions, streamed a page at a time.
+async fn export_tau2(
+    store: &SqliteStore,
+    run: RunId,
+    tasks: &[std::sync::Arc<Task>],
+    settings: &RunSettings,
+    out: &mut dyn Write,
+) -> anyhow::Result<Counts> {
+    let Some(domain) = settings.env.strip_prefix("tau2:") else {
+        anyhow::bail!("--format tau2 exports tau2 runs; run {run} ran `{}`", settings.env);
+    };
+    let info = json!({
+        "num_trials": settings.trials,
+        "max_steps": settings.max_steps,
+        "agent_info": {"implementation": "parley", "llm": settings.model},
+        "user_info": {"implementation": format!("parley-{:?}", settings.user.kind).to_lowercase(),
+                      "llm": settings.user.model.as_deref().unwrap_or(&settings.model)},
+    });
+    let mut writer = tau2::ResultsWriter::start(out, domain, info, tasks)?;
+    let mut counts = Counts::default();
+    let mut after = 0;
+    loop {
+        let page = store.sessions_page(run, after, PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = last.id;
+        for session in page.iter().filter(|s| s.status == "finished") {
+            let Some(termination) = session.termination.as_deref() else { continue };
+            if Termination::parse(termination).is_none_or(Termination::is_infrastructure) {
+                counts.failures += 1;
+                continue;
+            }
+            let task = tasks.get(session.task_index as usize).ok_or_else(|| {
+                anyhow::anyhow!("session {} names task {}, which the run lacks", session.id, session.task_index)
+            })?;
+            let transcript = store.transcript(session.id).await?;
+            let reward = store.latest_score(session.id).await?;
+            let messages: Vec<parley_core::Message> =
+                transcript.messages.into_iter().filter(|m| m.role != parley_core::Role::System).collect();
+            writer.simulation(&tau2::Session {
+                id: session.id,
+                task,
+                trial: session.trial as u32,
+                seed: session.seed as u64,
+                termination,
+                reward: reward.as_ref(),
+                messages: &messages,
+                tool_calls: &transcript.tool_calls,
+                duration_ms: session.duration_ms.unwrap_or(0.0),
+            })?;
+            counts.rows += 1;
+        }
+    }
+    writer.finish()?;
     Ok(counts)
 }
 
