@@ -3,12 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{PARLEY, Stub, Workdir, run, text};
-
-fn ok(out: &std::process::Output) -> String {
-    assert!(out.status.success(), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
-    text(&out.stdout)
-}
+use crate::harness::{PARLEY, Stub, Workdir, ok, run, text};
 
 async fn exec(work: &Workdir, sql: &str) {
     let db = work.db().await;

@@ -123,3 +123,14 @@ pub fn run(work: &Workdir, stub: &Stub, extra: &[&str]) -> Output {
     args.extend(extra);
     work.parley(&args)
 }
+
+/// A command's stdout, after checking it succeeded (its output is shown when it did not).
+pub fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// The repository's root folder.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository root")
+}

@@ -2,14 +2,9 @@
 //! SmolLM2-135M-Instruct (both from PyPI, built by `.ci/setup-llama`) plays the agent, through
 //! the JSON-schema tool mode since it cannot call tools natively, and the simulated user.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use crate::harness::{Workdir, text};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
+use crate::harness::{Workdir, root, text};
 
 /// Stops the server when the test ends, however it ends.
 struct Server {

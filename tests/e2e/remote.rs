@@ -4,11 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::harness::{Stub, Workdir, read_jsonl, text};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
+use crate::harness::{Stub, Workdir, ok, read_jsonl, root, text};
 
 fn peer(path: PathBuf, ready: PathBuf) -> Option<PathBuf> {
     if ready.is_file() {
@@ -18,11 +14,6 @@ fn peer(path: PathBuf, ready: PathBuf) -> Option<PathBuf> {
     assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
     eprintln!("\n*** SKIPPED: {message} ***\n");
     None
-}
-
-fn ok(out: &std::process::Output) -> String {
-    assert!(out.status.success(), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
-    text(&out.stdout)
 }
 
 #[tokio::test]

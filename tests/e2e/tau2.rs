@@ -4,18 +4,13 @@
 
 use std::path::PathBuf;
 
-use crate::harness::{Stub, Workdir, read_jsonl, text};
+use crate::harness::{Stub, Workdir, ok, read_jsonl, text};
 
 fn data() -> String {
     std::env::var("PARLEY_TAU2_DATA").unwrap_or_else(|_| {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2");
         dir.canonicalize().expect("tau2's data at ../shared/data/tau2").display().to_string()
     })
-}
-
-fn ok(out: &std::process::Output) -> String {
-    assert!(out.status.success(), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
-    text(&out.stdout)
 }
 
 #[tokio::test]

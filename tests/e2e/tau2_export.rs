@@ -20,16 +20,12 @@ use environment_tau2::{DomainOptions, load};
 use parley_core::{EnvSession, Environment, Message, Party, Reward, Role, Task, Termination, ToolCall, ToolCallRecord};
 use serde_json::{Value, json};
 
-use crate::harness::text;
+use crate::harness::{root, text};
 use writer::{ResultsWriter, Session};
 
 /// Airline tasks the oracle plays as they are: reads only, reads and writes, a booking, a
 /// communicated figure, and a task with no gold action at all.
 const ORACLE_TASKS: [&str; 8] = ["0", "1", "3", "7", "8", "11", "20", "33"];
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
 fn missing(message: &str) {
     assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");

@@ -4,12 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use crate::harness::{PARLEY, Stub, Workdir, read_jsonl, run, text};
-
-fn ok(out: &std::process::Output) -> String {
-    assert!(out.status.success(), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
-    text(&out.stdout)
-}
+use crate::harness::{PARLEY, Stub, Workdir, ok, read_jsonl, run, text};
 
 #[tokio::test]
 async fn an_llm_user_talks_with_the_agent_until_it_stops() {
