@@ -128,3 +128,32 @@ fn a_dry_run_needs_no_endpoint() {
     assert!(text(&out.stderr).contains("the built-in stub, a test double"));
     assert_eq!(read_jsonl(&work.path("dry.jsonl")).len(), 5);
 }
+
+#[tokio::test]
+async fn exports_stream_nemo_gym_and_openai_chat_rows_from_the_store() {
+    let work = Workdir::new();
+    work.tasks(4);
+    let stub = Stub::start(&[]);
+    let out = crate::harness::run(&work, &stub, &["--trials", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let export = |format: &str, file: &str| {
+        let out = work.parley(&["export", "1", "--format", format, "--db", "parley.db", "--out", file]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        read_jsonl(&work.path(file))
+    };
+    // The NeMo Gym export equals what the run wrote, row for row.
+    let mut exported: Vec<String> = export("nemo-gym", "ng.jsonl").iter().map(Value::to_string).collect();
+    let mut written: Vec<String> = read_jsonl(&work.path("out.jsonl")).iter().map(Value::to_string).collect();
+    exported.sort();
+    written.sort();
+    assert_eq!(exported, written);
+    // OpenAI chat rows: the whole conversation with tool calls and results, and the tools.
+    let chat = export("openai-chat", "chat.jsonl");
+    assert_eq!(chat.len(), 8);
+    let messages = chat[0]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]);
+    assert_eq!(messages[2]["tool_calls"][0]["function"]["name"], "get_synonym_value");
+    assert_eq!(messages[3]["tool_call_id"], messages[2]["tool_calls"][0]["id"]);
+    assert_eq!(chat[0]["tools"][0]["type"], "function");
+}
