@@ -13,6 +13,12 @@ pub fn data() -> Option<PathBuf> {
     if dir.join("derived/tools.openai.json").exists() {
         Some(dir)
     } else {
+        // CI sets PARLEY_REQUIRE_PEERS: there, missing data is a failure, not a skip.
+        assert!(
+            std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"),
+            "no tau2 data at {} (set PARLEY_TAU2_DATA)",
+            dir.display()
+        );
         eprintln!("skipped: no tau2 data at {} (set PARLEY_TAU2_DATA)", dir.display());
         None
     }
