@@ -15,7 +15,10 @@ fn data() -> Option<PathBuf> {
     let dir = std::env::var_os("PARLEY_TAU2_DATA")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2"));
-    dir.join("derived/tools.openai.json").exists().then_some(dir)
+    let found = dir.join("derived/tools.openai.json").exists();
+    // CI sets PARLEY_REQUIRE_PEERS: there, missing data is a failure, not a skip.
+    assert!(found || std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "no tau2 data at {}", dir.display());
+    found.then_some(dir)
 }
 
 /// A judge that finds every NL assertion met, so that the oracle test measures everything else.
