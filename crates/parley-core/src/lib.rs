@@ -23,7 +23,9 @@ pub mod view;
 pub use agent::{Agent, AgentFailure, AgentTurn, AgentView};
 pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
 pub use message::{Message, Role, ToolCall, ToolSpec};
-pub use model::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, Sampling, Usage};
+pub use model::{
+    ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Sampling, Usage,
+};
 pub use reward::Reward;
 pub use session::{Limits, Termination};
 pub use store::{

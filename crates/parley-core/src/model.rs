@@ -5,6 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::message::{Message, ToolSpec};
 
@@ -48,13 +49,87 @@ impl std::ops::AddAssign for Usage {
     }
 }
 
+/// A JSON document kept as its text. A request body is serialized once, sent as those bytes and
+/// stored as the same text; a response is kept as it arrived. No tree is built to be thrown away,
+/// which matters because a request holds the whole transcript and is sent on every turn.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(Box<RawValue>);
+
+impl RawJson {
+    /// Serializes `value` straight to text (no intermediate tree).
+    pub fn to_raw<T: Serialize + ?Sized>(value: &T) -> Result<RawJson, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(RawJson)
+    }
+
+    /// Takes text that must be one JSON document; it is checked, not rebuilt.
+    pub fn from_string(text: String) -> Result<RawJson, serde_json::Error> {
+        RawValue::from_string(text).map(RawJson)
+    }
+
+    /// Wraps text that serde_json has already checked.
+    pub fn from_raw(raw: Box<RawValue>) -> RawJson {
+        RawJson(raw)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The document as a tree, for readers that need one (tests, inspection).
+    pub fn to_value(&self) -> Value {
+        // The text was valid JSON when this value was made, so it parses.
+        serde_json::from_str(self.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl Default for RawJson {
+    fn default() -> RawJson {
+        RawJson::from(&Value::Null)
+    }
+}
+
+impl From<&Value> for RawJson {
+    fn from(value: &Value) -> RawJson {
+        // Serializing a `Value` cannot fail: its keys are strings and its numbers finite.
+        RawJson::to_raw(value).expect("a serde_json::Value serializes")
+    }
+}
+
+impl From<Value> for RawJson {
+    fn from(value: Value) -> RawJson {
+        RawJson::from(&value)
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &RawJson) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl std::fmt::Debug for RawJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+impl std::fmt::Display for RawJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
 /// The record of one model call as it goes to the store: the raw request and response bodies
 /// (never headers, so never a key), and what the call cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelCall {
     pub endpoint: String,
-    pub request: Value,
-    pub response: Option<Value>,
+    /// The request body exactly as sent.
+    pub request: RawJson,
+    /// The response body as received, when it was JSON.
+    pub response: Option<RawJson>,
     pub usage: Usage,
     pub latency: Duration,
     /// Attempts made, retries included.

@@ -1,51 +1,113 @@
 //! The Chat Completions wire format: requests built from borrowed transcripts, replies read
 //! from whatever the endpoint sent.
 
-use parley_core::{ChatRequest, Message, Role, ToolCall, Usage};
-use serde_json::{Map, Value, json};
+use parley_core::{ChatRequest, Message, RawJson, Role, ToolCall, ToolSpec, Usage};
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::Value;
 
-pub(crate) fn request_json(request: &ChatRequest<'_>) -> Value {
-    let mut body = Map::with_capacity(8);
-    body.insert("model".into(), Value::from(request.model));
-    body.insert("messages".into(), Value::Array(request.messages.iter().map(message_json).collect()));
-    if !request.tools.is_empty() {
-        body.insert("tools".into(), Value::Array(request.tools.iter().map(|t| t.to_chat_json()).collect()));
-    }
+/// The request body, serialized once, straight from the borrowed transcript: no JSON tree is
+/// built. Keys are written in sorted order, as a `serde_json::Value` would write them, so the
+/// bytes (and a stub's answers that depend on them) are what they have always been.
+pub(crate) fn request_body(request: &ChatRequest<'_>) -> RawJson {
     let sampling = request.sampling;
-    if let Some(t) = sampling.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = sampling.top_p {
-        body.insert("top_p".into(), json!(p));
-    }
-    if let Some(m) = sampling.max_tokens {
-        body.insert("max_tokens".into(), json!(m));
-    }
-    if let Some(s) = sampling.seed {
-        body.insert("seed".into(), json!(s));
-    }
-    if let Some(format) = request.response_format {
-        body.insert("response_format".into(), format.clone());
-    }
-    Value::Object(body)
+    let body = Body {
+        max_tokens: sampling.max_tokens,
+        messages: Seq(request.messages),
+        model: request.model,
+        response_format: request.response_format,
+        seed: sampling.seed,
+        temperature: sampling.temperature,
+        tools: (!request.tools.is_empty()).then_some(Seq(request.tools)),
+        top_p: sampling.top_p,
+    };
+    // Every field is a string, a number, a borrowed `Value` or a list of them: this cannot fail.
+    RawJson::to_raw(&body).expect("a chat request serializes")
 }
 
-fn message_json(message: &Message) -> Value {
-    let mut m = Map::with_capacity(4);
-    m.insert("role".into(), Value::from(message.role.as_str()));
-    m.insert("content".into(), message.content.as_deref().map_or(Value::Null, Value::from));
-    if !message.tool_calls.is_empty() {
-        let calls = message
-            .tool_calls
-            .iter()
-            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-            .collect();
-        m.insert("tool_calls".into(), Value::Array(calls));
+#[derive(Serialize)]
+struct Body<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    messages: Seq<'a, Message>,
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Seq<'a, ToolSpec>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+}
+
+/// A borrowed slice written as a JSON array, each item in its wire form.
+struct Seq<'a, T>(&'a [T]);
+
+impl<T> Serialize for Seq<'_, T>
+where
+    for<'b> Wire<'b, T>: Serialize,
+{
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(Wire))
     }
-    if let Some(id) = &message.tool_call_id {
-        m.insert("tool_call_id".into(), Value::from(id.as_str()));
+}
+
+/// One item in its Chat Completions form.
+struct Wire<'a, T>(&'a T);
+
+impl Serialize for Wire<'_, Message> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let m = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("content", &m.content)?;
+        map.serialize_entry("role", m.role.as_str())?;
+        if let Some(id) = &m.tool_call_id {
+            map.serialize_entry("tool_call_id", id)?;
+        }
+        if !m.tool_calls.is_empty() {
+            map.serialize_entry("tool_calls", &Seq(&m.tool_calls))?;
+        }
+        map.end()
     }
-    Value::Object(m)
+}
+
+impl Serialize for Wire<'_, ToolCall> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Function<'a> {
+            arguments: &'a str,
+            name: &'a str,
+        }
+        let c = self.0;
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("function", &Function { arguments: &c.arguments, name: &c.name })?;
+        map.serialize_entry("id", &c.id)?;
+        map.serialize_entry("type", "function")?;
+        map.end()
+    }
+}
+
+impl Serialize for Wire<'_, ToolSpec> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Function<'a> {
+            description: &'a str,
+            name: &'a str,
+            parameters: &'a Value,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            strict: bool,
+        }
+        let t = self.0;
+        let function =
+            Function { description: &t.description, name: &t.name, parameters: &t.parameters, strict: t.strict };
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("function", &function)?;
+        map.serialize_entry("type", "function")?;
+        map.end()
+    }
 }
 
 /// The assistant message, finish reason and usage of a chat completion, or why it is not one.
@@ -85,7 +147,88 @@ pub(crate) fn parse_reply(body: &Value) -> Result<(Message, Option<String>, Usag
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parley_core::{Sampling, ToolSpec};
+    use parley_core::Sampling;
+    use serde_json::{Map, json};
+
+    /// The request as a `Value` tree, the way it was built before bodies were serialized once:
+    /// the oracle that keeps the bytes on the wire unchanged.
+    fn request_json(request: &ChatRequest<'_>) -> Value {
+        let mut body = Map::with_capacity(8);
+        body.insert("model".into(), Value::from(request.model));
+        body.insert("messages".into(), Value::Array(request.messages.iter().map(message_json).collect()));
+        if !request.tools.is_empty() {
+            body.insert("tools".into(), Value::Array(request.tools.iter().map(|t| t.to_chat_json()).collect()));
+        }
+        let sampling = request.sampling;
+        if let Some(t) = sampling.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        if let Some(p) = sampling.top_p {
+            body.insert("top_p".into(), json!(p));
+        }
+        if let Some(m) = sampling.max_tokens {
+            body.insert("max_tokens".into(), json!(m));
+        }
+        if let Some(s) = sampling.seed {
+            body.insert("seed".into(), json!(s));
+        }
+        if let Some(format) = request.response_format {
+            body.insert("response_format".into(), format.clone());
+        }
+        Value::Object(body)
+    }
+
+    fn message_json(message: &Message) -> Value {
+        let mut m = Map::with_capacity(4);
+        m.insert("role".into(), Value::from(message.role.as_str()));
+        m.insert("content".into(), message.content.as_deref().map_or(Value::Null, Value::from));
+        if !message.tool_calls.is_empty() {
+            let calls = message
+                .tool_calls
+                .iter()
+                .map(
+                    |c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}),
+                )
+                .collect();
+            m.insert("tool_calls".into(), Value::Array(calls));
+        }
+        if let Some(id) = &message.tool_call_id {
+            m.insert("tool_call_id".into(), Value::from(id.as_str()));
+        }
+        Value::Object(m)
+    }
+
+    #[test]
+    fn the_body_is_byte_for_byte_the_value_tree() {
+        let messages = [
+            Message::system("policy \"quoted\" ünïcode"),
+            Message::user("hi"),
+            Message::assistant_calls(
+                Some("thinking".into()),
+                vec![ToolCall { id: "c".into(), name: "f".into(), arguments: "{\"a\": [1, 2]}".into() }],
+            ),
+            Message::tool_result("c", "out"),
+            Message::assistant_calls(None, vec![ToolCall { id: "d".into(), name: "g".into(), arguments: "".into() }]),
+        ];
+        let tools = [
+            ToolSpec {
+                name: "f".into(),
+                description: "d".into(),
+                parameters: json!({"type": "object", "properties": {"z": {}, "a": {}}}),
+                strict: false,
+            },
+            ToolSpec { name: "g".into(), description: String::new(), parameters: json!({}), strict: true },
+        ];
+        let format = json!({"type": "json_schema", "json_schema": {"schema": {"type": "object"}}});
+        let full = Sampling { temperature: Some(0.7), top_p: Some(0.95), max_tokens: Some(64), seed: Some(u64::MAX) };
+        for (sampling, tools, format) in
+            [(Sampling::default(), &tools[..], None), (full.clone(), &tools[..], Some(&format)), (full, &[][..], None)]
+        {
+            let request =
+                ChatRequest { model: "m", messages: &messages, tools, sampling: &sampling, response_format: format };
+            assert_eq!(request_body(&request).get(), request_json(&request).to_string());
+        }
+    }
 
     #[test]
     fn request_carries_tools_sampling_and_tool_results() {
@@ -96,13 +239,14 @@ mod tests {
         ];
         let tools = [ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}), strict: false }];
         let sampling = Sampling { temperature: Some(0.5), seed: Some(9), ..Sampling::default() };
-        let body = request_json(&ChatRequest {
+        let body = request_body(&ChatRequest {
             model: "m",
             messages: &messages,
             tools: &tools,
             sampling: &sampling,
             response_format: None,
-        });
+        })
+        .to_value();
         assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["name"], "f");
         assert_eq!(body["messages"][2]["tool_call_id"], "c");
         assert_eq!(body["tools"][0]["function"]["name"], "f");

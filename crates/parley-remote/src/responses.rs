@@ -13,7 +13,7 @@ pub mod wire;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use parley_core::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind};
+use parley_core::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson};
 use serde_json::Value;
 
 use crate::error::RemoteError;
@@ -80,12 +80,13 @@ impl ModelClient for ResponsesClient {
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
         let body = wire::request_json(&request);
         let started = Instant::now();
-        let mut call = ModelCall { endpoint: self.endpoint().to_owned(), request: body, ..ModelCall::default() };
+        let mut call =
+            ModelCall { endpoint: self.endpoint().to_owned(), request: RawJson::from(&body), ..ModelCall::default() };
         // A 200 whose body is not a response is asked again, within the same retry budget.
         let mut rounds = 0;
         loop {
             rounds += 1;
-            let result = self.server.post("/responses", &call.request, None, Retry::Transient).await;
+            let result = self.server.post("/responses", &body, None, Retry::Transient).await;
             call.latency = started.elapsed();
             call.attempts += 1;
             let (kind, message) = match result {
@@ -97,7 +98,7 @@ impl ModelClient for ResponsesClient {
                     } else {
                         ModelFailureKind::Status(exchange.status)
                     };
-                    call.response = serde_json::from_str(&exchange.body).ok();
+                    call.response = RawJson::from_string(exchange.body.clone()).ok();
                     (kind, format!("HTTP {}: {}", exchange.status, crate::error::head(&exchange.body, 300)))
                 }
                 Ok(exchange) => match serde_json::from_str::<Value>(&exchange.body) {
@@ -105,11 +106,11 @@ impl ModelClient for ResponsesClient {
                     Ok(response) => match wire::parse_reply(&response) {
                         Ok((message, finish_reason, usage)) => {
                             call.usage = usage;
-                            call.response = Some(response);
+                            call.response = Some(RawJson::from(&response));
                             return Ok(ChatReply { message, finish_reason, call });
                         }
                         Err(why) => {
-                            call.response = Some(response);
+                            call.response = Some(RawJson::from(&response));
                             (ModelFailureKind::MalformedResponse, format!("not a Responses object: {why}"))
                         }
                     },

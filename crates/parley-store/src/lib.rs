@@ -3,9 +3,11 @@
 //!
 //! Invariants: one writer task owns the only writing connection and batches the turns of all
 //! sessions into multi-row inserts, one transaction per batch; a caller's turn is acknowledged
-//! only after its transaction commits. Reads go through a separate pool and never block the
-//! writer (WAL mode).
+//! only after its transaction commits. A raw request is stored whole or as a delta against the
+//! previous call of its session and party ([`reconstruct`] gives it back whole). Reads go
+//! through a separate pool and never block the writer (WAL mode).
 
+mod delta;
 mod edit;
 mod load;
 mod read;
@@ -21,6 +23,7 @@ use parley_core::{RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, Sessio
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, QueryBuilder, SqliteConnection, SqlitePool};
 
+pub use delta::{DELTA_KEY, reconstruct};
 pub use load::{CallFigures, RunRecord, Transcript};
 pub use read::{SessionRow, TokenTotals, Tokens};
 use writer::{Writer, WriterHandle};
@@ -38,6 +41,21 @@ impl Default for StoreOptions {
     fn default() -> StoreOptions {
         StoreOptions { raw_model_calls: true }
     }
+}
+
+/// The benchmark switch that turns per-turn persistence off: with this variable set to `1`,
+/// turns are acknowledged without being written, and only each session's end (termination,
+/// reward, score) is committed, so the run's summary still works. It exists to measure what
+/// durability costs (`bench/run`); without stored turns an interrupted session starts over on
+/// resume, so it is no flag of `parley run`, and the store warns on every open.
+pub const NO_TURNS_VARIABLE: &str = "PARLEY_BENCH_NO_TURNS";
+
+fn turns_persisted() -> bool {
+    let off = std::env::var(NO_TURNS_VARIABLE).is_ok_and(|v| v == "1");
+    if off {
+        tracing::warn!("{NO_TURNS_VARIABLE}=1: turns are not stored, only how sessions end (a benchmark mode)");
+    }
+    !off
 }
 
 /// A SQLite file holding any number of runs.
@@ -74,7 +92,7 @@ impl SqliteStore {
             .map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
         MIGRATOR.run(&pool).await.map_err(|e| StoreError::Database(format!("migrating {}: {e}", path.display())))?;
         let conn = SqliteConnection::connect_with(&connect).await.map_err(db_error)?;
-        let writer = Writer::spawn(conn, options);
+        let writer = Writer::spawn(conn, options, turns_persisted());
         Ok(SqliteStore { pool, writer })
     }
 

@@ -1,10 +1,13 @@
 //! The single writer: it drains every session's pending turns, writes them as multi-row
 //! inserts in one transaction, and acknowledges each turn after the commit.
 
+use std::sync::Arc;
+
 use parley_core::{SessionId, SessionOutcome, StoreError, TurnRecord};
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::delta::Deltas;
 use crate::{StoreOptions, db_error};
 
 /// Turns taken into one transaction at most. Large enough to amortise the commit, small enough
@@ -28,6 +31,10 @@ enum Command {
 #[derive(Clone)]
 pub(crate) struct WriterHandle {
     tx: mpsc::UnboundedSender<Command>,
+    /// `false` only in the benchmark mode without per-turn persistence (see `NO_TURNS_VARIABLE`).
+    turns: bool,
+    /// Raw requests become deltas against the session's previous call; `None` without raw bodies.
+    deltas: Option<Arc<Deltas>>,
 }
 
 pub(crate) struct Writer {
@@ -36,10 +43,11 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn spawn(conn: SqliteConnection, options: StoreOptions) -> WriterHandle {
+    pub(crate) fn spawn(conn: SqliteConnection, options: StoreOptions, turns: bool) -> WriterHandle {
         let (tx, rx) = mpsc::unbounded_channel();
+        let deltas = options.raw_model_calls.then(Arc::default);
         tokio::spawn(Writer { conn, options }.run(rx));
-        WriterHandle { tx }
+        WriterHandle { tx, turns, deltas }
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
@@ -104,8 +112,10 @@ impl Writer {
                 b.push_bind(*session)
                     .push_bind(*seq as i64)
                     .push_bind(c.endpoint.as_str())
-                    .push_bind(raw.then(|| c.request.to_string()))
-                    .push_bind(if raw { c.response.as_ref().map(|r| r.to_string()) } else { None })
+                    // The bodies are bound as the text that went over the wire: no copy, no
+                    // second serialization.
+                    .push_bind(raw.then(|| c.request.get()))
+                    .push_bind(if raw { c.response.as_ref().map(|r| r.get()) } else { None })
                     .push_bind(c.usage.prompt_tokens as i64)
                     .push_bind(c.usage.completion_tokens as i64)
                     .push_bind(c.latency.as_secs_f64() * 1e3)
@@ -182,15 +192,31 @@ impl WriterHandle {
         turn: TurnRecord,
         outcome: Option<SessionOutcome>,
     ) -> Result<(), StoreError> {
+        let mut turn = match (self.turns, outcome.is_some()) {
+            (true, _) => turn,
+            (false, false) => return Ok(()),
+            (false, true) => TurnRecord::default(),
+        };
+        // On the session's own task, so the writer does no more than write.
+        if let Some(deltas) = &self.deltas {
+            deltas.encode(session, &mut turn, outcome.is_some());
+        }
         let (done, ack) = oneshot::channel();
         self.tx
             .send(Command::Write(Write { session, turn, outcome, done }))
             .map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
-        match ack.await {
+        let result = match ack.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(StoreError::Database(e)),
             Err(_) => Err(StoreError::WriterGone("the writer task ended before committing".into())),
+        };
+        if result.is_err()
+            && let Some(deltas) = &self.deltas
+        {
+            // A later delta must never name a call that was not stored.
+            deltas.forget(session);
         }
+        result
     }
 
     pub(crate) async fn flush(&self) -> Result<(), StoreError> {

@@ -51,8 +51,8 @@ async fn a_tool_call_reply_is_parsed_and_recorded() {
     assert_eq!(reply.message.tool_calls[0].arguments, r#"{"key":"Key"}"#);
     assert_eq!(reply.call.attempts, 1);
     assert!(reply.call.usage.prompt_tokens > 0);
-    assert_eq!(reply.call.request["seed"], 3);
-    assert_eq!(reply.call.response.as_ref().unwrap()["object"], "chat.completion");
+    assert_eq!(reply.call.request.to_value()["seed"], 3);
+    assert_eq!(reply.call.response.as_ref().unwrap().to_value()["object"], "chat.completion");
 }
 
 #[tokio::test]
