@@ -1,0 +1,677 @@
+#!/usr/bin/env python3
+"""Parley against NeMo Gym on one machine, in one run: `bench/run` (the README's Performance section).
+
+One `parley stub` serves every system in the comparison, on the same task rows:
+  1. NeMo Gym's own pipeline: `gym env start` (its model server pointed at the stub, the
+     example_multi_step resources server, simple_agent), then `gym eval run` per concurrency;
+  2. Parley driving NeMo Gym's example_multi_step resources server (`--env nemo-gym`);
+  3. Parley with its Rust environment (`--env multi-step`), every turn persisted, and again with
+     raw bodies left out and with per-turn persistence off.
+Then the scale runs, each against a stub of its own with a fixed latency: 10,000 concurrent
+multi-turn sessions (`--user llm`, the stub plays the user), and 4,096 sessions at 500 ms.
+
+CPU is read from /proc/<pid>/stat (utime + stime) of every process involved, before and after,
+and from wait4's rusage for the measured command; peak memory is the process's VmHWM. Standard
+library only, so it runs under any Python 3.9+.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TICK = os.sysconf("SC_CLK_TCK")
+GYM_VERSION = "0.7.0"
+
+
+# ---------------------------------------------------------------- processes
+
+
+def stat_fields(pid):
+    """Fields of /proc/<pid>/stat after the command name (which may hold spaces)."""
+    with open(f"/proc/{pid}/stat") as f:
+        text = f.read()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(pid):
+    """utime + stime of one process (not its children), or None when it is gone."""
+    try:
+        fields = stat_fields(pid)
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    # After the name: state(0) ppid(1) ... utime(11) stime(12).
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def status_kib(pid, key):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return None
+
+
+def descendants(root):
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(stat_fields(entry)[1])
+            except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def tree_cpu(root):
+    return sum(c for c in (cpu_seconds(p) for p in [root] + descendants(root)) if c is not None)
+
+
+def tree_rss_kib(root):
+    return sum(r for r in (status_kib(p, "VmRSS") for p in [root] + descendants(root)) if r is not None)
+
+
+class Sampler(threading.Thread):
+    """Follows a command's process tree while it runs: the last CPU time seen of each
+    descendant (so the command's own CPU can be told from its children's) and the command's
+    peak resident memory (VmHWM)."""
+
+    def __init__(self, pid, period=0.1):
+        super().__init__(daemon=True)
+        self.pid, self.period = pid, period
+        self.child_cpu, self.hwm_kib = {}, 0
+        self.stopped = threading.Event()
+
+    def run(self):
+        while not self.stopped.is_set():
+            self.sample()
+            self.stopped.wait(self.period)
+
+    def sample(self):
+        hwm = status_kib(self.pid, "VmHWM")
+        if hwm:
+            self.hwm_kib = max(self.hwm_kib, hwm)
+        for p in descendants(self.pid):
+            cpu = cpu_seconds(p)
+            if cpu is not None:
+                self.child_cpu[p] = cpu
+
+    def stop(self):
+        self.stopped.set()
+        self.join()
+
+
+def measured(cmd, *, cwd, env=None, watch=(), log=None):
+    """Runs `cmd` to its end. Returns wall seconds, the command's own CPU seconds, its
+    descendants' CPU seconds, the CPU seconds of the `watch` processes (stub, servers) over the
+    same time, the command's peak RSS in KiB, and its stdout."""
+    before = {p: tree_cpu(p) for p in watch}
+    started = time.monotonic()
+    out = open(log, "w+") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=out, text=True)
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    stdout = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - started
+    sampler.stop()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = ""
+        if log:
+            out.seek(0)
+            tail = out.read()[-3000:]
+        raise SystemExit(f"bench: {' '.join(map(str, cmd))} failed ({proc.returncode}):\n{stdout[-2000:]}\n{tail}")
+    children = sum(sampler.child_cpu.values())
+    total = usage.ru_utime + usage.ru_stime
+    return {
+        "wall_s": wall,
+        "own_cpu_s": max(total - children, 0.0),
+        "children_cpu_s": children,
+        "watched_cpu_s": sum(tree_cpu(p) - before[p] for p in watch),
+        # VmHWM is the command's own peak; rusage's would count its children (a server it starts).
+        "peak_rss_kib": sampler.hwm_kib or usage.ru_maxrss,
+        "stdout": stdout,
+    }
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.load(r)
+
+
+class Stub:
+    """`parley stub` on a free loopback port."""
+
+    def __init__(self, parley, work, name, *args):
+        self.port = free_port()
+        self.log = open(work / f"{name}.log", "w")
+        self.proc = subprocess.Popen(
+            [parley, "stub", "--port", str(self.port), *map(str, args)], stdout=self.log, stderr=self.log
+        )
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        for _ in range(100):
+            try:
+                self.requests()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise SystemExit(f"bench: the stub did not start; see {self.log.name}")
+
+    def requests(self):
+        return get_json(f"http://127.0.0.1:{self.port}/stub/stats")["requests"]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def percentile(sorted_values, q):
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] * (1 - (pos - low)) + sorted_values[high] * (pos - low)
+
+
+# ---------------------------------------------------------------- the systems
+
+
+class NemoGym:
+    """NeMo Gym's servers (`gym env start`) in front of the stub; `gym eval run` per level."""
+
+    def __init__(self, work, stub):
+        self.venv = ROOT / ".venv-nemo-gym"
+        self.dir = work / "nemo-gym"
+        self.dir.mkdir()
+        # One shared venv for every server (shared/notes/nemo-gym.md §5: no `uv` here).
+        for d in [
+            "responses_api_models/openai_model",
+            "resources_servers/example_multi_step",
+            "responses_api_agents/simple_agent",
+            "environment_servers/legacy_agent",
+        ]:
+            (self.dir / "venvs" / d).mkdir(parents=True)
+            (self.dir / "venvs" / d / ".venv").symlink_to(self.venv)
+        (self.dir / "env.yaml").write_text(
+            f"policy_base_url: {stub.url}\npolicy_api_key: dummy\npolicy_model_name: stub\n"
+        )
+        self.env = dict(os.environ, PATH=f"{self.venv / 'bin'}:{os.environ['PATH']}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", 11000)) == 0:
+                raise SystemExit("bench: port 11000 (NeMo Gym's head server) is taken; stop whatever holds it")
+        self.log = open(self.dir / "env_start.log", "w")
+        started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [
+                self.venv / "bin/gym", "env", "start",
+                "--config", "resources_servers/example_multi_step/configs/example_multi_step.yaml",
+                "--config", "responses_api_models/openai_model/configs/openai_model.yaml",
+                f"+uv_venv_dir={self.dir / 'venvs'}", "+skip_venv_if_present=true",
+            ],
+            cwd=self.dir, env=self.env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        while "servers ready" not in (self.dir / "env_start.log").read_text():
+            if self.proc.poll() is not None or time.monotonic() - started > 300:
+                self.stop()
+                raise SystemExit(f"bench: gym env start failed; see {self.dir / 'env_start.log'}")
+            time.sleep(0.5)
+        self.start_s = time.monotonic() - started
+
+    def eval(self, tasks, repeats, concurrency, stub):
+        tag = f"c{concurrency}"
+        latencies = self.dir / f"{tag}.latencies.json"
+        output = self.dir / f"{tag}.jsonl"
+        cmd = [
+            self.venv / "bin/python", ROOT / "bench/gym_eval.py", "eval", "run", "--no-serve",
+            "--agent", "example_multi_step_simple_agent", "--input", tasks, "--output", output,
+            "--num-repeats", str(repeats), "--concurrency", str(concurrency),
+        ]
+        env = dict(self.env, PARLEY_BENCH_LATENCIES=str(latencies))
+        m = measured(cmd, cwd=self.dir, env=env, watch=[self.proc.pid, stub.proc.pid], log=self.dir / f"{tag}.log")
+        rows = [json.loads(line) for line in output.read_text().splitlines() if line.strip()]
+        records = json.loads(latencies.read_text())
+        ends = [end for end, _ in records]
+        starts = [end - seconds for end, seconds in records]
+        durations = sorted(seconds * 1e3 for _, seconds in records)
+        n = len(rows)
+        return {
+            "system": "NeMo Gym: gym eval run",
+            "concurrency": concurrency,
+            "rollouts": n,
+            "scored": sum("reward" in r for r in rows),
+            "rollouts_per_s": n / (max(ends) - min(starts)),
+            "rollouts_per_s_wall": n / m["wall_s"],
+            "orchestrator_cpu_ms": (m["own_cpu_s"] + m["children_cpu_s"]) * 1e3 / n,
+            "total_cpu_ms": (m["own_cpu_s"] + m["children_cpu_s"] + m["watched_cpu_s"]) * 1e3 / n,
+            "peak_rss_mib": m["peak_rss_kib"] / 1024,
+            "servers_rss_mib": tree_rss_kib(self.proc.pid) / 1024,
+            "session_p50_ms": percentile(durations, 0.5),
+            "session_p99_ms": percentile(durations, 0.99),
+        }
+
+    def stop(self):
+        # `gym env start` stops its servers (and Ray) on SIGTERM to its process group.
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+RUN_LINE = re.compile(r"(\d+) sessions in ([\d.]+) s")
+
+
+def parley_run(parley, work, name, args, *, watch, env=None):
+    """One `parley run` on a fresh database; its figures from its own summary and metrics."""
+    run_dir = work / name
+    run_dir.mkdir()
+    cmd = [parley, "run", *map(str, args), "--db", run_dir / "parley.db", "--out", run_dir / "rollouts.jsonl"]
+    m = measured(cmd, cwd=run_dir, env=dict(os.environ, **(env or {})), watch=watch, log=run_dir / "run.log")
+    found = RUN_LINE.search(m["stdout"])
+    if not found:
+        raise SystemExit(f"bench: no run line in the output of {name}:\n{m['stdout']}")
+    sessions, seconds = int(found.group(1)), float(found.group(2))
+    metrics = json.loads(
+        subprocess.run(
+            [parley, "metrics", "1", "--db", run_dir / "parley.db", "--json"], check=True, capture_output=True, text=True
+        ).stdout
+    )
+    failures = run_dir / "rollouts_failures.jsonl"
+    return {
+        "rollouts": sessions,
+        "scored": metrics["reward"]["n"],
+        "failures": sum(1 for _ in open(failures)) if failures.exists() else 0,
+        "rollouts_per_s": sessions / seconds,
+        "rollouts_per_s_wall": sessions / m["wall_s"],
+        "orchestrator_cpu_ms": m["own_cpu_s"] * 1e3 / sessions,
+        "total_cpu_ms": (m["own_cpu_s"] + m["children_cpu_s"] + m["watched_cpu_s"]) * 1e3 / sessions,
+        "peak_rss_mib": m["peak_rss_kib"] / 1024,
+        "session_p50_ms": metrics["latency_ms"]["session_p50"],
+        "session_p99_ms": metrics["latency_ms"]["session_p99"],
+        "model_calls": metrics["tokens"]["model_calls"] + metrics["user_tokens"]["model_calls"],
+        "elapsed_s": seconds,
+        "db_mib": sum(p.stat().st_size for p in run_dir.glob("parley.db*")) / 2**20,
+    }
+
+
+# ---------------------------------------------------------------- the run
+
+
+def plan(quick):
+    if quick:
+        return {
+            "tasks": 20,
+            "gym": [(4, 1)],  # (concurrency, repeats of the task rows)
+            "parley_gym": [(4, 1)],
+            "parley": [(16, 10)],
+            "persistence": (16, 10),
+            "scale": {"sessions": 300, "latency_ms": 50, "user_turns": 2},
+            "fixed": {"concurrency": 256, "latency_ms": 100, "waves": 2},
+            "persistence_bound": {"concurrency": 32, "latency_ms": 50, "waves": 2},
+        }
+    return {
+        "tasks": 200,
+        "gym": [(1, 3), (16, 5), (64, 5), (256, 5)],
+        "parley_gym": [(1, 3), (16, 10), (64, 10), (256, 10)],
+        "parley": [(1, 10), (16, 100), (64, 100), (256, 100), (1024, 100)],
+        "persistence": (256, 100),
+        "scale": {"sessions": 10_000, "latency_ms": 2000, "user_turns": 2},
+        "fixed": {"concurrency": 4096, "latency_ms": 500, "waves": 4},
+        "persistence_bound": {"concurrency": 256, "latency_ms": 100, "waves": 10},
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smoke run (seconds): checks the benchmarks work")
+    parser.add_argument("--parley", default=str(ROOT / "target/release/parley"), help="the parley binary")
+    parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    if not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
+        raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
+    p = plan(args.quick)
+    parley = args.parley
+    work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
+    print(f"bench: work directory {work}", file=sys.stderr)
+    results = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "machine": {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()},
+        "nemo_gym_version": GYM_VERSION,
+        "plan": p,
+        "rows": [],
+    }
+    rows = results["rows"]
+    tasks = work / "tasks.jsonl"
+    subprocess.run([parley, "tasks", "multi-step", "--count", str(p["tasks"]), "--out", tasks], check=True,
+                   capture_output=True)
+    stub = Stub(parley, work, "stub")
+    gym = None
+    try:
+        # 1. NeMo Gym's own pipeline.
+        gym = NemoGym(work, stub)
+        results["nemo_gym_start_s"] = gym.start_s
+        for concurrency, repeats in p["gym"]:
+            row = gym.eval(tasks, repeats, concurrency, stub)
+            rows.append(row)
+            show(row)
+        gym.stop()
+        gym = None
+
+        # 2. Parley driving NeMo Gym's resources server (Parley starts it, as NeMo Gym would).
+        site = next((ROOT / ".venv-nemo-gym/lib").glob("python3*/site-packages"))
+        config = site / "resources_servers/example_multi_step/configs/example_multi_step.yaml"
+        for concurrency, trials in p["parley_gym"]:
+            row = parley_run(
+                parley, work, f"parley-gym-c{concurrency}",
+                ["--env", "nemo-gym", "--config", config, "--gym-venv", ROOT / ".venv-nemo-gym",
+                 "--tasks", tasks, "--trials", trials, "--base-url", stub.url, "-c", concurrency],
+                watch=[stub.proc.pid],
+            )
+            row.update(system="Parley → NeMo Gym resources server", concurrency=concurrency)
+            rows.append(row)
+            show(row)
+
+        # 3. Parley with its Rust environment, every turn and raw body persisted.
+        for concurrency, trials in p["parley"]:
+            row = parley_run(
+                parley, work, f"parley-c{concurrency}",
+                ["--env", "multi-step", "--tasks", tasks, "--trials", trials, "--base-url", stub.url,
+                 "-c", concurrency],
+                watch=[stub.proc.pid],
+            )
+            row.update(system="Parley, Rust environment", concurrency=concurrency)
+            rows.append(row)
+            show(row)
+
+        # Persistence: every turn with raw bodies / without raw bodies / no per-turn writes.
+        concurrency, trials = p["persistence"]
+        persistence = []
+        for mode, extra, env in [
+            ("every turn, raw bodies", [], {}),
+            ("every turn, no raw bodies", ["--no-raw-calls"], {}),
+            ("off (session ends only)", [], {"PARLEY_BENCH_NO_TURNS": "1"}),
+            ("every turn, raw bodies (again)", [], {}),
+            ("off (session ends only, again)", [], {"PARLEY_BENCH_NO_TURNS": "1"}),
+        ]:
+            row = parley_run(
+                parley, work, f"persistence-{len(persistence)}",
+                ["--env", "multi-step", "--tasks", tasks, "--trials", trials, "--base-url", stub.url,
+                 "-c", concurrency, *extra],
+                watch=[stub.proc.pid], env=env,
+            )
+            row.update(system=f"Parley, persistence {mode}", concurrency=concurrency, persistence=mode)
+            persistence.append(row)
+            show(row)
+        results["persistence"] = persistence
+    finally:
+        if gym:
+            gym.stop()
+        stub.stop()
+
+    # 4. Scale: many concurrent multi-turn sessions, and a fixed latency at 4,096.
+    results["scale"] = scale(parley, work, p)
+
+    results["summary"] = summarize(results)
+    report(results)
+    if args.quick:
+        check_quick(results)
+        out = work / "results.json"
+        out.write_text(json.dumps(results, indent=2))
+        print(f"bench: quick results in {out} (not kept in bench/results)", file=sys.stderr)
+    else:
+        out_dir = Path(args.results)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stamp = results["date"].replace(":", "").replace("+0000", "Z")
+        for name in [f"{stamp}.json", "latest.json"]:
+            (out_dir / name).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"bench: results in {out_dir / (stamp + '.json')} and {out_dir / 'latest.json'}", file=sys.stderr)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def scale(parley, work, p):
+    out = {}
+    s = p["scale"]
+    stub = Stub(parley, work, "stub-scale", "--latency-ms", s["latency_ms"], "--user-turns", s["user_turns"])
+    tasks = work / "tasks-scale.jsonl"
+    subprocess.run([parley, "tasks", "multi-step", "--count", str(s["sessions"]), "--out", tasks], check=True,
+                   capture_output=True)
+    try:
+        before = stub.requests()
+        row = parley_run(
+            parley, work, "scale-multi-turn",
+            ["--env", "multi-step", "--user", "llm", "--tasks", tasks, "--base-url", stub.url,
+             "-c", s["sessions"], "--call-timeout", 600, "--session-timeout", 3600],
+            watch=[stub.proc.pid],
+        )
+        calls = (stub.requests() - before) / row["rollouts"]
+        row.update(ideal(row, s["sessions"], calls, s["latency_ms"]))
+        row.update(system="Parley, multi-turn (--user llm)", concurrency=s["sessions"])
+        out["multi_turn"] = row
+        show(row)
+    finally:
+        stub.stop()
+
+    f = p["fixed"]
+    stub = Stub(parley, work, "stub-fixed", "--latency-ms", f["latency_ms"])
+    sessions = f["concurrency"] * f["waves"]
+    tasks = work / "tasks-fixed.jsonl"
+    subprocess.run([parley, "tasks", "multi-step", "--count", str(sessions), "--out", tasks], check=True,
+                   capture_output=True)
+    try:
+        before = stub.requests()
+        row = parley_run(
+            parley, work, "scale-fixed-latency",
+            ["--env", "multi-step", "--tasks", tasks, "--base-url", stub.url, "-c", f["concurrency"],
+             "--call-timeout", 600, "--session-timeout", 3600],
+            watch=[stub.proc.pid],
+        )
+        calls = (stub.requests() - before) / row["rollouts"]
+        row.update(ideal(row, f["concurrency"], calls, f["latency_ms"]))
+        row.update(system=f"Parley, {f['latency_ms']} ms stub latency", concurrency=f["concurrency"])
+        out["fixed_latency"] = row
+        show(row)
+    finally:
+        stub.stop()
+
+    # Persistence on and off when the model, not the orchestrator's CPU, sets the pace.
+    b = p["persistence_bound"]
+    stub = Stub(parley, work, "stub-persistence", "--latency-ms", b["latency_ms"])
+    sessions = b["concurrency"] * b["waves"]
+    tasks = work / "tasks-persistence.jsonl"
+    subprocess.run([parley, "tasks", "multi-step", "--count", str(sessions), "--out", tasks], check=True,
+                   capture_output=True)
+    rows = []
+    try:
+        for i, (mode, env) in enumerate([("on", {}), ("off", {"PARLEY_BENCH_NO_TURNS": "1"})] * 2):
+            before = stub.requests()
+            row = parley_run(
+                parley, work, f"persistence-bound-{i}",
+                ["--env", "multi-step", "--tasks", tasks, "--base-url", stub.url, "-c", b["concurrency"]],
+                watch=[stub.proc.pid], env=env,
+            )
+            row.update(ideal(row, b["concurrency"], (stub.requests() - before) / row["rollouts"], b["latency_ms"]))
+            row.update(system=f"Parley, {b['latency_ms']} ms, persistence {mode}", concurrency=b["concurrency"],
+                       persistence=mode)
+            rows.append(row)
+            show(row)
+    finally:
+        stub.stop()
+    out["persistence_model_bound"] = rows
+    return out
+
+
+def ideal(row, concurrency, calls_per_session, latency_ms):
+    """The ideal: every session waits only on its model calls, one after another, and
+    `concurrency` sessions are always in flight."""
+    session_s = calls_per_session * latency_ms / 1e3
+    # The ideal run takes whole waves of `concurrency` sessions.
+    waves = -(-row["rollouts"] // concurrency)
+    best = row["rollouts"] / (waves * session_s)
+    return {
+        "latency_ms": latency_ms,
+        "model_calls_per_session": calls_per_session,
+        "ideal_session_s": session_s,
+        "ideal_rollouts_per_s": best,
+        "of_ideal": row["rollouts_per_s"] / best,
+    }
+
+
+def summarize(results):
+    rows = results["rows"]
+    gym = [r for r in rows if r["system"].startswith("NeMo Gym")]
+    rust = [r for r in rows if r["system"] == "Parley, Rust environment"]
+    via_gym = [r for r in rows if r["system"].startswith("Parley → NeMo Gym")]
+    best_gym = max(gym, key=lambda r: r["rollouts_per_s"])
+    best_rust = max(rust, key=lambda r: r["rollouts_per_s"])
+    for r in rows:
+        r["x_nemo_gym_best"] = r["rollouts_per_s"] / best_gym["rollouts_per_s"]
+    persistence = results["persistence"]
+    on = [r["rollouts_per_s"] for r in persistence if r["persistence"].startswith("every turn, raw")]
+    off = [r["rollouts_per_s"] for r in persistence if r["persistence"].startswith("off")]
+    on_mean, off_mean = sum(on) / len(on), sum(off) / len(off)
+    scale = results["scale"]
+    bound = scale["persistence_model_bound"]
+    bound_on = [r["rollouts_per_s"] for r in bound if r["persistence"] == "on"]
+    bound_off = [r["rollouts_per_s"] for r in bound if r["persistence"] == "off"]
+    bound_cost = 1 - (sum(bound_on) / len(bound_on)) / (sum(bound_off) / len(bound_off))
+    return {
+        "nemo_gym_best_rollouts_per_s": best_gym["rollouts_per_s"],
+        "parley_best_rollouts_per_s": best_rust["rollouts_per_s"],
+        "parley_via_gym_best_rollouts_per_s": max(r["rollouts_per_s"] for r in via_gym),
+        "speedup_vs_nemo_gym": best_rust["rollouts_per_s"] / best_gym["rollouts_per_s"],
+        "parley_orchestrator_cpu_ms_min": min(r["orchestrator_cpu_ms"] for r in rust),
+        "parley_orchestrator_cpu_ms_max": max(r["orchestrator_cpu_ms"] for r in rust),
+        "nemo_gym_total_cpu_ms_min": min(r["total_cpu_ms"] for r in gym),
+        "persistence_on_rollouts_per_s": on,
+        "persistence_off_rollouts_per_s": off,
+        "persistence_cost": 1 - on_mean / off_mean,
+        "persistence_model_bound_on_rollouts_per_s": bound_on,
+        "persistence_model_bound_off_rollouts_per_s": bound_off,
+        "persistence_cost_model_bound": bound_cost,
+        "multi_turn_sessions": scale["multi_turn"]["rollouts"],
+        "multi_turn_peak_rss_mib": scale["multi_turn"]["peak_rss_mib"],
+        "multi_turn_of_ideal": scale["multi_turn"]["of_ideal"],
+        "fixed_latency_of_ideal": scale["fixed_latency"]["of_ideal"],
+        "targets": {
+            "25x NeMo Gym's best rollouts/s": best_rust["rollouts_per_s"] >= 25 * best_gym["rollouts_per_s"],
+            "orchestrator CPU < 0.5 ms/rollout, every turn persisted": min(r["orchestrator_cpu_ms"] for r in rust)
+            < 0.5,
+            "10,000 concurrent sessions < 1 GiB resident": scale["multi_turn"]["peak_rss_mib"] < 1024,
+            "4,096 x 500 ms within 5% of ideal": scale["fixed_latency"]["of_ideal"] >= 0.95,
+            "persistence on vs off < 10% throughput (model-bound)": bound_cost < 0.10,
+            "persistence on vs off < 10% throughput (CPU-bound, stub without latency)": 1 - on_mean / off_mean < 0.10,
+        },
+    }
+
+
+COLUMNS = [
+    ("system", "{}", 50),
+    ("concurrency", "{}", 6),
+    ("rollouts", "{}", 7),
+    ("rollouts_per_s", "{:.0f}", 9),
+    ("x_nemo_gym_best", "{:.1f}x", 7),
+    ("orchestrator_cpu_ms", "{:.2f}", 9),
+    ("total_cpu_ms", "{:.2f}", 9),
+    ("peak_rss_mib", "{:.0f}", 8),
+    ("session_p50_ms", "{:.1f}", 9),
+    ("session_p99_ms", "{:.1f}", 9),
+]
+HEADERS = ["system", "c", "n", "rollouts/s", "vs Gym", "orch ms", "total ms", "RSS MiB", "p50 ms", "p99 ms"]
+
+
+def cell(row, key, fmt, width):
+    value = row.get(key)
+    text = "-" if value is None else fmt.format(value)
+    return text.ljust(width) if key == "system" else text.rjust(width)
+
+
+def show(row):
+    print("  ".join(cell(row, k, f, w) for k, f, w in COLUMNS if k != "x_nemo_gym_best"), file=sys.stderr, flush=True)
+
+
+def report(results):
+    print()
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, (_, _, w)) in enumerate(zip(HEADERS, COLUMNS))))
+    for row in all_rows(results):
+        print("  ".join(cell(row, k, f, w) for k, f, w in COLUMNS))
+    s = results["summary"]
+    print()
+    print("rollouts/s: NeMo Gym's collection window (first dispatch to last completion) and Parley's sessions")
+    print("phase; CPU ms per rollout: orch = the orchestrator process (gym eval run / parley), total = with")
+    print("the stub and every server; RSS = the orchestrator's peak; p50/p99 = per-rollout latency.")
+    print(f"Parley (Rust environment) best {s['parley_best_rollouts_per_s']:.0f}/s = "
+          f"{s['speedup_vs_nemo_gym']:.1f}x NeMo Gym's best {s['nemo_gym_best_rollouts_per_s']:.0f}/s")
+    mt, fx = results["scale"]["multi_turn"], results["scale"]["fixed_latency"]
+    fx_b = results["scale"]["persistence_model_bound"][0]
+    print(f"{mt['rollouts']} concurrent multi-turn sessions ({mt['model_calls_per_session']:.1f} calls each, "
+          f"{mt['latency_ms']} ms): peak RSS {mt['peak_rss_mib']:.0f} MiB, {mt['rollouts_per_s']:.0f}/s of an ideal "
+          f"{mt['ideal_rollouts_per_s']:.0f}/s ({100 * mt['of_ideal']:.1f}%)")
+    print(f"{fx['concurrency']} sessions x {fx['latency_ms']} ms ({fx['rollouts']} sessions, "
+          f"{fx['model_calls_per_session']:.1f} calls each): {fx['rollouts_per_s']:.0f}/s of an ideal "
+          f"{fx['ideal_rollouts_per_s']:.0f}/s ({100 * fx['of_ideal']:.1f}%)")
+    print(f"persistence on vs off: {100 * s['persistence_cost']:.1f}% fewer rollouts/s with every turn persisted "
+          f"when the orchestrator's CPU sets the pace (stub without latency), "
+          f"{100 * s['persistence_cost_model_bound']:.1f}% when the model does "
+          f"({fx_b['concurrency']} sessions, {fx_b['latency_ms']} ms)")
+    if results["quick"]:
+        print("(--quick: too few rollouts for the targets to mean anything; they are not checked)")
+        return
+    for target, met in s["targets"].items():
+        print(f"  [{'met' if met else 'MISSED'}] {target}")
+
+
+def all_rows(results):
+    scale = results["scale"]
+    return (results["rows"] + results["persistence"] + [scale["multi_turn"], scale["fixed_latency"]]
+            + scale["persistence_model_bound"])
+
+
+def check_quick(results):
+    """What CI checks: every system ran every rollout, and every rollout was scored."""
+    problems = []
+    for row in all_rows(results):
+        if row["rollouts"] == 0 or row.get("scored", row["rollouts"]) != row["rollouts"] or row.get("failures"):
+            problems.append(f"{row['system']} c={row['concurrency']}: {row}")
+    if problems:
+        raise SystemExit("bench --quick: some rollouts did not complete:\n" + "\n".join(problems))
+    print("bench --quick: every system ran and scored every rollout", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
