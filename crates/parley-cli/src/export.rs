@@ -160,16 +160,40 @@ fn chat_message(m: &parley_core::Message) -> Value {
 
 /// A failure row as NeMo Gym writes its `_failures.jsonl` sidecar.
 pub fn failure_row(run: RunId, session: &SessionRow, task_row: &Value) -> Value {
-    let mut row = task_row.clone();
-    if let Some(map) = row.as_object_mut() {
-        map.insert("_ng_task_index".into(), json!(session.task_index));
-        map.insert("_ng_rollout_index".into(), json!(session.trial));
-        map.insert("_ng_failure_class".into(), json!(session.termination));
-        map.insert("_ng_failure_message".into(), json!(session.error));
-        map.insert("_parley_run".into(), json!(run));
-        map.insert("_parley_session".into(), json!(session.id));
+    let failure = Failure {
+        run,
+        session: session.id,
+        task_index: session.task_index,
+        trial: session.trial,
+        termination: session.termination.as_deref(),
+        error: session.error.as_deref(),
+    };
+    failure.row(task_row)
+}
+
+/// Where and how a session failed: what a failure row adds to its task row.
+pub struct Failure<'a> {
+    pub run: RunId,
+    pub session: i64,
+    pub task_index: i64,
+    pub trial: i64,
+    pub termination: Option<&'a str>,
+    pub error: Option<&'a str>,
+}
+
+impl Failure<'_> {
+    pub fn row(&self, task_row: &Value) -> Value {
+        let mut row = task_row.clone();
+        if let Some(map) = row.as_object_mut() {
+            map.insert("_ng_task_index".into(), json!(self.task_index));
+            map.insert("_ng_rollout_index".into(), json!(self.trial));
+            map.insert("_ng_failure_class".into(), json!(self.termination));
+            map.insert("_ng_failure_message".into(), json!(self.error));
+            map.insert("_parley_run".into(), json!(self.run));
+            map.insert("_parley_session".into(), json!(self.session));
+        }
+        row
     }
-    row
 }
 
 pub fn write_line(w: &mut dyn Write, row: &Value) -> anyhow::Result<()> {

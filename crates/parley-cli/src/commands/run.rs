@@ -14,7 +14,6 @@ use parley_core::{Agent, RunSpec, SessionSpec, SessionStore, Task, UserSimulator
 use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult};
 use parley_llm::{ChatClient, EndpointConfig};
 use parley_store::{SqliteStore, StoreOptions};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::environments::Environments;
@@ -430,16 +429,15 @@ fn rollout(model: &str, result: &SessionResult) -> serde_json::Value {
 }
 
 fn failure_row(run: i64, result: &SessionResult) -> serde_json::Value {
-    let mut row = result.task.row.clone();
-    if let Some(map) = row.as_object_mut() {
-        map.insert("_ng_task_index".into(), json!(result.task.index));
-        map.insert("_ng_rollout_index".into(), json!(result.trial));
-        map.insert("_ng_failure_class".into(), json!(result.outcome.termination.as_str()));
-        map.insert("_ng_failure_message".into(), json!(result.outcome.error));
-        map.insert("_parley_run".into(), json!(run));
-        map.insert("_parley_session".into(), json!(result.id));
-    }
-    row
+    let failure = crate::export::Failure {
+        run,
+        session: result.id,
+        task_index: result.task.index as i64,
+        trial: i64::from(result.trial),
+        termination: Some(result.outcome.termination.as_str()),
+        error: result.outcome.error.as_deref(),
+    };
+    failure.row(&result.task.row)
 }
 
 /// `out.jsonl` → `out_failures.jsonl`, as NeMo Gym names its sidecar.
