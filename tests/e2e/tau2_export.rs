@@ -117,6 +117,7 @@ impl Player {
             is_error,
             write,
             malformed,
+            truncated: false,
             duration: started.elapsed(),
         });
     }

@@ -20,7 +20,7 @@ pub enum Command {
     /// Serve the deterministic stub model (a test double, not a model) on loopback.
     Stub(StubArgs),
     /// Finish every unfinished session of a run from its last committed turn.
-    Resume(RunRef),
+    Resume(ResumeArgs),
     /// List the runs in a database with their counts and mean reward.
     Runs(DbArg),
     /// List the sessions of a run.
@@ -105,6 +105,17 @@ pub struct RunRef {
 }
 
 #[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub run: RunRef,
+    /// Also take up again the sessions that failed for a reason outside the agent (rate
+    /// limits, server errors, timeouts, dropped connections, environment errors), each from
+    /// its last committed turn.
+    #[arg(long)]
+    pub retry_failed: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct SessionsArgs {
     #[command(flatten)]
     pub run: RunRef,
@@ -114,6 +125,9 @@ pub struct SessionsArgs {
     /// Only sessions that ended this way, e.g. `agent_stop` or `infrastructure_error`.
     #[arg(long)]
     pub termination: Option<String>,
+    /// Only sessions that failed with this class, e.g. `rate_limited` or `timeout`.
+    #[arg(long)]
+    pub failure: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -249,9 +263,26 @@ pub struct RunArgs {
     /// Limit per model-call attempt, in seconds [default: 120].
     #[arg(long, value_name = "SECONDS")]
     pub call_timeout: Option<f64>,
-    /// Retries per model call after the first attempt [default: 3].
+    /// Retries per model call or server call after the first attempt, with exponential
+    /// backoff and jitter; a `Retry-After` is honoured [default: 3].
     #[arg(long, value_name = "N")]
     pub max_retries: Option<u32>,
+    /// Bytes of one model or server answer read at most; a larger one fails the attempt
+    /// [default: 16777216].
+    #[arg(long, value_name = "BYTES")]
+    pub max_response_bytes: Option<usize>,
+    /// Bytes of one tool output kept in the transcript; the rest is cut off, and the cut is
+    /// recorded [default: 1048576].
+    #[arg(long, value_name = "BYTES")]
+    pub max_tool_output: Option<usize>,
+    /// On SIGINT or SIGTERM, how long sessions in flight may take to finish their current turn
+    /// before they are cancelled; a second signal cancels at once [default: 30].
+    #[arg(long, value_name = "SECONDS")]
+    pub shutdown_grace: Option<f64>,
+    /// What an unreadable row of `--tasks` does: `fail` (the run does not start; every bad
+    /// line is named) or `skip` (bad lines are reported and left out) [default: fail].
+    #[arg(long, value_name = "HOW")]
+    pub bad_rows: Option<String>,
     /// Agent system prompt, put before each task's own messages.
     #[arg(long, value_name = "TEXT")]
     pub system_prompt: Option<String>,
@@ -359,6 +390,15 @@ pub struct StubArgs {
     /// Fraction of tool calls whose arguments are invalid (not JSON, or missing properties).
     #[arg(long, default_value_t = 0.0)]
     pub bad_arguments: f64,
+    /// Fraction of answers whose connection drops after the status line, before the body.
+    #[arg(long, default_value_t = 0.0)]
+    pub reset: f64,
+    /// Fraction of answers that are valid but `--huge-bytes` long.
+    #[arg(long, default_value_t = 0.0)]
+    pub huge: f64,
+    /// How long a huge answer's text is, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 32 << 20)]
+    pub huge_bytes: usize,
     /// Mixed into every fault decision.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

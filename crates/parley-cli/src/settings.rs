@@ -65,6 +65,10 @@ struct FileRun {
     user_replay_run: Option<i64>,
     max_turns: Option<u32>,
     stop_grace: Option<u32>,
+    max_tool_output: Option<usize>,
+    max_response_bytes: Option<usize>,
+    shutdown_grace: Option<f64>,
+    bad_rows: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -114,6 +118,37 @@ pub struct RunSettings {
     pub max_turns: u32,
     #[serde(default = "default_grace")]
     pub stop_grace: u32,
+    #[serde(default = "default_tool_output")]
+    pub max_tool_output: usize,
+    #[serde(default = "default_response_bytes")]
+    pub max_response_bytes: usize,
+    #[serde(default = "default_shutdown_grace")]
+    pub shutdown_grace_secs: f64,
+    #[serde(default)]
+    pub bad_rows: BadRows,
+}
+
+/// What a task file's unreadable rows do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BadRows {
+    /// The run refuses to start, naming every bad line.
+    #[default]
+    Fail,
+    /// The bad lines are reported and left out; the other rows run.
+    Skip,
+}
+
+fn default_tool_output() -> usize {
+    Limits::default().max_tool_output
+}
+
+fn default_response_bytes() -> usize {
+    16 << 20
+}
+
+fn default_shutdown_grace() -> f64 {
+    30.0
 }
 
 fn default_turns() -> u32 {
@@ -292,6 +327,14 @@ impl RunSettings {
             },
             max_turns: args.max_turns.or(f.max_turns).unwrap_or(Limits::default().max_turns),
             stop_grace: args.stop_grace.or(f.stop_grace).unwrap_or(Limits::default().stop_grace),
+            max_tool_output: args.max_tool_output.or(f.max_tool_output).unwrap_or_else(default_tool_output),
+            max_response_bytes: args.max_response_bytes.or(f.max_response_bytes).unwrap_or_else(default_response_bytes),
+            shutdown_grace_secs: args.shutdown_grace.or(f.shutdown_grace).unwrap_or_else(default_shutdown_grace),
+            bad_rows: match args.bad_rows.or(f.bad_rows).as_deref() {
+                None | Some("fail") => BadRows::Fail,
+                Some("skip") => BadRows::Skip,
+                Some(other) => return Err(usage(format!("--bad-rows `{other}`: choose fail or skip"))),
+            },
         };
         settings.check()?;
         Ok(settings)
@@ -306,11 +349,16 @@ impl RunSettings {
             ("--num-tasks", self.num_tasks as f64),
             ("--session-timeout", self.session_timeout_secs),
             ("--call-timeout", self.call_timeout_secs),
+            ("--max-tool-output", self.max_tool_output as f64),
+            ("--max-response-bytes", self.max_response_bytes as f64),
         ];
         for (flag, value) in positive {
             if !(value > 0.0 && value.is_finite()) {
                 return Err(usage(format!("{flag} must be greater than 0, not {value}")));
             }
+        }
+        if !(self.shutdown_grace_secs >= 0.0 && self.shutdown_grace_secs.is_finite()) {
+            return Err(usage(format!("--shutdown-grace must be 0 or more seconds, not {}", self.shutdown_grace_secs)));
         }
         if let Some(t) = self.sampling.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
             return Err(usage(format!("--temperature must be between 0 and 2, not {t}")));
@@ -416,6 +464,7 @@ impl RunSettings {
             timeout: Duration::from_secs_f64(self.session_timeout_secs),
             max_turns: self.max_turns,
             stop_grace: self.stop_grace,
+            max_tool_output: self.max_tool_output,
         }
     }
 }
@@ -426,8 +475,13 @@ fn load_file(explicit: Option<&Path>) -> anyhow::Result<File> {
         None if Path::new("parley.toml").is_file() => PathBuf::from("parley.toml"),
         None => return Ok(File::default()),
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| usage(format!("--config {}: {e}", path.display())))?;
-    toml::from_str(&text).map_err(|e| usage(format!("{}: {e}", path.display())))
+    let text = std::fs::read_to_string(&path).map_err(|e| usage(format!("--settings {}: {e}", path.display())))?;
+    parse_file(&text).map_err(|e| usage(format!("{}: {e}", path.display())))
+}
+
+/// Parses the text of a settings file: TOML with one `[run]` table of known keys.
+fn parse_file(text: &str) -> Result<File, toml::de::Error> {
+    toml::from_str(text)
 }
 
 #[cfg(test)]

@@ -16,6 +16,10 @@ pub struct Report {
     pub user_call_ms_p50: Option<f64>,
     pub user_call_ms_p99: Option<f64>,
     pub unfinished: usize,
+    /// Failed sessions by failure class.
+    pub failures: std::collections::BTreeMap<String, usize>,
+    /// Model-call retries over the run.
+    pub retries: i64,
 }
 
 impl Report {
@@ -39,8 +43,14 @@ impl Report {
         latencies.sort_by(f64::total_cmp);
         let mut user_latencies = store.call_latencies(run, "user").await?;
         user_latencies.sort_by(f64::total_cmp);
+        let mut failures = std::collections::BTreeMap::new();
+        for failure in rows.iter().filter(|r| r.status == "finished").filter_map(|r| r.failure.clone()) {
+            *failures.entry(failure).or_default() += 1;
+        }
         Ok(Report {
             run,
+            failures,
+            retries: rows.iter().map(|r| r.retries).sum(),
             unfinished: rows.len() - outcomes.len(),
             summary: summarize(&outcomes, trials),
             tokens: store.token_totals(run).await?,
@@ -67,6 +77,13 @@ impl Report {
         }
         let terminations: Vec<String> = s.terminations.iter().map(|(t, n)| format!("{t} {n}")).collect();
         writeln!(w, "terminations   {}", terminations.join(" · "))?;
+        if !self.failures.is_empty() {
+            let failures: Vec<String> = self.failures.iter().map(|(f, n)| format!("{f} {n}")).collect();
+            writeln!(w, "failures       {} (excluded from rewards and pass^k)", failures.join(" · "))?;
+        }
+        if self.retries > 0 {
+            writeln!(w, "retries        {} model-call retries", self.retries)?;
+        }
         match s.reward {
             Some(m) => writeln!(w, "reward         {:.3} ± {:.3} (95% interval, n={})", m.mean, m.ci95, m.n)?,
             None => writeln!(w, "reward         no scored sessions")?,
@@ -114,6 +131,8 @@ impl Report {
             "sessions": s.sessions,
             "unfinished": self.unfinished,
             "terminations": s.terminations,
+            "failures": self.failures,
+            "retries": self.retries,
             "reward": s.reward,
             "pass": s.pass.iter().map(|(k, at, hat)| serde_json::json!({"k": k, "pass_at_k": at, "pass_hat_k": hat})).collect::<Vec<_>>(),
             "tokens": {"prompt": self.tokens.agent.prompt_tokens, "completion": self.tokens.agent.completion_tokens, "model_calls": self.tokens.agent.model_calls},

@@ -27,7 +27,7 @@ pub use model::{
     ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Sampling, Usage,
 };
 pub use reward::Reward;
-pub use session::{Limits, Termination};
+pub use session::{FailureClass, Limits, Termination};
 pub use store::{
     MessageRecord, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, ToolCallRecord,
     TurnRecord,

@@ -160,6 +160,22 @@ pub enum ModelFailureKind {
     ContextWindowExceeded,
 }
 
+impl ModelFailureKind {
+    /// The class a session that ends on this failure is recorded with.
+    pub fn class(self) -> crate::FailureClass {
+        use crate::FailureClass;
+        match self {
+            ModelFailureKind::Transport => FailureClass::Connection,
+            ModelFailureKind::Status(429) => FailureClass::RateLimited,
+            ModelFailureKind::Status(400..=499) => FailureClass::Rejected,
+            ModelFailureKind::Status(_) => FailureClass::ServerError,
+            ModelFailureKind::Timeout => FailureClass::Timeout,
+            ModelFailureKind::MalformedResponse => FailureClass::MalformedResponse,
+            ModelFailureKind::ContextWindowExceeded => FailureClass::ContextWindowExceeded,
+        }
+    }
+}
+
 /// A call that failed after every retry allowed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]

@@ -72,6 +72,74 @@ impl Termination {
     }
 }
 
+/// What kind of failure ended a session that failed for a reason outside the agent: the class
+/// is recorded with the session, counted in the run's summary, and chosen for
+/// `parley resume --retry-failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// The endpoint kept answering 429.
+    RateLimited,
+    /// The endpoint kept answering 5xx (or another status retries did not fix).
+    ServerError,
+    /// The endpoint refused the request itself (4xx other than 429): a bad key, model or body.
+    Rejected,
+    /// No answer within the per-call timeout.
+    Timeout,
+    /// The connection was refused, reset or closed before the answer was whole.
+    Connection,
+    /// The answer was not what the protocol promises (not JSON, not a completion, too large).
+    MalformedResponse,
+    /// The prompt no longer fits the model's context window.
+    ContextWindowExceeded,
+    /// A tool or resources server failed: it could not be reached or answered with an error.
+    EnvironmentError,
+    /// The store could not commit a turn.
+    Store,
+    /// A bug in Parley: the session's task panicked.
+    Panic,
+}
+
+impl FailureClass {
+    pub const ALL: [FailureClass; 10] = [
+        FailureClass::RateLimited,
+        FailureClass::ServerError,
+        FailureClass::Rejected,
+        FailureClass::Timeout,
+        FailureClass::Connection,
+        FailureClass::MalformedResponse,
+        FailureClass::ContextWindowExceeded,
+        FailureClass::EnvironmentError,
+        FailureClass::Store,
+        FailureClass::Panic,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::RateLimited => "rate_limited",
+            FailureClass::ServerError => "server_error",
+            FailureClass::Rejected => "rejected",
+            FailureClass::Timeout => "timeout",
+            FailureClass::Connection => "connection",
+            FailureClass::MalformedResponse => "malformed_response",
+            FailureClass::ContextWindowExceeded => "context_window_exceeded",
+            FailureClass::EnvironmentError => "environment_error",
+            FailureClass::Store => "store",
+            FailureClass::Panic => "panic",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FailureClass> {
+        FailureClass::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for FailureClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl fmt::Display for Termination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -92,10 +160,19 @@ pub struct Limits {
     /// Agent turns granted when the user stops right after confirming an action the agent has
     /// not carried out yet (a premature stop); 0 ends such sessions at once.
     pub stop_grace: u32,
+    /// Bytes of one tool output the transcript keeps; the rest is cut off and the cut recorded.
+    pub max_tool_output: usize,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_steps: 30, max_turns: 30, max_errors: 5, timeout: Duration::from_secs(600), stop_grace: 1 }
+        Limits {
+            max_steps: 30,
+            max_turns: 30,
+            max_errors: 5,
+            timeout: Duration::from_secs(600),
+            stop_grace: 1,
+            max_tool_output: 1 << 20,
+        }
     }
 }

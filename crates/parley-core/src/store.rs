@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::message::Message;
 use crate::model::ModelCall;
 use crate::reward::Reward;
-use crate::session::Termination;
+use crate::session::{FailureClass, Termination};
 use crate::task::Task;
 
 pub type RunId = i64;
@@ -53,6 +53,8 @@ pub struct ToolCallRecord {
     pub write: bool,
     /// The call never reached the environment (bad JSON, unknown tool, schema violation).
     pub malformed: bool,
+    /// The output was longer than the session's limit and was cut off.
+    pub truncated: bool,
     pub duration: Duration,
 }
 
@@ -69,7 +71,11 @@ pub struct SessionOutcome {
     pub termination: Termination,
     pub reward: Option<Reward>,
     pub error: Option<String>,
+    /// Set when the session failed for a reason outside the agent (see [`FailureClass`]).
+    pub failure: Option<FailureClass>,
     pub steps: u32,
+    /// Model-call attempts beyond the first, over the whole session (the failed call's included).
+    pub retries: u32,
     pub duration: Duration,
 }
 

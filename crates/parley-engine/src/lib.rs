@@ -12,4 +12,4 @@ pub mod schema;
 mod session;
 
 pub use scheduler::Scheduler;
-pub use session::{Job, Parties, Prior, SessionResult, run_session};
+pub use session::{Job, Parties, Prior, SessionResult, Stop, run_session};

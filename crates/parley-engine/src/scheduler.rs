@@ -4,29 +4,29 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use parley_core::{Limits, SessionId, SessionOutcome, Task, Termination};
-use tokio_util::sync::CancellationToken;
+use parley_core::{FailureClass, Limits, SessionId, SessionOutcome, Task, Termination};
 use tracing::Instrument;
 
-use crate::session::{Job, Parties, SessionResult, run_session};
+use crate::session::{Job, Parties, SessionResult, Stop, run_session};
 
 #[derive(Clone)]
 pub struct Scheduler {
     pub parties: Parties,
     pub limits: Limits,
     pub concurrency: usize,
-    pub cancel: CancellationToken,
+    pub stop: Stop,
 }
 
 impl Scheduler {
-    /// Runs the jobs and yields each result as its session ends, in completion order. After a
-    /// cancel, sessions not yet started are skipped and running ones end as `cancelled`.
+    /// Runs the jobs and yields each result as its session ends, in completion order. Once
+    /// [`Stop`] is signalled, sessions not yet started are skipped and running ones end as
+    /// `cancelled` (at their next commit when draining, at once when aborted).
     pub fn run(&self, jobs: Vec<Job>) -> impl Stream<Item = SessionResult> + use<> {
         let this = self.clone();
         futures::stream::iter(jobs)
             .take_while({
-                let cancel = self.cancel.clone();
-                move |_| std::future::ready(!cancel.is_cancelled())
+                let stop = self.stop.clone();
+                move |_| std::future::ready(!stop.is_stopping())
             })
             .map(move |job| {
                 let this = this.clone();
@@ -36,8 +36,7 @@ impl Scheduler {
                     let (id, task, trial) = (job.id, job.task.clone(), job.trial);
                     let handle = tokio::spawn({
                         let this = this.clone();
-                        async move { run_session(&this.parties, job, &this.limits, &this.cancel).await }
-                            .instrument(span)
+                        async move { run_session(&this.parties, job, &this.limits, &this.stop).await }.instrument(span)
                     });
                     match handle.await {
                         Ok(result) => result,
@@ -69,7 +68,9 @@ fn panicked(id: SessionId, task: Arc<Task>, trial: u32, why: String) -> SessionR
             termination: Termination::InfrastructureError,
             reward: None,
             error: Some(format!("the session panicked: {why}")),
+            failure: Some(FailureClass::Panic),
             steps: 0,
+            retries: 0,
             duration: Default::default(),
         },
         produced_from,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parley_core::{
-    Agent, AgentFailure, AgentView, EnvSession, Environment, Limits, Message, MessageRecord, ModelCall,
+    Agent, AgentFailure, AgentView, EnvSession, Environment, FailureClass, Limits, Message, MessageRecord, ModelCall,
     ModelFailureKind, Party, Reward, Role, SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall,
     ToolCallRecord, TurnRecord, Usage, UserFailure, UserSimulator, UserStop, UserView, agent_view, user_view,
 };
@@ -74,7 +74,37 @@ enum Next {
 }
 
 /// How a session ended, before it is scored.
-type Ended = (Termination, Option<String>);
+struct Ended {
+    termination: Termination,
+    error: Option<String>,
+    failure: Option<FailureClass>,
+}
+
+impl Ended {
+    fn new(termination: Termination, error: Option<String>) -> Ended {
+        Ended { termination, error, failure: None }
+    }
+
+    /// A failure outside the agent, recorded with its class.
+    fn failed(termination: Termination, class: FailureClass, error: String) -> Ended {
+        Ended { termination, error: Some(error), failure: Some(class) }
+    }
+}
+
+/// How a run asks its sessions to stop. `drain` lets each session in flight finish the turn it
+/// is in and stop at the next commit; `abort` stops them at once. Either way a stopped session
+/// keeps its committed turns and stays pending, so `parley resume` continues it.
+#[derive(Debug, Clone, Default)]
+pub struct Stop {
+    pub drain: CancellationToken,
+    pub abort: CancellationToken,
+}
+
+impl Stop {
+    pub fn is_stopping(&self) -> bool {
+        self.drain.is_cancelled() || self.abort.is_cancelled()
+    }
+}
 
 struct State<'a> {
     id: SessionId,
@@ -96,12 +126,15 @@ struct State<'a> {
     /// Agent turns left after a premature user stop, and that stop.
     grace: u32,
     stopping: Option<UserStop>,
+    /// Model-call attempts beyond the first.
+    retries: u32,
 }
 
 impl State<'_> {
     fn push(&mut self, message: Message, call: Option<ModelCall>, party: Party) -> u32 {
         let seq = self.messages.len() as u32;
         if let Some(call) = &call {
+            self.retries += call.attempts.saturating_sub(1);
             match party {
                 Party::Agent => self.usage += call.usage,
                 Party::User => self.user_usage += call.usage,
@@ -115,7 +148,7 @@ impl State<'_> {
 
 /// Runs one session to its end and records it. Never returns an error: every failure becomes a
 /// termination reason. A job with a [`Prior`] continues after its last committed turn.
-pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, cancel: &CancellationToken) -> SessionResult {
+pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &Stop) -> SessionResult {
     let started = Instant::now();
     let Job { id, task, trial, seed, prior } = job;
     let mut state = State {
@@ -133,6 +166,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, cancel: &
         writes: Vec::new(),
         grace: limits.stop_grace,
         stopping: None,
+        retries: 0,
     };
     if let Some(prompt) = parties.agent.system_prompt() {
         state.push(Message::system(prompt), None, Party::Agent);
@@ -151,38 +185,67 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, cancel: &
         state.push(Message::assistant(greeting), None, Party::Agent);
     }
 
-    let (termination, error, reward) = match parties.environment.open(&task).await {
-        Err(e) => (Termination::EnvironmentError, Some(format!("opening the environment: {e}")), None),
+    // Whether the trajectory was whole and only its scoring failed: then its last turn is kept.
+    let mut scoring = false;
+    let (ended, reward) = match parties.environment.open(&task).await {
+        Err(e) => {
+            let error = format!("opening the environment: {e}");
+            (Ended::failed(Termination::EnvironmentError, FailureClass::EnvironmentError, error), None)
+        }
         Ok(mut env) => {
             let resumed = prior.is_some();
-            let ended = tokio::select! {
+            let mut ended = tokio::select! {
                 ended = async {
                     if let Some(prior) = &prior
                         && let Err(e) = replay_writes(env.as_mut(), &prior.tool_calls).await
                     {
-                        return (Termination::EnvironmentError, Some(e));
+                        return Ended::failed(Termination::EnvironmentError, FailureClass::EnvironmentError, e);
                     }
-                    drive(parties, &mut state, env.as_mut(), limits, resumed).await
+                    drive(parties, &mut state, env.as_mut(), limits, resumed, stop).await
                 } => ended,
-                () = tokio::time::sleep(limits.timeout) => {
-                    (Termination::Timeout, Some(format!("the session ran past its limit of {:?}", limits.timeout)))
-                }
-                () = cancel.cancelled() => (Termination::Cancelled, Some("the run was cancelled".into())),
+                () = tokio::time::sleep(limits.timeout) => Ended::new(
+                    Termination::Timeout,
+                    Some(format!("the session ran past its limit of {:?}", limits.timeout)),
+                ),
+                () = stop.abort.cancelled() => Ended::new(Termination::Cancelled, Some("the run was stopped".into())),
             };
-            let (termination, mut error) = ended;
             let mut reward = None;
-            if termination.is_scored() {
-                match env.score(&state.messages, termination).await {
+            if ended.termination.is_scored() {
+                scoring = true;
+                match env.score(&state.messages, ended.termination).await {
                     Ok(r) => reward = Some(r),
-                    Err(e) => error = Some(format!("scoring failed: {e}")),
+                    // The trajectory is whole but unscored: a failure of the environment, which
+                    // `--retry-failed` scores again without another model call.
+                    Err(e) => {
+                        ended = Ended::failed(
+                            Termination::EnvironmentError,
+                            FailureClass::EnvironmentError,
+                            format!("scoring failed: {e}"),
+                        );
+                    }
                 }
             }
             env.close().await;
-            (termination, error, reward)
+            (ended, reward)
         }
     };
 
-    let outcome = SessionOutcome { termination, reward, error, steps: state.steps, duration: started.elapsed() };
+    let Ended { termination, error, failure } = ended;
+    if failure.is_some() && !scoring {
+        // The turn in progress never completed: it is dropped, with any write it made, and a
+        // retry (`parley resume --retry-failed`) takes the session up from its last committed
+        // turn against an environment rebuilt from the committed writes.
+        state.pending = TurnRecord::default();
+    }
+    let outcome = SessionOutcome {
+        termination,
+        reward,
+        error,
+        failure,
+        steps: state.steps,
+        retries: state.retries,
+        duration: started.elapsed(),
+    };
     if termination == Termination::Cancelled {
         // A cancelled session keeps its committed turns and stays pending, so it can be resumed.
     } else if let Err(e) = parties.store.finish_session(id, std::mem::take(&mut state.pending), &outcome).await {
@@ -235,13 +298,20 @@ async fn drive(
     env: &mut dyn EnvSession,
     limits: &Limits,
     resumed: bool,
+    stop: &Stop,
 ) -> Ended {
     // The task's opening (and the agent's greeting) is the first turn.
     if !resumed && let Err(e) = commit(parties, state).await {
-        return (Termination::InfrastructureError, Some(e));
+        return store_failure(e);
+    }
+    if resumed && let Some(ended) = already_ended(&state.messages, parties.user.is_some()) {
+        return ended;
     }
     let mut next = next_after(&state.messages, parties.user.is_some());
     loop {
+        if stop.is_stopping() {
+            return Ended::new(Termination::Cancelled, Some("the run was stopped between turns".into()));
+        }
         next = match next {
             Next::Agent => match agent_turn(parties, state, env, limits).await {
                 Ok(next) => next,
@@ -253,9 +323,21 @@ async fn drive(
             },
         };
         if let Err(e) = commit(parties, state).await {
-            return (Termination::InfrastructureError, Some(e));
+            return store_failure(e);
         }
     }
+}
+
+fn store_failure(error: String) -> Ended {
+    Ended::failed(Termination::InfrastructureError, FailureClass::Store, error)
+}
+
+/// A resumed session whose last committed message already ended it (the agent's final answer,
+/// or its stop marker), and which failed after that, in scoring: it is scored again, with no
+/// further model call.
+fn already_ended(messages: &[Message], has_user: bool) -> Option<Ended> {
+    let last = messages.last().filter(|m| m.role == Role::Assistant && m.tool_calls.is_empty())?;
+    (!has_user || last.content_str().contains(AGENT_STOP)).then(|| Ended::new(Termination::AgentStop, None))
 }
 
 /// One agent step: a model call, then its tool calls if any. `Err` ends the session.
@@ -266,7 +348,7 @@ async fn agent_turn(
     limits: &Limits,
 ) -> Result<Next, Ended> {
     if state.steps >= limits.max_steps {
-        return Err((Termination::MaxSteps, Some(format!("the agent used all {} steps", limits.max_steps))));
+        return Err(Ended::new(Termination::MaxSteps, Some(format!("the agent used all {} steps", limits.max_steps))));
     }
     state.steps += 1;
     let turn = {
@@ -279,20 +361,23 @@ async fn agent_turn(
             state.push(turn.message.clone(), turn.call, Party::Agent);
             turn.message
         }
-        Err(AgentFailure::Model(failure)) => return Err(model_failure(failure.kind, failure.message)),
-        Err(AgentFailure::Agent { message, .. }) => return Err((Termination::AgentError, Some(message))),
+        Err(AgentFailure::Model(failure)) => {
+            state.retries += failure.call.attempts.saturating_sub(1);
+            return Err(model_failure(failure.kind, failure.message));
+        }
+        Err(AgentFailure::Agent { message, .. }) => return Err(Ended::new(Termination::AgentError, Some(message))),
     };
     if !message.tool_calls.is_empty() {
-        run_calls(state, env, Party::Agent, &message.tool_calls).await?;
+        run_calls(state, env, Party::Agent, &message.tool_calls, limits).await?;
         check_errors(state, limits)?;
         return Ok(Next::Agent);
     }
     if let Some(stop) = state.stopping {
         // The agent has had its grace turn after a premature stop: the user's stop stands.
-        return Err((Termination::UserStop, Some(format!("the user stopped with {}", stop.marker()))));
+        return Err(Ended::new(Termination::UserStop, Some(format!("the user stopped with {}", stop.marker()))));
     }
     if parties.user.is_none() || message.content_str().contains(AGENT_STOP) {
-        return Err((Termination::AgentStop, None));
+        return Err(Ended::new(Termination::AgentStop, None));
     }
     Ok(Next::User)
 }
@@ -305,10 +390,10 @@ async fn user_turn(
     limits: &Limits,
 ) -> Result<Next, Ended> {
     let Some(user) = &parties.user else {
-        return Err((Termination::AgentStop, None));
+        return Err(Ended::new(Termination::AgentStop, None));
     };
     if state.turns >= limits.max_turns {
-        return Err((Termination::MaxTurns, Some(format!("the user used all {} turns", limits.max_turns))));
+        return Err(Ended::new(Termination::MaxTurns, Some(format!("the user used all {} turns", limits.max_turns))));
     }
     state.turns += 1;
     let turn = {
@@ -325,13 +410,14 @@ async fn user_turn(
     let turn = match turn {
         Ok(turn) => turn,
         Err(UserFailure::Model(failure)) => {
+            state.retries += failure.call.attempts.saturating_sub(1);
             return Err(model_failure(failure.kind, format!("user simulator: {}", failure.message)));
         }
-        Err(UserFailure::User { message, .. }) => return Err((Termination::UserError, Some(message))),
+        Err(UserFailure::User { message, .. }) => return Err(Ended::new(Termination::UserError, Some(message))),
     };
     let user_seq = state.push(turn.message.clone(), turn.call, Party::User);
     if !turn.message.tool_calls.is_empty() {
-        run_calls(state, env, Party::User, &turn.message.tool_calls).await?;
+        run_calls(state, env, Party::User, &turn.message.tool_calls, limits).await?;
         check_errors(state, limits)?;
         return Ok(Next::User);
     }
@@ -342,21 +428,22 @@ async fn user_turn(
             tracing::debug!(session = state.id, "the user stopped before the agent acted on a confirmation");
             return Ok(Next::Agent);
         }
-        return Err((Termination::UserStop, Some(format!("the user stopped with {}", stop.marker()))));
+        return Err(Ended::new(Termination::UserStop, Some(format!("the user stopped with {}", stop.marker()))));
     }
     Ok(Next::Agent)
 }
 
 fn model_failure(kind: ModelFailureKind, message: String) -> Ended {
-    match kind {
-        ModelFailureKind::ContextWindowExceeded => (Termination::ContextWindowExceeded, Some(message)),
-        _ => (Termination::InfrastructureError, Some(message)),
-    }
+    let termination = match kind {
+        ModelFailureKind::ContextWindowExceeded => Termination::ContextWindowExceeded,
+        _ => Termination::InfrastructureError,
+    };
+    Ended::failed(termination, kind.class(), message)
 }
 
 fn check_errors(state: &State<'_>, limits: &Limits) -> Result<(), Ended> {
     if state.errors > limits.max_errors {
-        return Err((
+        return Err(Ended::new(
             Termination::TooManyErrors,
             Some(format!("{} malformed tool calls, more than the limit of {}", state.errors, limits.max_errors)),
         ));
@@ -371,6 +458,7 @@ async fn run_calls(
     env: &mut dyn EnvSession,
     party: Party,
     calls: &[ToolCall],
+    limits: &Limits,
 ) -> Result<(), Ended> {
     for call in calls {
         let started = Instant::now();
@@ -385,13 +473,17 @@ async fn run_calls(
             }
             Ok(arguments) => match env.call(party, &call.name, &arguments).await {
                 Ok(output) => Ok(output),
-                Err(e) => return Err((Termination::EnvironmentError, Some(format!("tool `{}`: {e}", call.name)))),
+                Err(e) => {
+                    let error = format!("tool `{}`: {e}", call.name);
+                    return Err(Ended::failed(Termination::EnvironmentError, FailureClass::EnvironmentError, error));
+                }
             },
         };
         let (content, is_error, write, malformed) = match output {
             Ok(o) => (o.content, o.is_error, o.write, false),
             Err(problem) => (json!({ "error": problem }).to_string(), true, false, true),
         };
+        let (content, truncated) = bound(content, limits.max_tool_output);
         let seq = state.push(Message::tool_result(call.id.clone(), content.clone()), None, party);
         if write && party == Party::Agent {
             state.writes.push(seq);
@@ -406,10 +498,27 @@ async fn run_calls(
             is_error,
             write,
             malformed,
+            truncated,
             duration: started.elapsed(),
         });
     }
     Ok(())
+}
+
+/// Cuts a tool output longer than `max` bytes at a character boundary and says so at its end,
+/// so the model knows it saw part of the output.
+fn bound(mut content: String, max: usize) -> (String, bool) {
+    if content.len() <= max {
+        return (content, false);
+    }
+    let total = content.len();
+    let mut cut = max;
+    while !content.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    content.truncate(cut);
+    content.push_str(&format!("\n[output truncated: {cut} of {total} bytes shown]"));
+    (content, true)
 }
 
 /// Whether a user stop came too early: the stop message, or the user message just before it,

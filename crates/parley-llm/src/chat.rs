@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
+use crate::body::{TooLarge, WholeBodyLayer};
 use crate::retry::{ATTEMPTS, RetryLayer};
 use crate::wire;
 
@@ -34,6 +35,8 @@ pub struct EndpointConfig {
     pub max_retries: u32,
     /// Calls in flight to this endpoint at once.
     pub max_concurrency: usize,
+    /// Bytes of one response body read at most; a larger answer fails the attempt.
+    pub max_response_bytes: usize,
 }
 
 impl Default for EndpointConfig {
@@ -44,6 +47,7 @@ impl Default for EndpointConfig {
             timeout: Duration::from_secs(120),
             max_retries: 3,
             max_concurrency: 256,
+            max_response_bytes: 16 << 20,
         }
     }
 }
@@ -98,6 +102,7 @@ impl ChatClient {
             })
             .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::new(Semaphore::new(config.max_concurrency.max(1)))))
             .timeout(config.timeout)
+            .layer(WholeBodyLayer { limit: config.max_response_bytes })
             .service(ReqwestService::new(http.clone()));
         let client = Client::build(http, openai).with_http_service(service);
         Ok(ChatClient { client, endpoint: base.into(), max_retries: config.max_retries })
@@ -210,6 +215,7 @@ fn classify(error: &OpenAIError) -> (ModelFailureKind, String) {
         OpenAIError::Boxed(e) if e.is::<tower::timeout::error::Elapsed>() => {
             (ModelFailureKind::Timeout, "no answer within the per-call timeout".into())
         }
+        OpenAIError::Boxed(e) if e.is::<TooLarge>() => (ModelFailureKind::MalformedResponse, e.to_string()),
         other => (ModelFailureKind::Transport, other.to_string()),
     }
 }

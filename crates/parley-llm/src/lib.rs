@@ -7,6 +7,7 @@
 //! records its attempts, usage and latency. Timeouts, retries and concurrency limits are tower
 //! layers around the HTTP service, not inline code.
 
+mod body;
 mod chat;
 mod retry;
 mod wire;

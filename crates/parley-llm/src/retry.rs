@@ -1,5 +1,5 @@
 //! A tower layer that retries transport failures, timeouts, 429 and 5xx answers with bounded
-//! exponential backoff, and waits as long as an answer's `Retry-After` asks.
+//! exponential backoff and jitter, and waits as long as an answer's `Retry-After` asks.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -98,8 +98,11 @@ fn is_retryable_status(status: u16) -> bool {
     status == 429 || status == 408 || (500..600).contains(&status)
 }
 
+/// Exponential backoff with jitter: a random wait between half and all of `base * 2^attempt`
+/// (capped), so that sessions failing together do not retry together.
 fn backoff(policy: RetryLayer, attempt: u32) -> Duration {
-    policy.base_backoff.saturating_mul(2u32.saturating_pow(attempt)).min(policy.max_backoff)
+    let ceiling = policy.base_backoff.saturating_mul(2u32.saturating_pow(attempt)).min(policy.max_backoff);
+    ceiling.mul_f64(0.5 + fastrand::f64() / 2.0)
 }
 
 fn retry_after(response: &Response) -> Option<Duration> {

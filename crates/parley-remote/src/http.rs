@@ -34,6 +34,8 @@ pub struct ServerOptions {
     pub backoff: Duration,
     /// Calls in flight to this server at once, over all sessions.
     pub max_concurrency: usize,
+    /// Bytes of one answer's body read at most; a larger answer fails the call.
+    pub max_response_bytes: usize,
 }
 
 impl Default for ServerOptions {
@@ -43,6 +45,7 @@ impl Default for ServerOptions {
             max_retries: 3,
             backoff: Duration::from_millis(100),
             max_concurrency: 64,
+            max_response_bytes: 16 << 20,
         }
     }
 }
@@ -142,9 +145,10 @@ impl HttpServer {
             .build()
             .map_err(|e| RemoteError::Config(format!("could not build an HTTP client: {e}")))?;
         let exchange_client = client.clone();
+        let limit = options.max_response_bytes;
         let exchange = tower::service_fn(move |call: Call| {
             let client = exchange_client.clone();
-            async move { exchange(&client, call.request).await.map_err(BoxError::from) }
+            async move { exchange(&client, call.request, limit).await }
         });
         let service = ServiceBuilder::new()
             .retry(RetryPolicy { max_retries: options.max_retries, base_backoff: options.backoff, attempts: 0 })
@@ -225,6 +229,9 @@ impl HttpServer {
         if error.is::<tower::timeout::error::Elapsed>() {
             return RemoteError::Timeout { server, call, timeout: self.timeout, attempts };
         }
+        if let Some(too_large) = error.downcast_ref::<TooLarge>() {
+            return RemoteError::Malformed { server, call, cause: too_large.to_string(), body: String::new() };
+        }
         match error.downcast_ref::<reqwest::Error>() {
             Some(e) if e.is_connect() => RemoteError::Connect { server, call, attempts, cause: chain(e) },
             Some(e) => RemoteError::Transport { server, call, attempts, cause: chain(e) },
@@ -233,8 +240,15 @@ impl HttpServer {
     }
 }
 
-async fn exchange(client: &reqwest::Client, request: reqwest::Request) -> Result<Exchange, reqwest::Error> {
-    let response = client.execute(request).await?;
+/// An answer whose body passed [`ServerOptions::max_response_bytes`].
+#[derive(Debug, thiserror::Error)]
+#[error("the body is larger than the limit of {limit} bytes")]
+struct TooLarge {
+    limit: usize,
+}
+
+async fn exchange(client: &reqwest::Client, request: reqwest::Request, limit: usize) -> Result<Exchange, BoxError> {
+    let mut response = client.execute(request).await?;
     let status = response.status().as_u16();
     let set_cookies =
         response.headers().get_all(SET_COOKIE).iter().filter_map(|v| v.to_str().ok()).map(str::to_owned).collect();
@@ -245,7 +259,17 @@ async fn exchange(client: &reqwest::Client, request: reqwest::Request) -> Result
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
-    let body = response.text().await?;
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(TooLarge { limit }.into());
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if bytes.len() + chunk.len() > limit {
+            return Err(TooLarge { limit }.into());
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let body = String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
     Ok(Exchange { status, retry_after, set_cookies, body })
 }
 

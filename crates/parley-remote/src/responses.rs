@@ -65,6 +65,7 @@ impl ResponsesClient {
             max_retries: config.max_retries,
             backoff: Duration::from_millis(200),
             max_concurrency: config.max_concurrency,
+            ..ServerOptions::default()
         };
         let server = HttpServer::with_bearer("responses endpoint", &config.base_url, &options, key.as_deref())?;
         Ok(ResponsesClient { server, max_retries: config.max_retries })

@@ -61,8 +61,8 @@ impl SqliteStore {
              SELECT ?, seq, endpoint, request, response, prompt_tokens, completion_tokens, latency_ms, attempts, error
              FROM model_calls WHERE session_id = ? AND seq < ?",
             "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, malformed,
-                                     duration_us)
-             SELECT ?, seq, party, call_id, name, arguments, output, is_error, is_write, malformed, duration_us
+                                     truncated, duration_us)
+             SELECT ?, seq, party, call_id, name, arguments, output, is_error, is_write, malformed, truncated, duration_us
              FROM tool_calls WHERE session_id = ? AND seq < ?",
         ];
         for copy in COPIES {
@@ -70,5 +70,22 @@ impl SqliteStore {
         }
         tx.commit().await.map_err(db_error)?;
         Ok(id)
+    }
+
+    /// Makes the finished sessions of a run that failed for a reason outside the agent (an
+    /// infrastructure or environment failure, with its class) pending again, keeping their committed turns, so that a resume
+    /// continues each from its last turn. Returns how many were reopened.
+    pub async fn reopen_failed(&self, run: parley_core::RunId) -> Result<u64, StoreError> {
+        let reopened = sqlx::query(
+            "UPDATE sessions SET status = 'pending', termination = NULL, reward = NULL, error = NULL,
+                                 failure = NULL, finished_at = NULL, attempt = attempt + 1
+             WHERE run_id = ? AND status = 'finished' AND failure IS NOT NULL
+               AND termination IN ('infrastructure_error', 'environment_error')",
+        )
+        .bind(run)
+        .execute(self.pool())
+        .await
+        .map_err(db_error)?;
+        Ok(reopened.rows_affected())
     }
 }

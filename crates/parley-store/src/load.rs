@@ -120,7 +120,7 @@ impl SqliteStore {
             });
         }
         let tool_calls = sqlx::query(
-            "SELECT seq, party, call_id, name, arguments, output, is_error, is_write, malformed, duration_us
+            "SELECT seq, party, call_id, name, arguments, output, is_error, is_write, malformed, truncated, duration_us
              FROM tool_calls WHERE session_id = ? ORDER BY seq",
         )
         .bind(session)
@@ -138,6 +138,7 @@ impl SqliteStore {
             is_error: r.get("is_error"),
             write: r.get("is_write"),
             malformed: r.get("malformed"),
+            truncated: r.get("truncated"),
             duration: Duration::from_micros(r.get::<i64, _>("duration_us") as u64),
         })
         .collect();

@@ -15,6 +15,10 @@ pub struct SessionRow {
     pub termination: Option<String>,
     pub reward: Option<f64>,
     pub error: Option<String>,
+    /// The failure class of a session that failed for a reason outside the agent.
+    pub failure: Option<String>,
+    /// Model-call attempts beyond the first.
+    pub retries: i64,
     pub duration_ms: Option<f64>,
 }
 
@@ -37,7 +41,7 @@ impl SqliteStore {
     pub async fn sessions(&self, run: RunId) -> Result<Vec<SessionRow>, StoreError> {
         sqlx::query_as!(
             SessionRow,
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, duration_ms
+            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms
              FROM sessions WHERE run_id = ? ORDER BY id",
             run
         )
@@ -97,7 +101,7 @@ impl SqliteStore {
         let limit = limit as i64;
         sqlx::query_as!(
             SessionRow,
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, duration_ms
+            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms
              FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
             run,
             after,

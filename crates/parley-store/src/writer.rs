@@ -126,10 +126,10 @@ impl Writer {
         }
 
         let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
-        for chunk in tools.chunks(MAX_PARAMS / 10) {
+        for chunk in tools.chunks(MAX_PARAMS / 12) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, \
-                 malformed, duration_us) ",
+                 malformed, truncated, duration_us) ",
             );
             q.push_values(chunk, |mut b, (session, t)| {
                 b.push_bind(*session)
@@ -142,26 +142,32 @@ impl Writer {
                     .push_bind(t.is_error)
                     .push_bind(t.write)
                     .push_bind(t.malformed)
+                    .push_bind(t.truncated)
                     .push_bind(t.duration.as_micros() as i64);
             });
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
         let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.session, o))).collect();
-        for chunk in finished.chunks(MAX_PARAMS / 6) {
+        for chunk in finished.chunks(MAX_PARAMS / 8) {
             // One statement for all sessions that ended in this batch.
-            let mut q = QueryBuilder::<Sqlite>::new("WITH v (id, termination, reward, error, steps, duration_ms) AS (");
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "WITH v (id, termination, reward, error, failure, steps, retries, duration_ms) AS (",
+            );
             q.push_values(chunk, |mut b, (session, o)| {
                 b.push_bind(*session)
                     .push_bind(o.termination.as_str())
                     .push_bind(o.reward.as_ref().map(|r| r.value))
                     .push_bind(o.error.as_deref())
+                    .push_bind(o.failure.map(|f| f.as_str()))
                     .push_bind(o.steps as i64)
+                    .push_bind(o.retries as i64)
                     .push_bind(o.duration.as_secs_f64() * 1e3);
             });
             q.push(
                 ") UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward, \
-                 error = v.error, steps = v.steps, duration_ms = v.duration_ms, \
+                 error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries, \
+                 duration_ms = v.duration_ms, \
                  finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM v WHERE sessions.id = v.id",
             );
             q.build().execute(&mut *tx).await.map_err(db_error)?;

@@ -22,6 +22,8 @@ pub struct StubConfig {
     pub final_text: Option<String>,
     /// Turns a simulated user takes before it stops (see the crate docs).
     pub user_turns: u32,
+    /// The size of a `huge` fault's body, in bytes (default 32 MiB).
+    pub huge_bytes: usize,
 }
 
 impl Default for StubConfig {
@@ -35,6 +37,7 @@ impl Default for StubConfig {
             retry_after_secs: 1,
             final_text: None,
             user_turns: 2,
+            huge_bytes: 32 << 20,
         }
     }
 }
@@ -72,17 +75,23 @@ pub struct Faults {
     pub malformed: f64,
     /// Give a tool call invalid arguments (only when the answer is a tool call).
     pub bad_arguments: f64,
+    /// Send 200 and its headers, then drop the connection before any of the body.
+    pub reset: f64,
+    /// Answer 200 with a valid completion whose text is [`StubConfig::huge_bytes`] long.
+    pub huge: f64,
 }
 
 impl Faults {
     /// The fractions with their names, in the order faults are drawn.
-    pub(crate) fn named(&self) -> [(&'static str, f64); 5] {
+    pub(crate) fn named(&self) -> [(&'static str, f64); 7] {
         [
             ("rate_limit", self.rate_limit),
             ("server_error", self.server_error),
             ("hang", self.hang),
             ("malformed", self.malformed),
             ("bad_arguments", self.bad_arguments),
+            ("reset", self.reset),
+            ("huge", self.huge),
         ]
     }
 

@@ -1,5 +1,5 @@
 //! Deterministic fault draws: which request gets a rate limit, an error, a hang, a broken
-//! body or broken tool arguments.
+//! body, broken tool arguments, a dropped connection or an oversized body.
 //!
 //! A draw depends only on the seed, the request body and how many times that exact body was
 //! seen before, so a run is reproducible while a retry of the same body gets a fresh draw.
@@ -18,6 +18,8 @@ pub(crate) enum Fault {
     Hang,
     Malformed,
     BadArguments(BadArguments),
+    Reset,
+    Huge,
 }
 
 /// The two ways a tool call's arguments are broken.
@@ -74,6 +76,8 @@ impl FaultDice {
             Fault::Hang,
             Fault::Malformed,
             Fault::BadArguments(if h & 1 == 0 { BadArguments::NotJson } else { BadArguments::MissingRequired }),
+            Fault::Reset,
+            Fault::Huge,
         ];
         let mut threshold = 0.0;
         for (kind, (_, fraction)) in kinds.into_iter().zip(self.faults.named()) {

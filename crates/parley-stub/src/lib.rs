@@ -112,7 +112,10 @@
 //!    `{"id": "chatcmpl-broken", "choices": [` (Responses: `{"id": "resp_broken", "output": [`);
 //! 5. `bad_arguments` → when the answer is a tool call, its arguments are broken: the
 //!    non-JSON `{"oops": ` when *h* is even, the JSON object `{}` (required properties
-//!    missing) when *h* is odd. When the answer is a text, it is sent unharmed.
+//!    missing) when *h* is odd. When the answer is a text, it is sent unharmed;
+//! 6. `reset` → 200 and its headers, then the connection is dropped before any of the body;
+//! 7. `huge` → 200 with a valid answer whose text is [`StubConfig::huge_bytes`] of `x`
+//!    (32 MiB by default), for clients that must bound what they read.
 //!
 //! Because *n* is part of the draw, a retry of the same body draws afresh: with
 //! `rate_limit: 0.5` a client that retries gets through, and a whole run with the same seed

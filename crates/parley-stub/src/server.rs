@@ -149,6 +149,20 @@ async fn complete<A: Api>(State(shared): State<Arc<Shared>>, body: Bytes) -> Res
     response
 }
 
+/// A 200 whose body fails before its first byte: the server drops the connection mid-answer.
+fn reset() -> Response {
+    let broken = futures::stream::once(async {
+        Err::<Bytes, io::Error>(io::Error::new(io::ErrorKind::ConnectionReset, "a reset fault"))
+    });
+    ([(header::CONTENT_TYPE, "application/json")], axum::body::Body::from_stream(broken)).into_response()
+}
+
+/// A valid answer whose text is `bytes` long.
+fn huge<A: Api>(turn: &Turn, bytes: usize, body_hash: u64) -> Response {
+    let answer = Answer::Text("x".repeat(bytes));
+    Json(A::render(turn, &answer, body_hash)).into_response()
+}
+
 async fn answer<A: Api>(shared: &Shared, body: &[u8]) -> Response {
     let value: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
@@ -179,6 +193,8 @@ async fn answer<A: Api>(shared: &Shared, body: &[u8]) -> Response {
             return ([(header::CONTENT_TYPE, "application/json")], A::MALFORMED).into_response();
         }
         Some(Fault::BadArguments(bad)) => Some(bad),
+        Some(Fault::Reset) => return reset(),
+        Some(Fault::Huge) => return huge::<A>(&turn, shared.config.huge_bytes, body_hash),
     };
     if fault == Some(Fault::Hang) {
         let mut shutdown = shared.shutdown.subscribe();

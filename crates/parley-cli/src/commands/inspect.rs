@@ -63,6 +63,12 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
         let all: Vec<&str> = parley_core::Termination::ALL.iter().map(|t| t.as_str()).collect();
         return Err(usage(format!("--termination `{t}` is not one of: {}", all.join(", "))));
     }
+    if let Some(f) = &args.failure
+        && parley_core::FailureClass::parse(f).is_none()
+    {
+        let all: Vec<&str> = parley_core::FailureClass::ALL.iter().map(|c| c.as_str()).collect();
+        return Err(usage(format!("--failure `{f}` is not one of: {}", all.join(", "))));
+    }
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -72,6 +78,7 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
     for s in store.sessions(args.run.run).await? {
         if args.status.as_ref().is_some_and(|st| *st != s.status)
             || args.termination.as_ref().is_some_and(|t| Some(t) != s.termination.as_ref())
+            || args.failure.as_ref().is_some_and(|f| Some(f) != s.failure.as_ref())
         {
             continue;
         }
@@ -82,7 +89,11 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
             s.task_index,
             s.trial,
             s.status,
-            s.termination.as_deref().unwrap_or("-"),
+            match (&s.termination, &s.failure) {
+                (Some(t), Some(f)) => format!("{t} ({f})"),
+                (Some(t), None) => t.clone(),
+                (None, _) => "-".to_owned(),
+            },
             s.reward.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}")),
             s.duration_ms.map_or_else(|| "-".to_owned(), |d| format!("{d:.1}")),
         )?;
@@ -146,14 +157,24 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
         for call in &m.tool_calls {
             writeln!(out, "    → {}({})", paint.wrap("1", &call.name), call.arguments)?;
         }
-        if let Some(record) = transcript.tool_calls.iter().find(|t| t.seq as usize == seq)
-            && record.is_error
-        {
-            writeln!(out, "    {}", paint.wrap("31", if record.malformed { "malformed call" } else { "tool error" }))?;
+        if let Some(record) = transcript.tool_calls.iter().find(|t| t.seq as usize == seq) {
+            if record.is_error {
+                let what = if record.malformed { "malformed call" } else { "tool error" };
+                writeln!(out, "    {}", paint.wrap("31", what))?;
+            }
+            if record.truncated {
+                writeln!(out, "    {}", paint.wrap("33", "output truncated (--max-tool-output)"))?;
+            }
         }
     }
     writeln!(out)?;
     writeln!(out, "termination  {}", row.termination.as_deref().unwrap_or("- (unfinished)"))?;
+    if let Some(failure) = &row.failure {
+        writeln!(out, "failure      {failure}")?;
+    }
+    if row.retries > 0 {
+        writeln!(out, "retries      {}", row.retries)?;
+    }
     if let Some(error) = &row.error {
         writeln!(out, "error        {}", paint.wrap("31", error))?;
     }

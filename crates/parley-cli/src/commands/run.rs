@@ -11,7 +11,7 @@ use anyhow::Context;
 use futures::StreamExt;
 use parley_core::nemo_gym::{response_object, rollout_row, task_from_row};
 use parley_core::{Agent, RunSpec, SessionSpec, SessionStore, Task, UserSimulator, stable_seed};
-use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult};
+use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, Stop};
 use parley_llm::{ChatClient, EndpointConfig};
 use parley_store::{SqliteStore, StoreOptions};
 use tokio_util::sync::CancellationToken;
@@ -20,7 +20,7 @@ use crate::environments::Environments;
 use crate::error::usage;
 use crate::export::Format;
 use crate::progress::Progress;
-use crate::settings::{AgentKind, RunSettings, ToolMode, UserKind};
+use crate::settings::{AgentKind, BadRows, RunSettings, ToolMode, UserKind};
 use crate::summary;
 
 /// What a run needs while it executes: the store, the three parties, and the built-in stub's
@@ -50,6 +50,7 @@ impl Runtime {
             timeout: Duration::from_secs_f64(settings.call_timeout_secs),
             max_retries: settings.max_retries,
             max_concurrency: settings.endpoint_concurrency,
+            max_response_bytes: settings.max_response_bytes,
         })
         .map_err(|e| usage(e.to_string()))?;
         let environments = Environments::open(settings).await?;
@@ -109,6 +110,7 @@ async fn user_simulator(
                 timeout: Duration::from_secs_f64(settings.call_timeout_secs),
                 max_retries: settings.max_retries,
                 max_concurrency: settings.endpoint_concurrency,
+                max_response_bytes: settings.max_response_bytes,
             })
             .map_err(|e| usage(format!("the user's endpoint: {e}")))?;
             let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
@@ -167,15 +169,10 @@ pub async fn execute(
         parties: runtime.parties.clone(),
         limits: settings.limits(),
         concurrency: settings.concurrency,
-        cancel: CancellationToken::new(),
+        stop: Stop::default(),
     };
-    let interrupted = scheduler.cancel.clone();
-    let watcher = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\nstopping: sessions in flight end as cancelled; committed turns are kept");
-            interrupted.cancel();
-        }
-    });
+    let grace = Duration::from_secs_f64(settings.shutdown_grace_secs);
+    let watcher = tokio::spawn(watch_signals(scheduler.stop.clone(), grace));
     let started = Instant::now();
     let progress = Progress::new(jobs.len() as u64);
     let mut results = scheduler.run(jobs);
@@ -185,9 +182,39 @@ pub async fn execute(
     }
     progress.done();
     watcher.abort();
-    let cancelled = scheduler.cancel.is_cancelled();
+    let cancelled = scheduler.stop.is_stopping();
     runtime.store.finish_run(run, if cancelled { "interrupted" } else { "finished" }).await?;
     Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true })
+}
+
+/// Stops the run on SIGINT or SIGTERM: no new session starts, and the sessions in flight finish
+/// the turn they are in and stop at their next commit; after `grace`, or on a second signal,
+/// they are cancelled where they are. Committed turns are kept either way.
+async fn watch_signals(stop: Stop, grace: Duration) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        tracing::warn!("could not listen for SIGINT and SIGTERM; a signal will end the run without a grace period");
+        return;
+    };
+    let mut next = async || {
+        tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        }
+    };
+    let first = next().await;
+    eprintln!(
+        "\n{first}: stopping; sessions in flight finish their current turn (up to {} s), committed turns are \
+         kept; signal again to stop at once",
+        grace.as_secs_f64()
+    );
+    stop.drain.cancel();
+    tokio::select! {
+        () = tokio::time::sleep(grace) => eprintln!("the grace period is over: cancelling the sessions in flight"),
+        again = next() => eprintln!("{again} again: cancelling the sessions in flight"),
+    }
+    stop.abort.cancel();
 }
 
 pub async fn run(mut settings: RunSettings) -> anyhow::Result<()> {
@@ -260,7 +287,7 @@ pub async fn run(mut settings: RunSettings) -> anyhow::Result<()> {
 /// `parley resume RUN`: loads the run's settings and tasks from the store, continues every
 /// pending session from its last committed turn, then rewrites the run's output files from the
 /// store so that they hold every finished session exactly once.
-pub async fn resume(run: i64, db: &Path) -> anyhow::Result<()> {
+pub async fn resume(run: i64, db: &Path, retry_failed: bool) -> anyhow::Result<()> {
     if !db.is_file() {
         return Err(usage(format!("--db {}: no such database", db.display())));
     }
@@ -273,6 +300,10 @@ pub async fn resume(run: i64, db: &Path) -> anyhow::Result<()> {
     drop(probe);
     let store = SqliteStore::open(db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
     let tasks = stored_tasks(&store, run).await?;
+    if retry_failed {
+        let reopened = store.reopen_failed(run).await?;
+        eprintln!("run {run}: {reopened} failed sessions reopened, each to continue from its last committed turn");
+    }
     let pending: Vec<_> = store.sessions(run).await?.into_iter().filter(|s| s.status != "finished").collect();
 
     let runtime = Runtime::start(&settings, store).await?;
@@ -382,35 +413,57 @@ fn out_path(settings: &RunSettings, run: i64) -> PathBuf {
     settings.out.clone().unwrap_or_else(|| PathBuf::from(format!("rollouts-{run}.jsonl")))
 }
 
-/// Reads task rows, or generates them when no file is given.
+/// Reads task rows, or generates them when no file is given. A row that is not JSON or not a
+/// task is named by its line; `--bad-rows` says whether the run then refuses to start or
+/// leaves those rows out.
 fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
-    let rows: Vec<(String, serde_json::Value)> = match &settings.tasks {
-        None => environment_multi_step::generate(settings.num_tasks, 0)
+    let Some(path) = &settings.tasks else {
+        let rows = environment_multi_step::generate(settings.num_tasks, 0);
+        return rows
             .enumerate()
-            .map(|(i, row)| (format!("generated task {i}"), row))
-            .collect(),
-        Some(path) => {
-            let file = std::fs::File::open(path).map_err(|e| usage(format!("--tasks {}: {e}", path.display())))?;
-            let mut rows = Vec::new();
-            for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-                let line = line.with_context(|| format!("reading {}", path.display()))?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let where_ = format!("{}:{}", path.display(), n + 1);
-                let row = serde_json::from_str(&line).map_err(|e| usage(format!("{where_}: not a JSON row ({e})")))?;
-                rows.push((where_, row));
-            }
-            rows
-        }
+            .map(|(i, row)| task_from_row(i, row).map(Arc::new).map_err(|e| anyhow::anyhow!("generated task {i}: {e}")))
+            .collect();
     };
-    if rows.is_empty() {
-        return Err(usage("the task file has no rows"));
+    let file = std::fs::File::open(path).map_err(|e| usage(format!("--tasks {}: {e}", path.display())))?;
+    let mut tasks = Vec::new();
+    let mut bad = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| usage(format!("{}:{}: {e}", path.display(), n + 1)))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row = serde_json::from_str(&line)
+            .map_err(|e| format!("not a JSON row ({e})"))
+            .and_then(|row| task_from_row(tasks.len(), row).map_err(|e| e.to_string()));
+        match row {
+            Ok(task) => tasks.push(Arc::new(task)),
+            Err(why) => bad.push(format!("{}:{}: {why}", path.display(), n + 1)),
+        }
     }
-    rows.into_iter()
-        .enumerate()
-        .map(|(i, (where_, row))| task_from_row(i, row).map(Arc::new).map_err(|e| usage(format!("{where_}: {e}"))))
-        .collect()
+    if !bad.is_empty() {
+        match settings.bad_rows {
+            BadRows::Fail => {
+                let shown = bad.iter().take(10).cloned().collect::<Vec<_>>().join("\n  ");
+                let more = if bad.len() > 10 { format!("\n  ... and {} more", bad.len() - 10) } else { String::new() };
+                return Err(usage(format!(
+                    "{} of the rows in {} cannot be read:\n  {shown}{more}\nfix them, or pass --bad-rows skip to run \
+                     the other rows",
+                    bad.len(),
+                    path.display()
+                )));
+            }
+            BadRows::Skip => {
+                for line in &bad {
+                    eprintln!("skipping {line}");
+                }
+                eprintln!("skipped {} unreadable rows of {} (--bad-rows skip)", bad.len(), path.display());
+            }
+        }
+    }
+    if tasks.is_empty() {
+        return Err(usage(format!("--tasks {}: no task rows to run", path.display())));
+    }
+    Ok(tasks)
 }
 
 async fn start_stub(shutdown: CancellationToken) -> anyhow::Result<String> {

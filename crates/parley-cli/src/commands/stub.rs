@@ -18,12 +18,15 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
             hang: args.hang,
             malformed: args.malformed,
             bad_arguments: args.bad_arguments,
+            reset: args.reset,
+            huge: args.huge,
         },
         seed: args.seed,
         hang: Duration::from_secs(args.hang_secs),
         retry_after_secs: args.retry_after,
         final_text: None,
         user_turns: args.user_turns,
+        huge_bytes: args.huge_bytes,
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     Ok(config)

@@ -409,6 +409,7 @@ mod tests {
             is_error,
             write: false,
             malformed,
+            truncated: false,
             duration: Duration::ZERO,
         }
     }

@@ -21,6 +21,8 @@ pub enum Play {
     Fail(ModelFailureKind),
     GiveUp,
     Sleep(Duration),
+    /// A tool call that takes this long to arrive.
+    SlowCall(Duration, &'static str, &'static str),
     Panic,
 }
 
@@ -60,6 +62,10 @@ impl Agent for ScriptedAgent {
             Play::Sleep(d) => {
                 tokio::time::sleep(d).await;
                 Ok(AgentTurn { message: Message::assistant("late"), call: record })
+            }
+            Play::SlowCall(d, name, args) => {
+                tokio::time::sleep(d).await;
+                Ok(AgentTurn { message: Message::assistant_calls(None, vec![call(name, args)]), call: record })
             }
             Play::Panic => panic!("scripted panic"),
         }

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use parley_core::FailureClass;
 use parley_core::{Limits, ModelFailureKind, Role, Termination};
-use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, run_session};
-use tokio_util::sync::CancellationToken;
+use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, Stop, run_session};
 
 use crate::parties::{Counter, MemoryStore, Play, ScriptedAgent, task};
 
@@ -34,7 +34,7 @@ fn job(id: i64) -> Job {
 
 async fn play(plays: Vec<Play>, limits: Limits) -> (Setup, SessionResult) {
     let s = setup(plays, MemoryStore::default(), false);
-    let result = run_session(&s.parties, job(7), &limits, &CancellationToken::new()).await;
+    let result = run_session(&s.parties, job(7), &limits, &Stop::default()).await;
     (s, result)
 }
 
@@ -149,7 +149,7 @@ async fn a_crashing_tool_is_an_environment_error() {
 #[tokio::test]
 async fn an_environment_that_cannot_open_is_an_environment_error() {
     let s = setup(vec![Play::Say("hi")], MemoryStore::default(), true);
-    let r = run_session(&s.parties, job(1), &Limits::default(), &CancellationToken::new()).await;
+    let r = run_session(&s.parties, job(1), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::EnvironmentError);
     assert!(s.agent.seen.lock().unwrap().is_empty(), "the agent is never asked");
 }
@@ -157,7 +157,7 @@ async fn an_environment_that_cannot_open_is_an_environment_error() {
 #[tokio::test]
 async fn a_store_that_cannot_commit_ends_the_session() {
     let s = setup(vec![Play::Say("hi")], MemoryStore { fail_commits: true, ..MemoryStore::default() }, false);
-    let r = run_session(&s.parties, job(1), &Limits::default(), &CancellationToken::new()).await;
+    let r = run_session(&s.parties, job(1), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::InfrastructureError);
     assert!(r.outcome.error.unwrap().contains("disk full"));
 }
@@ -177,28 +177,79 @@ async fn cancelling_leaves_the_session_unfinished_in_the_store() {
         MemoryStore::default(),
         false,
     );
-    let cancel = CancellationToken::new();
-    let trigger = cancel.clone();
+    let stop = Stop::default();
+    let trigger = stop.abort.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(1)).await;
         trigger.cancel();
     });
-    let r = run_session(&s.parties, job(3), &Limits::default(), &cancel).await;
+    let r = run_session(&s.parties, job(3), &Limits::default(), &stop).await;
     assert_eq!(r.outcome.termination, Termination::Cancelled);
     assert!(s.store.finished.lock().unwrap().is_empty(), "a cancelled session stays resumable");
     assert_eq!(s.store.messages(3).len(), 4, "its committed turns are kept");
+}
+
+#[tokio::test(start_paused = true)]
+async fn draining_lets_the_turn_in_flight_finish_and_commit() {
+    let s = setup(
+        vec![Play::SlowCall(Duration::from_secs(10), "add", r#"{"n": 1}"#), Play::Say("done")],
+        MemoryStore::default(),
+        false,
+    );
+    let stop = Stop::default();
+    let trigger = stop.drain.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        trigger.cancel();
+    });
+    let r = run_session(&s.parties, job(3), &Limits::default(), &stop).await;
+    assert_eq!(r.outcome.termination, Termination::Cancelled);
+    assert!(s.store.finished.lock().unwrap().is_empty(), "a drained session stays resumable");
+    let stored = s.store.messages(3);
+    assert_eq!(stored.last().unwrap().content_str(), "1", "the turn in flight finished and was committed");
+    assert_eq!(s.agent.seen.lock().unwrap().len(), 1, "no turn started after the drain");
+}
+
+#[tokio::test]
+async fn failures_carry_their_class_and_drop_the_unfinished_turn() {
+    for (kind, class) in [
+        (ModelFailureKind::Status(429), FailureClass::RateLimited),
+        (ModelFailureKind::Status(503), FailureClass::ServerError),
+        (ModelFailureKind::Status(401), FailureClass::Rejected),
+        (ModelFailureKind::Timeout, FailureClass::Timeout),
+        (ModelFailureKind::Transport, FailureClass::Connection),
+        (ModelFailureKind::MalformedResponse, FailureClass::MalformedResponse),
+    ] {
+        let (_, r) = play(vec![Play::Fail(kind)], Limits::default()).await;
+        assert_eq!(r.outcome.termination, Termination::InfrastructureError, "{kind:?}");
+        assert_eq!(r.outcome.failure, Some(class), "{kind:?}");
+    }
+    // An environment that fails in the middle of a turn: the turn is not kept.
+    let (s, r) = play(vec![Play::Call("add", r#"{"n": 2}"#), Play::Call("broken", "{}")], Limits::default()).await;
+    assert_eq!(r.outcome.failure, Some(FailureClass::EnvironmentError));
+    let stored = s.store.messages(7);
+    assert_eq!(stored.len(), 4, "the opening and the first, committed turn only: {stored:?}");
+    let (_, r) = play(vec![Play::Say("hi")], Limits::default()).await;
+    assert_eq!(r.outcome.failure, None);
+}
+
+#[tokio::test]
+async fn long_tool_outputs_are_cut_and_marked() {
+    let limits = Limits { max_tool_output: 3, ..Limits::default() };
+    let (s, r) = play(vec![Play::Call("add", r#"{"n": 123456}"#), Play::Say("done")], limits).await;
+    assert_eq!(r.outcome.termination, Termination::AgentStop);
+    let output = s.store.messages(7)[3].content_str().to_owned();
+    assert!(output.starts_with("123\n[output truncated: 3 of 6 bytes shown]"), "{output}");
+    let turns = s.store.turns.lock().unwrap();
+    assert!(turns.iter().flat_map(|(_, t)| &t.tool_calls).any(|t| t.truncated), "the cut is recorded");
 }
 
 #[tokio::test]
 async fn the_scheduler_runs_every_job_and_contains_a_panic() {
     // One agent is shared by all sessions: the second session to ask it panics.
     let s = setup(vec![Play::Say("a"), Play::Panic, Play::Say("c"), Play::Say("d")], MemoryStore::default(), false);
-    let scheduler = Scheduler {
-        parties: s.parties.clone(),
-        limits: Limits::default(),
-        concurrency: 1,
-        cancel: CancellationToken::new(),
-    };
+    let scheduler =
+        Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 1, stop: Stop::default() };
     let jobs = (1..=4).map(|id| Job { trial: id as u32, ..job(id) }).collect();
     let mut results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
     results.sort_by_key(|r| r.id);
@@ -215,12 +266,8 @@ async fn the_scheduler_runs_every_job_and_contains_a_panic() {
 async fn the_scheduler_bounds_concurrency() {
     let plays = (0..20).map(|_| Play::Sleep(Duration::from_millis(20))).collect();
     let s = setup(plays, MemoryStore::default(), false);
-    let scheduler = Scheduler {
-        parties: s.parties.clone(),
-        limits: Limits::default(),
-        concurrency: 5,
-        cancel: CancellationToken::new(),
-    };
+    let scheduler =
+        Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 5, stop: Stop::default() };
     let jobs = (1..=20).map(job).collect();
     let started = std::time::Instant::now();
     let results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
@@ -243,6 +290,7 @@ fn prior(recorded_total: &str) -> Prior {
         is_error: false,
         write: true,
         malformed: false,
+        truncated: false,
         duration: Duration::ZERO,
     }];
     Prior { messages, tool_calls, usage: Default::default() }
@@ -252,8 +300,7 @@ fn prior(recorded_total: &str) -> Prior {
 async fn a_resumed_session_continues_after_its_last_committed_turn() {
     let s = setup(vec![Play::Call("add", r#"{"n": 3}"#), Play::Say("5")], MemoryStore::default(), false);
     let limits = Limits::default();
-    let r =
-        run_session(&s.parties, Job { prior: Some(prior("2")), ..job(9) }, &limits, &CancellationToken::new()).await;
+    let r = run_session(&s.parties, Job { prior: Some(prior("2")), ..job(9) }, &limits, &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::AgentStop);
     // The recorded write was replayed, so the counter holds 2 before the agent adds 3.
     assert_eq!(r.outcome.reward.unwrap().value, 5.0);
@@ -269,13 +316,8 @@ async fn a_resumed_session_continues_after_its_last_committed_turn() {
 #[tokio::test]
 async fn a_replayed_write_that_disagrees_with_the_record_is_an_environment_error() {
     let s = setup(vec![Play::Say("never")], MemoryStore::default(), false);
-    let r = run_session(
-        &s.parties,
-        Job { prior: Some(prior("99")), ..job(9) },
-        &Limits::default(),
-        &CancellationToken::new(),
-    )
-    .await;
+    let r =
+        run_session(&s.parties, Job { prior: Some(prior("99")), ..job(9) }, &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::EnvironmentError);
     assert!(r.outcome.error.unwrap().contains("not deterministic"));
     assert!(s.agent.seen.lock().unwrap().is_empty(), "no model call is made on a diverged state");
@@ -285,8 +327,7 @@ async fn a_replayed_write_that_disagrees_with_the_record_is_an_environment_error
 async fn the_step_limit_counts_recorded_steps() {
     let s = setup(vec![Play::Call("add", r#"{"n": 3}"#)], MemoryStore::default(), false);
     let limits = Limits { max_steps: 1, ..Limits::default() };
-    let r =
-        run_session(&s.parties, Job { prior: Some(prior("2")), ..job(9) }, &limits, &CancellationToken::new()).await;
+    let r = run_session(&s.parties, Job { prior: Some(prior("2")), ..job(9) }, &limits, &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::MaxSteps);
     assert!(s.agent.seen.lock().unwrap().is_empty());
 }

@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use parley_core::{Limits, Message, Role, Termination};
-use parley_engine::{Job, Parties, run_session};
-use tokio_util::sync::CancellationToken;
+use parley_engine::{Job, Parties, Stop, run_session};
 
 use crate::parties::{Counter, Line, MemoryStore, Play, ScriptedAgent, ScriptedUser, task};
 
@@ -34,7 +33,7 @@ fn job() -> Job {
 }
 
 async fn run(t: &Talk, limits: Limits) -> parley_engine::SessionResult {
-    run_session(&t.parties, job(), &limits, &CancellationToken::new()).await
+    run_session(&t.parties, job(), &limits, &Stop::default()).await
 }
 
 #[tokio::test]
@@ -131,7 +130,7 @@ async fn an_agent_greeting_opens_when_the_task_has_no_user_message() {
     let mut silent = (*task()).clone();
     silent.messages = vec![Message::system("count")];
     let job = Job { task: Arc::new(silent), ..job() };
-    let r = run_session(&t.parties, job, &Limits::default(), &CancellationToken::new()).await;
+    let r = run_session(&t.parties, job, &Limits::default(), &Stop::default()).await;
     assert_eq!(r.transcript[1], Message::assistant("Hi! How can I help you today?"));
     assert_eq!(r.transcript[2], Message::user("I need help."));
     assert_eq!(t.user.seen.lock().unwrap()[0], [Message::assistant("Hi! How can I help you today?")]);
@@ -143,8 +142,7 @@ async fn without_an_opening_or_greeting_the_user_speaks_first() {
     let mut silent = (*task()).clone();
     silent.messages = vec![];
     let r =
-        run_session(&t.parties, Job { task: Arc::new(silent), ..job() }, &Limits::default(), &CancellationToken::new())
-            .await;
+        run_session(&t.parties, Job { task: Arc::new(silent), ..job() }, &Limits::default(), &Stop::default()).await;
     assert_eq!(r.transcript[0], Message::user("Hi, my order is late."));
     assert_eq!(r.outcome.termination, Termination::UserStop);
 }
@@ -233,8 +231,7 @@ async fn a_resumed_session_continues_a_grace_turn_where_it_stopped() {
     messages.push(Message::assistant("Shall I add three?"));
     messages.push(Message::user("Yes, go ahead. ###STOP###"));
     let prior = parley_engine::Prior { messages, ..Default::default() };
-    let r = run_session(&t.parties, Job { prior: Some(prior), ..job() }, &Limits::default(), &CancellationToken::new())
-        .await;
+    let r = run_session(&t.parties, Job { prior: Some(prior), ..job() }, &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::UserStop);
     assert_eq!(r.outcome.reward.unwrap().value, 3.0);
     assert!(t.user.seen.lock().unwrap().is_empty(), "the user is not asked again");
@@ -247,8 +244,7 @@ async fn a_resumed_conversation_goes_back_to_whoever_was_next() {
     let mut messages = task().messages.clone();
     messages.push(Message::assistant("What else?"));
     let prior = parley_engine::Prior { messages, ..Default::default() };
-    let r = run_session(&t.parties, Job { prior: Some(prior), ..job() }, &Limits::default(), &CancellationToken::new())
-        .await;
+    let r = run_session(&t.parties, Job { prior: Some(prior), ..job() }, &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::UserStop);
     assert!(t.agent.seen.lock().unwrap().is_empty());
 }

@@ -1,7 +1,7 @@
 //! The retry policy of remote calls, as a tower [`Policy`]: a request that never reached the
 //! server (connection refused) is always safe to send again; a request that may have reached it
 //! is retried only when the call is idempotent ([`Retry::Transient`]), since a tool call can
-//! change the server's state. Retries are bounded and back off exponentially.
+//! change the server's state. Retries are bounded and back off exponentially, with jitter.
 
 use std::time::Duration;
 
@@ -40,10 +40,14 @@ pub(crate) struct RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Exponential backoff with jitter: between half and all of `base * 2^(attempt - 1)`,
+    /// capped, so that sessions failing together do not retry together.
     fn backoff(&self) -> Duration {
-        self.base_backoff
+        let ceiling = self
+            .base_backoff
             .saturating_mul(2u32.saturating_pow(self.attempts.saturating_sub(1)))
-            .min(Duration::from_secs(5))
+            .min(Duration::from_secs(5));
+        ceiling.mul_f64(0.5 + fastrand::f64() / 2.0)
     }
 }
 

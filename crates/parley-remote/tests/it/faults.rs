@@ -25,6 +25,7 @@ fn quick() -> ServerOptions {
         max_retries: 2,
         backoff: Duration::from_millis(20),
         max_concurrency: 4,
+        ..ServerOptions::default()
     }
 }
 

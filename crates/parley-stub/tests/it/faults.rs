@@ -53,6 +53,31 @@ async fn hang_sleeps_then_answers_normally() {
     assert_eq!(reply.bytes, expected.bytes);
 }
 
+#[tokio::test]
+async fn reset_drops_the_connection_before_the_body() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let (router, _) = parley_stub::router(with_faults(Faults { reset: 1.0, ..Faults::default() }));
+    let request = axum::http::Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(chat_request(USER).to_string()))
+        .unwrap();
+    let response = router.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200, "the status line goes out");
+    let body = response.into_body().collect().await;
+    assert!(body.is_err(), "then the body breaks off");
+}
+
+#[tokio::test]
+async fn huge_answers_are_valid_and_as_long_as_configured() {
+    let config = StubConfig { huge_bytes: 100_000, ..with_faults(Faults { huge: 1.0, ..Faults::default() }) };
+    let (router, _) = parley_stub::router(config);
+    let reply = post(&router, "/v1/chat/completions", &chat_request(USER)).await;
+    assert_eq!(reply.status, 200);
+    let content = reply.json()["choices"][0]["message"]["content"].as_str().unwrap().len();
+    assert_eq!(content, 100_000);
+}
+
 fn router_without_faults() -> (axum::Router, parley_stub::Stats) {
     parley_stub::router(StubConfig::default())
 }
@@ -131,7 +156,15 @@ async fn retries_of_a_rate_limited_body_get_through() {
 #[test]
 fn validate_rejects_impossible_fractions() {
     assert_eq!(StubConfig::default().validate(), Ok(()));
-    let everything = Faults { rate_limit: 0.2, server_error: 0.2, hang: 0.2, malformed: 0.2, bad_arguments: 0.2 };
+    let everything = Faults {
+        rate_limit: 0.2,
+        server_error: 0.2,
+        hang: 0.2,
+        malformed: 0.1,
+        bad_arguments: 0.1,
+        reset: 0.1,
+        huge: 0.1,
+    };
     assert_eq!(with_faults(everything).validate(), Ok(()));
     let negative = Faults { hang: -0.1, ..Faults::default() };
     assert!(matches!(with_faults(negative).validate(), Err(ConfigError::FractionOutOfRange { name: "hang", .. })));
