@@ -16,8 +16,13 @@ pub struct Stub {
 
 impl Stub {
     pub fn start(args: &[&str]) -> Stub {
+        Stub::start_on(0, args)
+    }
+
+    /// A stub on a given port (0 picks a free one).
+    pub fn start_on(port: u16, args: &[&str]) -> Stub {
         let mut child = Command::new(PARLEY)
-            .args(["stub", "--port", "0"])
+            .args(["stub", "--port", &port.to_string()])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -27,6 +32,10 @@ impl Stub {
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("read the stub's address");
         assert!(line.starts_with("http://127.0.0.1:"), "unexpected stub banner: {line}");
         Stub { child, url: line.trim().to_owned() }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.url.trim_end_matches("/v1").rsplit(':').next().and_then(|p| p.parse().ok()).expect("the stub's port")
     }
 
     /// The stub's `/stub/stats`, fetched over a raw HTTP/1.1 connection.

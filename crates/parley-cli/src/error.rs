@@ -10,3 +10,21 @@ pub const EX_USAGE: i32 = 64;
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
 }
+
+/// The exit code of a database that cannot be used: 65 (EX_DATAERR) for a file that is not
+/// Parley's or is from a newer Parley, 73 (EX_CANTCREAT) for one that cannot be written, 75
+/// (EX_TEMPFAIL) for one another process keeps locked.
+pub fn store_exit_code(error: &anyhow::Error) -> Option<(i32, String)> {
+    use parley_core::{StoreError, Unusable};
+    error.chain().find_map(|e| match e.downcast_ref::<StoreError>()? {
+        StoreError::Unusable { problem, message } => {
+            let code = match problem {
+                Unusable::NotParley | Unusable::NewerSchema => 65,
+                Unusable::ReadOnly => 73,
+                Unusable::Locked => 75,
+            };
+            Some((code, message.clone()))
+        }
+        _ => None,
+    })
+}

@@ -1,5 +1,6 @@
 //! The `parley` binary: parses the command line, sets up logging, and runs one command.
-//! Bad usage or configuration exits with 64 before any work starts.
+//! Bad usage or configuration exits with 64 before any work starts; a database that cannot be
+//! used exits with 65 (not Parley's, or newer), 73 (read-only) or 75 (locked).
 
 mod cli;
 mod commands;
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
-use crate::error::{EX_USAGE, UsageError};
+use crate::error::{EX_USAGE, UsageError, store_exit_code};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -66,10 +67,16 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(EX_USAGE as u8)
         }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => match store_exit_code(&e) {
+            Some((code, message)) => {
+                eprintln!("error: {message}");
+                ExitCode::from(code as u8)
+            }
+            None => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -30,7 +30,7 @@ pub use reward::Reward;
 pub use session::{FailureClass, Limits, Termination};
 pub use store::{
     MessageRecord, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, ToolCallRecord,
-    TurnRecord,
+    TurnRecord, Unusable,
 };
 pub use task::{Task, stable_seed};
 pub use user::{UserFailure, UserSimulator, UserStop, UserTurn, UserView};

@@ -87,6 +87,22 @@ pub enum StoreError {
     WriterGone(String),
     #[error("not found: {0}")]
     NotFound(String),
+    /// The database file cannot serve as Parley's store; the message names the file and the fix.
+    #[error("{message}")]
+    Unusable { problem: Unusable, message: String },
+}
+
+/// Why a database file cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unusable {
+    /// Not a SQLite file, or a SQLite file of another program.
+    NotParley,
+    /// Written by a newer Parley, with a schema this build does not know.
+    NewerSchema,
+    /// The file or its folder cannot be written.
+    ReadOnly,
+    /// Another process holds the write lock for longer than the busy timeout.
+    Locked,
 }
 
 #[async_trait]

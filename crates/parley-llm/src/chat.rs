@@ -131,6 +131,7 @@ impl ModelClient for ChatClient {
                 let mut malformed_rounds = 0;
                 loop {
                     let result = self.post(&body).await;
+                    let mut retried = false;
                     let attempts = ATTEMPTS.with(Cell::get);
                     let mut call = ModelCall {
                         endpoint: self.endpoint.to_string(),
@@ -159,9 +160,18 @@ impl ModelClient for ChatClient {
                                 }
                             }
                         }
-                        Err(error) => classify(&error),
+                        Err(error) => {
+                            // Errors from inside the stack (an oversized body, a timeout) were
+                            // retried there already; a body that arrived whole but did not parse
+                            // was not, so it is retried here.
+                            retried = matches!(error, OpenAIError::Boxed(_));
+                            classify(&error)
+                        }
                     };
-                    if failure.0 == ModelFailureKind::MalformedResponse && malformed_rounds < self.max_retries {
+                    if failure.0 == ModelFailureKind::MalformedResponse
+                        && !retried
+                        && malformed_rounds < self.max_retries
+                    {
                         malformed_rounds += 1;
                         continue;
                     }

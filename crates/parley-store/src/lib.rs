@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use parley_core::{RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task, TurnRecord};
+use parley_core::{
+    RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task, TurnRecord, Unusable,
+};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, QueryBuilder, SqliteConnection, SqlitePool};
 
@@ -58,6 +60,101 @@ fn turns_persisted() -> bool {
     !off
 }
 
+/// How long a write waits for another process's lock before it fails: seconds in
+/// `PARLEY_BUSY_TIMEOUT`, 30 by default.
+pub const BUSY_TIMEOUT_VARIABLE: &str = "PARLEY_BUSY_TIMEOUT";
+
+fn busy_timeout() -> Duration {
+    std::env::var(BUSY_TIMEOUT_VARIABLE)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(Duration::from_secs(30), Duration::from_secs_f64)
+}
+
+enum CheckError {
+    Db(sqlx::Error),
+    Refused(StoreError),
+}
+
+/// Refuses a database that holds tables but not Parley's, or Parley's at a newer version.
+async fn check_schema(conn: &mut SqliteConnection, path: &Path) -> Result<(), CheckError> {
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(CheckError::Db)?;
+    if tables.is_empty() {
+        return Ok(());
+    }
+    if !tables.iter().any(|t| t == "_sqlx_migrations") {
+        let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+        return Err(CheckError::Refused(StoreError::Unusable {
+            problem: Unusable::NotParley,
+            message: format!(
+                "{} is a SQLite database of another program (tables: {}); Parley leaves it untouched: pass --db \
+                 with a Parley database, or a new file name to create one",
+                path.display(),
+                shown.join(", ")
+            ),
+        }));
+    }
+    let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(CheckError::Db)?;
+    let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    match newest {
+        Some(newest) if newest > known => Err(CheckError::Refused(StoreError::Unusable {
+            problem: Unusable::NewerSchema,
+            message: format!(
+                "{} was written by a newer Parley (schema version {newest}; this parley knows versions up to \
+                 {known}): upgrade parley to read it",
+                path.display()
+            ),
+        })),
+        _ => Ok(()),
+    }
+}
+
+/// An error opening or preparing the file, in the words of what the user can do about it.
+fn refusal(path: &Path, error: sqlx::Error, busy: Duration) -> StoreError {
+    let code = error.as_database_error().and_then(|e| e.code()).and_then(|c| c.parse::<i32>().ok());
+    // Extended result codes keep the primary code in their low byte.
+    let (problem, message) = match code.map(|c| c & 0xff) {
+        Some(26) => (
+            Unusable::NotParley,
+            format!(
+                "{} is not a SQLite database; pass --db with a Parley database, or a new file name to create one",
+                path.display()
+            ),
+        ),
+        Some(8) => (
+            Unusable::ReadOnly,
+            format!(
+                "{} is read-only (the file, its folder or the disk); make it writable, or copy it elsewhere and \
+                 pass --db COPY",
+                path.display()
+            ),
+        ),
+        Some(14) => (
+            Unusable::ReadOnly,
+            format!("cannot open or create {}: does its folder exist, and is it writable?", path.display()),
+        ),
+        Some(5 | 6) => (
+            Unusable::Locked,
+            format!(
+                "{} is locked by another process for more than {} s (another parley writing to it?); wait for it \
+                 to finish, raise {BUSY_TIMEOUT_VARIABLE}, or pass another --db",
+                path.display(),
+                busy.as_secs_f64()
+            ),
+        ),
+        _ => return StoreError::Database(format!("cannot open {}: {error}", path.display())),
+    };
+    StoreError::Unusable { problem, message }
+}
+
 /// A SQLite file holding any number of runs.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -71,27 +168,60 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// A database error in the words of what the user can do about it: a lock held past the busy
+/// timeout and a read-only file are [`StoreError::Unusable`], the rest as SQLite says them.
 pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
-    StoreError::Database(e.to_string())
+    let code = e.as_database_error().and_then(|d| d.code()).and_then(|c| c.parse::<i32>().ok());
+    match code.map(|c| c & 0xff) {
+        Some(5 | 6) => StoreError::Unusable {
+            problem: Unusable::Locked,
+            message: format!(
+                "the database is locked by another process (another parley writing to it?) for longer than the \
+                 busy timeout; wait for it to finish, raise {BUSY_TIMEOUT_VARIABLE}, or pass another --db"
+            ),
+        },
+        Some(8) => StoreError::Unusable {
+            problem: Unusable::ReadOnly,
+            message: "the database is read-only (the file, its folder or the disk); make it writable, or copy it \
+                      elsewhere and pass --db COPY"
+                .into(),
+        },
+        _ => StoreError::Database(e.to_string()),
+    }
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    /// Opens (creating if needed) the database at `path` and applies pending migrations. A file
+    /// that is not Parley's (not SQLite, or another program's SQLite), one written by a newer
+    /// Parley, one that cannot be written or one locked by another process is refused with
+    /// [`StoreError::Unusable`], untouched.
     pub async fn open(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
+        let busy = busy_timeout();
         let connect = SqliteConnectOptions::from_str("sqlite:")
             .map_err(db_error)?
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(30));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(connect.clone())
-            .await
-            .map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
-        MIGRATOR.run(&pool).await.map_err(|e| StoreError::Database(format!("migrating {}: {e}", path.display())))?;
-        let conn = SqliteConnection::connect_with(&connect).await.map_err(db_error)?;
+            .busy_timeout(busy);
+        let refused = |e: sqlx::Error| refusal(path, e, busy);
+        if path.exists() {
+            // Looked at read-only first, so that a file that is not Parley's is left as it was.
+            let probe = SqliteConnectOptions::new().filename(path).read_only(true).busy_timeout(busy);
+            let mut probe = SqliteConnection::connect_with(&probe).await.map_err(refused)?;
+            let checked = check_schema(&mut probe, path).await;
+            let _ = probe.close().await;
+            checked.map_err(|e| match e {
+                CheckError::Db(e) => refused(e),
+                CheckError::Refused(e) => e,
+            })?;
+        }
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(connect.clone()).await.map_err(refused)?;
+        MIGRATOR.run(&pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(e) => refused(e),
+            e => StoreError::Database(format!("migrating {}: {e}", path.display())),
+        })?;
+        let conn = SqliteConnection::connect_with(&connect).await.map_err(refused)?;
         let writer = Writer::spawn(conn, options, turns_persisted());
         Ok(SqliteStore { pool, writer })
     }

@@ -434,7 +434,8 @@ fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
         }
         let row = serde_json::from_str(&line)
             .map_err(|e| format!("not a JSON row ({e})"))
-            .and_then(|row| task_from_row(tasks.len(), row).map_err(|e| e.to_string()));
+            .and_then(|row| task_from_row(tasks.len(), row).map_err(|e| e.to_string()))
+            .and_then(|task| check_tools(settings, &task).map(|()| task));
         match row {
             Ok(task) => tasks.push(Arc::new(task)),
             Err(why) => bad.push(format!("{}:{}: {why}", path.display(), n + 1)),
@@ -464,6 +465,26 @@ fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
         return Err(usage(format!("--tasks {}: no task rows to run", path.display())));
     }
     Ok(tasks)
+}
+
+/// A row for the built-in multi-step environment may declare its tools; each must be one the
+/// environment can run.
+fn check_tools(settings: &RunSettings, task: &Task) -> Result<(), String> {
+    if settings.env != "multi-step" {
+        return Ok(());
+    }
+    let known = environment_multi_step::tools();
+    match task.tools.iter().find(|t| !known.iter().any(|k| k.name == t.name)) {
+        None => Ok(()),
+        Some(unknown) => {
+            let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
+            Err(format!(
+                "the row declares the tool `{}`, which the multi-step environment does not have (it has {})",
+                unknown.name,
+                names.join(", ")
+            ))
+        }
+    }
 }
 
 async fn start_stub(shutdown: CancellationToken) -> anyhow::Result<String> {
