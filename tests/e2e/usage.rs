@@ -22,6 +22,40 @@ fn bad_flags_and_values_exit_64() {
     usage_error(&work, &["run", "--trials", "many"], "many");
     usage_error(&work, &["run", "--no-such-flag"], "--no-such-flag");
     usage_error(&work, &["stub", "--rate-limit", "1.5"], "rate_limit");
+    usage_error(&work, &["run", "--max-tool-output", "0"], "--max-tool-output");
+    usage_error(&work, &["run", "--max-response-bytes", "0"], "--max-response-bytes");
+    usage_error(&work, &["run", "--shutdown-grace=-1"], "--shutdown-grace");
+    usage_error(&work, &["run", "--bad-rows", "maybe"], "--bad-rows `maybe`");
+    usage_error(&work, &["run", "--session-timeout", "NaN"], "--session-timeout");
+    usage_error(&work, &["run", "--env", "tau2:airline", "--data-dir", "no-such-dir"], "no-such-dir");
+    usage_error(&work, &["sessions", "1", "--failure", "gremlins"], "--failure `gremlins`");
+}
+
+#[test]
+fn bad_rows_are_named_by_line_and_either_stop_the_run_or_are_skipped() {
+    let work = Workdir::new();
+    work.tasks(3);
+    let good: Vec<String> =
+        std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().map(str::to_owned).collect();
+    let mut unknown_tool: serde_json::Value = serde_json::from_str(&good[0]).unwrap();
+    unknown_tool["responses_create_params"]["tools"][0]["name"] = "launch_rockets".into();
+    let rows = [good[0].clone(), "{not json".into(), good[1].clone(), unknown_tool.to_string(), good[2].clone()];
+    std::fs::write(work.path("mixed.jsonl"), rows.join("\n") + "\n").unwrap();
+
+    let out = work.parley(&["run", "--tasks", "mixed.jsonl"]);
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("2 of the rows in mixed.jsonl cannot be read"), "{stderr}");
+    assert!(stderr.contains("mixed.jsonl:2: not a JSON row"), "{stderr}");
+    assert!(stderr.contains("mixed.jsonl:4: the row declares the tool `launch_rockets`"), "{stderr}");
+    assert!(stderr.contains("--bad-rows skip"), "the fix is named: {stderr}");
+    assert!(!work.path("parley.db").exists());
+
+    let out = work.parley(&["run", "--tasks", "mixed.jsonl", "--bad-rows", "skip", "--out", "out.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("skipping mixed.jsonl:2") && stderr.contains("skipping mixed.jsonl:4"), "{stderr}");
+    assert!(text(&out.stdout).contains("3 sessions"), "the other rows ran: {}", text(&out.stdout));
 }
 
 #[test]

@@ -487,6 +487,7 @@ fn parse_file(text: &str) -> Result<File, toml::de::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     #[test]
     fn flags_override_the_file_and_unknown_keys_are_named() {
@@ -500,6 +501,49 @@ mod tests {
         std::fs::write(&path, "[run]\nconcurency = 8\n").unwrap();
         let err = RunSettings::resolve(RunArgs { settings: Some(path), ..RunArgs::default() }).unwrap_err();
         assert!(err.to_string().contains("concurency"), "{err}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// Any text as a settings file: parsed, or refused with the reason; never a panic.
+        #[test]
+        fn any_settings_text_parses_or_is_refused(text in ".{0,300}") {
+            let _ = parse_file(&text);
+        }
+
+        /// Known keys with values of any type: resolved, or refused as a usage error.
+        #[test]
+        fn any_values_of_known_keys_resolve_or_are_usage_errors(
+            entries in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![
+                        "concurrency", "trials", "max_steps", "session_timeout", "call_timeout", "temperature",
+                        "top_p", "env", "user", "tool_mode", "bad_rows", "max_tool_output", "shutdown_grace",
+                        "base_url", "stop_grace", "num_tasks",
+                    ]),
+                    proptest::prop_oneof![
+                        proptest::prelude::any::<i64>().prop_map(|n| n.to_string()),
+                        proptest::prelude::any::<f64>().prop_map(|f| format!("{f:?}")),
+                        "[a-z:/.0-9]{0,12}".prop_map(|s| format!("{s:?}")),
+                        proptest::prelude::any::<bool>().prop_map(|b| b.to_string()),
+                    ],
+                ),
+                0..6,
+            )
+        ) {
+            let mut text = String::from("[run]\n");
+            let mut seen = std::collections::HashSet::new();
+            for (key, value) in entries.into_iter().filter(|(k, _)| seen.insert(*k)) {
+                text.push_str(&format!("{key} = {value}\n"));
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("parley.toml");
+            std::fs::write(&path, &text).unwrap();
+            if let Err(e) = RunSettings::resolve(RunArgs { settings: Some(path), ..RunArgs::default() }) {
+                proptest::prop_assert!(e.downcast_ref::<crate::error::UsageError>().is_some(), "{text}: {e}");
+            }
+        }
     }
 
     #[test]

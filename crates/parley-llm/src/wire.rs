@@ -266,6 +266,51 @@ mod tests {
         assert_eq!(usage, Usage { prompt_tokens: 3, completion_tokens: 4 });
     }
 
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            Just("choices".to_owned()),
+            Just("message".to_owned()),
+            Just("content".to_owned()),
+            Just("tool_calls".to_owned()),
+            Just("function".to_owned()),
+            Just("arguments".to_owned()),
+            Just("name".to_owned()),
+            Just("id".to_owned()),
+            Just("usage".to_owned()),
+            Just("prompt_tokens".to_owned()),
+            Just("finish_reason".to_owned()),
+            "[a-z]{1,8}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            ".{0,16}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(6, 64, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((key.clone(), inner), 0..5)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Whatever an endpoint sends, reading it gives a reply or a reason, never a panic.
+        #[test]
+        fn any_body_is_a_reply_or_a_reason(body in json_value()) {
+            match parse_reply(&body) {
+                Ok((message, _, _)) => proptest::prop_assert_eq!(message.role, Role::Assistant),
+                Err(why) => proptest::prop_assert!(!why.is_empty()),
+            }
+        }
+    }
+
     #[test]
     fn reply_without_choices_is_malformed() {
         assert!(parse_reply(&json!({"id": "x"})).unwrap_err().contains("choices"));

@@ -55,8 +55,6 @@ pub async fn runs(args: DbArg) -> anyhow::Result<()> {
 }
 
 pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
-    let store = open(&args.run.db.db).await?;
-    store.run(args.run.run).await.map_err(|e| usage(format!("{e}; see `parley runs`")))?;
     if let Some(t) = &args.termination
         && parley_core::Termination::parse(t).is_none()
     {
@@ -69,6 +67,8 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
         let all: Vec<&str> = parley_core::FailureClass::ALL.iter().map(|c| c.as_str()).collect();
         return Err(usage(format!("--failure `{f}` is not one of: {}", all.join(", "))));
     }
+    let store = open(&args.run.db.db).await?;
+    store.run(args.run.run).await.map_err(|e| usage(format!("{e}; see `parley runs`")))?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

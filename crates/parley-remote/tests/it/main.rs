@@ -9,5 +9,6 @@ mod gym_eval;
 mod gymnasium;
 mod mcp;
 mod nemo_gym;
+mod parsers;
 mod peers;
 mod responses;
