@@ -123,3 +123,89 @@ fn remote_environments_need_their_servers_named() {
         assert!(text(&out.stderr).contains(needle), "{args:?}: {}", text(&out.stderr));
     }
 }
+
+#[tokio::test]
+async fn a_resources_server_that_dies_mid_run_fails_only_its_sessions_and_they_retry_later() {
+    let venv = root().join(".venv-nemo-gym");
+    let Some(venv) = peer(venv.clone(), venv.join(".parley-ready-0.7.0")) else { return };
+    let server = venv.join("lib/python3.13/site-packages/resources_servers/example_multi_step");
+    let work = Workdir::new();
+    // NeMo Gym's five example rows, eight times over.
+    let rows: Vec<&str> = std::fs::read_to_string(server.join("data/example.jsonl")).unwrap().leak().lines().collect();
+    let rows: Vec<&str> = rows.iter().cycle().take(40).copied().collect();
+    std::fs::write(work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
+    let stub = Stub::start(&["--latency-ms", "100"]);
+    let config = server.join("configs/example_multi_step.yaml");
+    let run_args = [
+        "run",
+        "--env",
+        "nemo-gym",
+        "--config",
+        config.to_str().unwrap(),
+        "--gym-venv",
+        venv.to_str().unwrap(),
+        "--tasks",
+        "rows.jsonl",
+        "--base-url",
+        &stub.url,
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
+        "-c",
+        "2",
+        "--max-retries",
+        "1",
+    ];
+    let child = std::process::Command::new(crate::harness::PARLEY)
+        .current_dir(work.dir.path())
+        .args(run_args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once some sessions have finished, the server is killed as an out-of-memory kill would.
+    let db_path = work.path("parley.db");
+    let started = std::time::Instant::now();
+    loop {
+        assert!(started.elapsed().as_secs() < 120, "the run never got going");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        if !db_path.exists() {
+            continue;
+        }
+        let db = work.db().await;
+        let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE status = 'finished'")
+            .fetch_one(&db)
+            .await
+            .unwrap_or(0);
+        db.close().await;
+        if done >= 6 {
+            break;
+        }
+    }
+    // The server is the one child process of the run.
+    let killed = std::process::Command::new("pkill").args(["-KILL", "-P", &child.id().to_string()]).status();
+    assert!(killed.unwrap().success(), "the server was running");
+    let out = child.wait_with_output().unwrap();
+    let stdout = ok(&out);
+
+    let db = work.db().await;
+    let rows: Vec<(String, Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT status, failure, error FROM sessions").fetch_all(&db).await.unwrap();
+    assert_eq!(rows.len(), 40);
+    assert!(rows.iter().all(|(status, _, _)| status == "finished"), "every session ended");
+    let failed: Vec<&String> = rows.iter().filter_map(|(_, f, e)| f.as_ref().map(|_| e.as_ref().unwrap())).collect();
+    let scored = rows.len() - failed.len();
+    assert!(scored >= 6, "the sessions before the kill kept their results");
+    assert!(!failed.is_empty(), "the sessions after the kill failed");
+    assert!(rows.iter().all(|(_, f, _)| f.is_none() || f.as_deref() == Some("environment_error")));
+    assert!(failed.iter().all(|e| e.contains("example_multi_step")), "the error names the server: {failed:?}");
+    assert!(stdout.contains(&format!("failures       environment_error {}", failed.len())), "{stdout}");
+
+    // With the server back (Parley starts it again from the run's config), the failed sessions
+    // are retried from their last committed turn and all finish.
+    let out = ok(&work.parley(&["resume", "1", "--db", "parley.db", "--retry-failed"]));
+    assert!(out.contains("terminations   agent_stop 40"), "{out}");
+    assert!(!out.contains("failures       "), "{out}");
+    assert_eq!(read_jsonl(&work.path("out.jsonl")).len(), 40);
+}
