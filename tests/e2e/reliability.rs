@@ -20,6 +20,9 @@ async fn outcomes(work: &Workdir) -> BTreeMap<(String, Option<String>), i64> {
     rows.into_iter().map(|(t, f, n)| ((t, f), n)).collect()
 }
 
+/// A session's status, termination, reward, failure class, error and retries.
+type SessionEnd = (String, String, Option<f64>, Option<String>, Option<String>, i64);
+
 /// What the last error of a session failed with `class` must say.
 fn says_its_class(class: &str, error: &str) -> bool {
     match class {
@@ -60,7 +63,7 @@ async fn a_thousand_sessions_under_mixed_faults_end_recorded_and_retry_to_comple
 
     // Every session ended, and each either was scored or failed with a class its error bears out.
     let db = work.db().await;
-    let rows: Vec<(String, String, Option<f64>, Option<String>, Option<String>, i64)> =
+    let rows: Vec<SessionEnd> =
         sqlx::query_as("SELECT status, termination, reward, failure, error, retries FROM sessions")
             .fetch_all(&db)
             .await
