@@ -1,5 +1,7 @@
 //! The single writer: it drains every session's pending turns, writes them as multi-row
-//! inserts in one transaction, and acknowledges each turn after the commit.
+//! inserts in one transaction, and acknowledges each turn after the commit. Statements come in
+//! a few fixed shapes (see [`shaped`]), so the connection's statement cache prepares each once
+//! instead of parsing a statement of a new row count at every batch.
 
 use std::sync::Arc;
 
@@ -85,7 +87,7 @@ impl Writer {
         let mut tx = self.conn.begin().await.map_err(db_error)?;
 
         let messages: Vec<_> = batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.session, m))).collect();
-        for chunk in messages.chunks(MAX_PARAMS / 6) {
+        for chunk in shaped(&messages, MAX_PARAMS / 6) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id) ",
             );
@@ -103,7 +105,7 @@ impl Writer {
         }
 
         let calls: Vec<_> = messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c))).collect();
-        for chunk in calls.chunks(MAX_PARAMS / 11) {
+        for chunk in shaped(&calls, MAX_PARAMS / 11) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
                  completion_tokens, latency_ms, attempts, error) ",
@@ -126,7 +128,7 @@ impl Writer {
         }
 
         let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
-        for chunk in tools.chunks(MAX_PARAMS / 10) {
+        for chunk in shaped(&tools, MAX_PARAMS / 10) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, \
                  malformed, duration_us) ",
@@ -148,7 +150,7 @@ impl Writer {
         }
 
         let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.session, o))).collect();
-        for chunk in finished.chunks(MAX_PARAMS / 6) {
+        for chunk in shaped(&finished, MAX_PARAMS / 6) {
             // One statement for all sessions that ended in this batch.
             let mut q = QueryBuilder::<Sqlite>::new("WITH v (id, termination, reward, error, steps, duration_ms) AS (");
             q.push_values(chunk, |mut b, (session, o)| {
@@ -168,7 +170,7 @@ impl Writer {
         }
 
         let scored: Vec<_> = finished.iter().filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r))).collect();
-        for chunk in scored.chunks(MAX_PARAMS / 4) {
+        for chunk in shaped(&scored, MAX_PARAMS / 4) {
             let mut q =
                 QueryBuilder::<Sqlite>::new("INSERT INTO scores (session_id, scorer, version, value, breakdown) ");
             q.push_values(chunk, |mut b, (session, r)| {
@@ -183,6 +185,24 @@ impl Writer {
 
         tx.commit().await.map_err(db_error)
     }
+}
+
+/// Splits `items` into chunks of power-of-two lengths, the largest first, none over `max_rows`:
+/// 300 rows become statements of 256, 32, 8 and 4 rows. A multi-row insert's SQL text depends on
+/// its row count, and the connection caches prepared statements by their text, so fixed shapes
+/// are prepared once per connection (a dozen per table at most) where arbitrary counts would be
+/// parsed and planned again at nearly every batch.
+fn shaped<T>(items: &[T], max_rows: usize) -> impl Iterator<Item = &[T]> {
+    let largest = 1 << max_rows.max(1).ilog2();
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (chunk, tail) = rest.split_at(largest.min(1 << rest.len().ilog2()));
+        rest = tail;
+        Some(chunk)
+    })
 }
 
 impl WriterHandle {
@@ -223,5 +243,22 @@ impl WriterHandle {
         let (done, ack) = oneshot::channel();
         self.tx.send(Command::Flush(done)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
         ack.await.map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shaped;
+
+    #[test]
+    fn chunks_have_power_of_two_lengths_and_cover_every_row() {
+        let rows: Vec<usize> = (0..300).collect();
+        let lengths: Vec<usize> = shaped(&rows, 2909).map(<[usize]>::len).collect();
+        assert_eq!(lengths, [256, 32, 8, 4]);
+        let lengths: Vec<usize> = shaped(&rows, 100).map(<[usize]>::len).collect();
+        assert_eq!(lengths, [64, 64, 64, 64, 32, 8, 4]);
+        assert_eq!(shaped(&rows, 100).flatten().copied().collect::<Vec<_>>(), rows);
+        assert_eq!(shaped(&rows[..0], 100).count(), 0);
+        assert_eq!(shaped(&rows[..1], 0).map(<[usize]>::len).collect::<Vec<_>>(), [1]);
     }
 }
