@@ -3,7 +3,8 @@
 //!
 //! Invariants: one writer task owns the only writing connection and batches the turns of all
 //! sessions into multi-row inserts, one transaction per batch; a caller's turn is acknowledged
-//! only after its transaction commits. A raw request is stored whole or as a delta against the
+//! only after its transaction commits, and the writer checkpoints the WAL between its
+//! transactions, never inside one. A raw request is stored whole or as a delta against the
 //! previous call of its session and party ([`reconstruct`] gives it back whole). Reads go
 //! through a separate pool and never block the writer (WAL mode).
 
@@ -221,7 +222,8 @@ impl SqliteStore {
             sqlx::migrate::MigrateError::Execute(e) => refused(e),
             e => StoreError::Database(format!("migrating {}: {e}", path.display())),
         })?;
-        let conn = SqliteConnection::connect_with(&connect).await.map_err(refused)?;
+        // The writer checkpoints the WAL itself, outside its commits (see `writer`).
+        let conn = SqliteConnection::connect_with(&connect.pragma("wal_autocheckpoint", "0")).await.map_err(refused)?;
         let writer = Writer::spawn(conn, options, turns_persisted());
         Ok(SqliteStore { pool, writer })
     }
@@ -231,10 +233,11 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// Waits until every write sent so far is committed, then closes the read pool. The writer
-    /// task ends when the last handle to the store is dropped.
+    /// Waits until every write sent so far is committed and the WAL is checkpointed into the
+    /// database file, then closes the read pool. The writer task ends when the last handle to
+    /// the store is dropped.
     pub async fn close(&self) -> Result<(), StoreError> {
-        self.writer.flush().await?;
+        self.writer.close().await?;
         self.pool.close().await;
         Ok(())
     }

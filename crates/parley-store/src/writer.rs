@@ -1,5 +1,12 @@
 //! The single writer: it drains every session's pending turns, writes them as multi-row
 //! inserts in one transaction, and acknowledges each turn after the commit.
+//!
+//! Two things keep a commit cheap. Statements come in a few fixed shapes (see [`shaped`]), so
+//! the connection's statement cache prepares each once instead of parsing a statement of a new
+//! row count at every batch. And the writer checkpoints the WAL itself, after the batch's turns
+//! are acknowledged, every [`CHECKPOINT_BYTES`] or so (its connection has SQLite's automatic
+//! checkpoint off, which would run inside a commit, every 1,000 pages); closing the store
+//! checkpoints what is left and truncates the WAL.
 
 use std::sync::Arc;
 
@@ -15,6 +22,14 @@ use crate::{StoreOptions, db_error};
 const MAX_BATCH: usize = 1024;
 /// SQLite accepts 32766 bound parameters per statement; stay under it.
 const MAX_PARAMS: usize = 32_000;
+/// About this much is written to the WAL between two checkpoints. Larger means fewer, longer
+/// checkpoints and a larger WAL file (which is reused, not regrown, after each checkpoint).
+pub(crate) const CHECKPOINT_BYTES: usize = 32 << 20;
+/// What a commit adds to the WAL besides its rows' text: the pages it touches are written whole
+/// (a table's last page and the pages of its index where the new keys fall).
+const COMMIT_BYTES: usize = 4 * 4096;
+/// What a row adds to the WAL besides its text: its keys, numbers and record header.
+const ROW_BYTES: usize = 64;
 
 struct Write {
     session: SessionId,
@@ -25,7 +40,10 @@ struct Write {
 
 enum Command {
     Write(Write),
+    /// Acknowledged once everything sent before it is committed.
     Flush(oneshot::Sender<()>),
+    /// A flush that also checkpoints the whole WAL and truncates it: the store is closing.
+    Close(oneshot::Sender<()>),
 }
 
 #[derive(Clone)]
@@ -40,13 +58,15 @@ pub(crate) struct WriterHandle {
 pub(crate) struct Writer {
     conn: SqliteConnection,
     options: StoreOptions,
+    /// An estimate of what was written to the WAL since the last checkpoint.
+    unchecked: usize,
 }
 
 impl Writer {
     pub(crate) fn spawn(conn: SqliteConnection, options: StoreOptions, turns: bool) -> WriterHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let deltas = options.raw_model_calls.then(Arc::default);
-        tokio::spawn(Writer { conn, options }.run(rx));
+        tokio::spawn(Writer { conn, options, unchecked: 0 }.run(rx));
         WriterHandle { tx, turns, deltas }
     }
 
@@ -54,11 +74,16 @@ impl Writer {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         let mut flushes = Vec::new();
         while let Some(command) = rx.recv().await {
+            let mut closing = false;
             let mut next = Some(command);
             while let Some(command) = next.take() {
                 match command {
                     Command::Write(w) => batch.push(w),
                     Command::Flush(done) => flushes.push(done),
+                    Command::Close(done) => {
+                        flushes.push(done);
+                        closing = true;
+                    }
                 }
                 if batch.len() < MAX_BATCH {
                     next = rx.try_recv().ok();
@@ -73,6 +98,12 @@ impl Writer {
                     let _ = w.done.send(result.clone());
                 }
             }
+            // After the acknowledgments: sessions go on while the WAL is copied into the database.
+            if closing {
+                self.checkpoint("PRAGMA wal_checkpoint(TRUNCATE)").await;
+            } else if self.unchecked >= CHECKPOINT_BYTES {
+                self.checkpoint("PRAGMA wal_checkpoint(PASSIVE)").await;
+            }
             for done in flushes.drain(..) {
                 let _ = done.send(());
             }
@@ -80,12 +111,24 @@ impl Writer {
         let _ = self.conn.close().await;
     }
 
+    /// Copies the WAL's committed pages into the database file, by `pragma`: `PASSIVE` never
+    /// waits, and leaves the pages a reader (`parley show` in another process) may still need for
+    /// the next checkpoint; `TRUNCATE` waits for readers (up to the busy timeout), then empties
+    /// the WAL file.
+    async fn checkpoint(&mut self, pragma: &'static str) {
+        match sqlx::query(pragma).execute(&mut self.conn).await {
+            Ok(_) => self.unchecked = 0,
+            // Not fatal: every commit is in the WAL, and the next checkpoint tries again.
+            Err(e) => tracing::warn!(error = %e, "the store could not checkpoint its WAL"),
+        }
+    }
+
     async fn write(&mut self, batch: &[Write]) -> Result<(), StoreError> {
         let raw = self.options.raw_model_calls;
         let mut tx = self.conn.begin().await.map_err(db_error)?;
 
         let messages: Vec<_> = batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.session, m))).collect();
-        for chunk in messages.chunks(MAX_PARAMS / 6) {
+        for chunk in shaped(&messages, MAX_PARAMS / 6) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id) ",
             );
@@ -103,7 +146,22 @@ impl Writer {
         }
 
         let calls: Vec<_> = messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c))).collect();
-        for chunk in calls.chunks(MAX_PARAMS / 11) {
+        let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
+        self.unchecked += COMMIT_BYTES
+            + messages
+                .iter()
+                .map(|(_, m)| ROW_BYTES + m.message.content.as_ref().map_or(0, String::len))
+                .sum::<usize>()
+            + calls
+                .iter()
+                .map(|(_, _, c)| match raw {
+                    true => ROW_BYTES + c.request.get().len() + c.response.as_ref().map_or(0, |r| r.get().len()),
+                    false => ROW_BYTES,
+                })
+                .sum::<usize>()
+            + tools.iter().map(|(_, t)| ROW_BYTES + t.arguments.len() + t.output.len()).sum::<usize>();
+
+        for chunk in shaped(&calls, MAX_PARAMS / 11) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
                  completion_tokens, latency_ms, attempts, error) ",
@@ -125,8 +183,7 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
-        for chunk in tools.chunks(MAX_PARAMS / 12) {
+        for chunk in shaped(&tools, MAX_PARAMS / 12) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, \
                  malformed, truncated, duration_us) ",
@@ -149,7 +206,7 @@ impl Writer {
         }
 
         let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.session, o))).collect();
-        for chunk in finished.chunks(MAX_PARAMS / 8) {
+        for chunk in shaped(&finished, MAX_PARAMS / 8) {
             // One statement for all sessions that ended in this batch.
             let mut q = QueryBuilder::<Sqlite>::new(
                 "WITH v (id, termination, reward, error, failure, steps, retries, duration_ms) AS (",
@@ -174,7 +231,7 @@ impl Writer {
         }
 
         let scored: Vec<_> = finished.iter().filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r))).collect();
-        for chunk in scored.chunks(MAX_PARAMS / 4) {
+        for chunk in shaped(&scored, MAX_PARAMS / 4) {
             let mut q =
                 QueryBuilder::<Sqlite>::new("INSERT INTO scores (session_id, scorer, version, value, breakdown) ");
             q.push_values(chunk, |mut b, (session, r)| {
@@ -189,6 +246,24 @@ impl Writer {
 
         tx.commit().await.map_err(db_error)
     }
+}
+
+/// Splits `items` into chunks of power-of-two lengths, the largest first, none over `max_rows`:
+/// 300 rows become statements of 256, 32, 8 and 4 rows. A multi-row insert's SQL text depends on
+/// its row count, and the connection caches prepared statements by their text, so fixed shapes
+/// are prepared once per connection (a dozen per table at most) where arbitrary counts would be
+/// parsed and planned again at nearly every batch.
+fn shaped<T>(items: &[T], max_rows: usize) -> impl Iterator<Item = &[T]> {
+    let largest = 1 << max_rows.max(1).ilog2();
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (chunk, tail) = rest.split_at(largest.min(1 << rest.len().ilog2()));
+        rest = tail;
+        Some(chunk)
+    })
 }
 
 impl WriterHandle {
@@ -226,8 +301,34 @@ impl WriterHandle {
     }
 
     pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        self.send_flush(Command::Flush).await
+    }
+
+    /// A flush that leaves the database file whole: the WAL is checkpointed and truncated.
+    pub(crate) async fn close(&self) -> Result<(), StoreError> {
+        self.send_flush(Command::Close).await
+    }
+
+    async fn send_flush(&self, command: fn(oneshot::Sender<()>) -> Command) -> Result<(), StoreError> {
         let (done, ack) = oneshot::channel();
-        self.tx.send(Command::Flush(done)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
+        self.tx.send(command(done)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
         ack.await.map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shaped;
+
+    #[test]
+    fn chunks_have_power_of_two_lengths_and_cover_every_row() {
+        let rows: Vec<usize> = (0..300).collect();
+        let lengths: Vec<usize> = shaped(&rows, 2909).map(<[usize]>::len).collect();
+        assert_eq!(lengths, [256, 32, 8, 4]);
+        let lengths: Vec<usize> = shaped(&rows, 100).map(<[usize]>::len).collect();
+        assert_eq!(lengths, [64, 64, 64, 64, 32, 8, 4]);
+        assert_eq!(shaped(&rows, 100).flatten().copied().collect::<Vec<_>>(), rows);
+        assert_eq!(shaped(&rows[..0], 100).count(), 0);
+        assert_eq!(shaped(&rows[..1], 0).map(<[usize]>::len).collect::<Vec<_>>(), [1]);
     }
 }

@@ -520,26 +520,45 @@ fn failures_path(out: &Path) -> PathBuf {
     out.with_file_name(format!("{stem}_failures.jsonl"))
 }
 
-/// A JSONL file written one flushed line per row, so a crash loses at most the line in flight.
+/// A JSONL file of rows as sessions end. Rows go through a buffer that is written out when it
+/// fills, when a row comes [`JsonlWriter::FLUSH_EVERY`] or more after the last write-out, and at
+/// the end (also after an interrupt): a write per row cost more than the row itself. A crash
+/// loses the rows still in the buffer, which the store holds anyway: `parley resume` rewrites
+/// the file from the store, every finished session once.
 struct JsonlWriter {
     path: PathBuf,
     file: std::io::BufWriter<std::fs::File>,
+    flushed: Instant,
 }
 
 impl JsonlWriter {
+    const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
     fn create(path: &Path) -> anyhow::Result<JsonlWriter> {
         let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(JsonlWriter { path: path.to_path_buf(), file: std::io::BufWriter::new(file) })
+        Ok(JsonlWriter {
+            path: path.to_path_buf(),
+            file: std::io::BufWriter::with_capacity(1 << 16, file),
+            flushed: Instant::now(),
+        })
     }
 
     fn write(&mut self, row: &serde_json::Value) -> anyhow::Result<()> {
         serde_json::to_writer(&mut self.file, row)?;
         self.file.write_all(b"\n")?;
+        if self.flushed.elapsed() >= Self::FLUSH_EVERY {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.flushed = Instant::now();
         self.file.flush().with_context(|| format!("writing {}", self.path.display()))
     }
 
     fn finish(mut self) -> anyhow::Result<()> {
-        self.file.flush().with_context(|| format!("writing {}", self.path.display()))
+        self.flush()
     }
 }
 
