@@ -17,6 +17,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
+
+/// Thousands of sessions allocate and free transcripts, request bodies and store rows from
+/// every runtime thread at once; mimalloc's per-thread heaps keep that off a shared lock.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use crate::error::{EX_USAGE, UsageError, store_exit_code};
 
 fn main() -> ExitCode {
