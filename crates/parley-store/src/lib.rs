@@ -118,42 +118,44 @@ async fn check_schema(conn: &mut SqliteConnection, path: &Path) -> Result<(), Ch
     }
 }
 
-/// An error opening or preparing the file, in the words of what the user can do about it.
-fn refusal(path: &Path, error: sqlx::Error, busy: Duration) -> StoreError {
-    let code = error.as_database_error().and_then(|e| e.code()).and_then(|c| c.parse::<i32>().ok());
+/// An error opening or preparing the file at `path`, in the words of what the user can do
+/// about it.
+fn refusal(path: &Path, error: sqlx::Error) -> StoreError {
+    unusable(&error, &path.display().to_string())
+        .unwrap_or_else(|| StoreError::Database(format!("cannot open {}: {error}", path.display())))
+}
+
+/// The answer to a SQLite error the user can act on (a file that is not a database, read-only,
+/// not creatable, or locked past the busy timeout), naming the database as `what`.
+fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
+    let code = error.as_database_error().and_then(|e| e.code()).and_then(|c| c.parse::<i32>().ok())?;
     // Extended result codes keep the primary code in their low byte.
-    let (problem, message) = match code.map(|c| c & 0xff) {
-        Some(26) => (
+    let (problem, message) = match code & 0xff {
+        26 => (
             Unusable::NotParley,
             format!(
-                "{} is not a SQLite database; pass --db with a Parley database, or a new file name to create one",
-                path.display()
+                "{what} is not a SQLite database; pass --db with a Parley database, or a new file name to create one"
             ),
         ),
-        Some(8) => (
+        8 => (
             Unusable::ReadOnly,
             format!(
-                "{} is read-only (the file, its folder or the disk); make it writable, or copy it elsewhere and \
-                 pass --db COPY",
-                path.display()
+                "{what} is read-only (the file, its folder or the disk); make it writable, or copy it elsewhere and \
+                 pass --db COPY"
             ),
         ),
-        Some(14) => (
-            Unusable::ReadOnly,
-            format!("cannot open or create {}: does its folder exist, and is it writable?", path.display()),
-        ),
-        Some(5 | 6) => (
+        14 => (Unusable::ReadOnly, format!("cannot open or create {what}: does its folder exist, and is it writable?")),
+        5 | 6 => (
             Unusable::Locked,
             format!(
-                "{} is locked by another process for more than {} s (another parley writing to it?); wait for it \
-                 to finish, raise {BUSY_TIMEOUT_VARIABLE}, or pass another --db",
-                path.display(),
-                busy.as_secs_f64()
+                "{what} is locked by another process for more than {} s (another parley writing to it?); wait for \
+                 it to finish, raise {BUSY_TIMEOUT_VARIABLE}, or pass another --db",
+                busy_timeout().as_secs_f64()
             ),
         ),
-        _ => return StoreError::Database(format!("cannot open {}: {error}", path.display())),
+        _ => return None,
     };
-    StoreError::Unusable { problem, message }
+    Some(StoreError::Unusable { problem, message })
 }
 
 /// A SQLite file holding any number of runs.
@@ -169,26 +171,10 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-/// A database error in the words of what the user can do about it: a lock held past the busy
-/// timeout and a read-only file are [`StoreError::Unusable`], the rest as SQLite says them.
+/// A database error in the words of what the user can do about it (see [`unusable`]), or as
+/// SQLite says it.
 pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
-    let code = e.as_database_error().and_then(|d| d.code()).and_then(|c| c.parse::<i32>().ok());
-    match code.map(|c| c & 0xff) {
-        Some(5 | 6) => StoreError::Unusable {
-            problem: Unusable::Locked,
-            message: format!(
-                "the database is locked by another process (another parley writing to it?) for longer than the \
-                 busy timeout; wait for it to finish, raise {BUSY_TIMEOUT_VARIABLE}, or pass another --db"
-            ),
-        },
-        Some(8) => StoreError::Unusable {
-            problem: Unusable::ReadOnly,
-            message: "the database is read-only (the file, its folder or the disk); make it writable, or copy it \
-                      elsewhere and pass --db COPY"
-                .into(),
-        },
-        _ => StoreError::Database(e.to_string()),
-    }
+    unusable(&e, "the database").unwrap_or_else(|| StoreError::Database(e.to_string()))
 }
 
 impl SqliteStore {
@@ -205,7 +191,7 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(busy);
-        let refused = |e: sqlx::Error| refusal(path, e, busy);
+        let refused = |e: sqlx::Error| refusal(path, e);
         if path.exists() {
             // Looked at read-only first, so that a file that is not Parley's is left as it was.
             let probe = SqliteConnectOptions::new().filename(path).read_only(true).busy_timeout(busy);
