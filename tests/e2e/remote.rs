@@ -2,7 +2,7 @@
 //! from a NeMo Gym config, and an MCP reference server. The peers come from `.ci/setup-peers`;
 //! without them the tests say so loudly and skip, or fail under `PARLEY_REQUIRE_PEERS=1`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::harness::{Stub, Workdir, ok, read_jsonl, root, text};
 
@@ -14,6 +14,20 @@ fn peer(path: PathBuf, ready: PathBuf) -> Option<PathBuf> {
     assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
     eprintln!("\n*** SKIPPED: {message} ***\n");
     None
+}
+
+/// `parley run` on `rows.jsonl` against NeMo Gym's `server`, which Parley starts from its config
+/// with the `venv`'s Python, and the stub, storing in `parley.db` and `out.jsonl`.
+fn gym_run(venv: &Path, server: &Path, stub: &Stub, extra: &[&str]) -> Vec<String> {
+    let config = server.join("configs/example_multi_step.yaml");
+    let mut args: Vec<String> = ["run", "--env", "nemo-gym", "--config"].map(String::from).into();
+    args.push(config.to_str().unwrap().to_owned());
+    args.extend(["--gym-venv".to_owned(), venv.to_str().unwrap().to_owned()]);
+    args.extend(
+        ["--tasks", "rows.jsonl", "--base-url", &stub.url, "--db", "parley.db", "--out", "out.jsonl"].map(String::from),
+    );
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
 }
 
 #[tokio::test]
@@ -38,24 +52,8 @@ async fn parley_starts_nemo_gyms_servers_from_its_config_and_verifies_with_them(
         .collect();
     std::fs::write(work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
     let stub = Stub::start(&[]);
-    let config = server.join("configs/example_multi_step.yaml");
-    let out = ok(&work.parley(&[
-        "run",
-        "--env",
-        "nemo-gym",
-        "--config",
-        config.to_str().unwrap(),
-        "--gym-venv",
-        venv.to_str().unwrap(),
-        "--tasks",
-        "rows.jsonl",
-        "--base-url",
-        &stub.url,
-        "--db",
-        "parley.db",
-        "--out",
-        "out.jsonl",
-    ]));
+    let args = gym_run(&venv, &server, &stub, &[]);
+    let out = ok(&work.parley(&args.iter().map(String::as_str).collect::<Vec<_>>()));
     assert!(out.contains("terminations   agent_stop 5"), "{out}");
     let rows = read_jsonl(&work.path("out.jsonl"));
     assert_eq!(rows.len(), 5);
@@ -135,28 +133,7 @@ async fn a_resources_server_that_dies_mid_run_fails_only_its_sessions_and_they_r
     let rows: Vec<&str> = rows.iter().cycle().take(40).copied().collect();
     std::fs::write(work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
     let stub = Stub::start(&["--latency-ms", "100"]);
-    let config = server.join("configs/example_multi_step.yaml");
-    let run_args = [
-        "run",
-        "--env",
-        "nemo-gym",
-        "--config",
-        config.to_str().unwrap(),
-        "--gym-venv",
-        venv.to_str().unwrap(),
-        "--tasks",
-        "rows.jsonl",
-        "--base-url",
-        &stub.url,
-        "--db",
-        "parley.db",
-        "--out",
-        "out.jsonl",
-        "-c",
-        "2",
-        "--max-retries",
-        "1",
-    ];
+    let run_args = gym_run(&venv, &server, &stub, &["-c", "2", "--max-retries", "1"]);
     let child = std::process::Command::new(crate::harness::PARLEY)
         .current_dir(work.dir.path())
         .args(run_args)

@@ -89,6 +89,11 @@ impl Ended {
     fn failed(termination: Termination, class: FailureClass, error: String) -> Ended {
         Ended { termination, error: Some(error), failure: Some(class) }
     }
+
+    /// A failure of the environment: it could not open, replay, run a tool or score.
+    fn environment(error: String) -> Ended {
+        Ended::failed(Termination::EnvironmentError, FailureClass::EnvironmentError, error)
+    }
 }
 
 /// How a run asks its sessions to stop. `drain` lets each session in flight finish the turn it
@@ -190,7 +195,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
     let (ended, reward) = match parties.environment.open(&task).await {
         Err(e) => {
             let error = format!("opening the environment: {e}");
-            (Ended::failed(Termination::EnvironmentError, FailureClass::EnvironmentError, error), None)
+            (Ended::environment(error), None)
         }
         Ok(mut env) => {
             let resumed = prior.is_some();
@@ -199,7 +204,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
                     if let Some(prior) = &prior
                         && let Err(e) = replay_writes(env.as_mut(), &prior.tool_calls).await
                     {
-                        return Ended::failed(Termination::EnvironmentError, FailureClass::EnvironmentError, e);
+                        return Ended::environment(e);
                     }
                     drive(parties, &mut state, env.as_mut(), limits, resumed, stop).await
                 } => ended,
@@ -216,13 +221,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
                     Ok(r) => reward = Some(r),
                     // The trajectory is whole but unscored: a failure of the environment, which
                     // `--retry-failed` scores again without another model call.
-                    Err(e) => {
-                        ended = Ended::failed(
-                            Termination::EnvironmentError,
-                            FailureClass::EnvironmentError,
-                            format!("scoring failed: {e}"),
-                        );
-                    }
+                    Err(e) => ended = Ended::environment(format!("scoring failed: {e}")),
                 }
             }
             env.close().await;
@@ -475,7 +474,7 @@ async fn run_calls(
                 Ok(output) => Ok(output),
                 Err(e) => {
                     let error = format!("tool `{}`: {e}", call.name);
-                    return Err(Ended::failed(Termination::EnvironmentError, FailureClass::EnvironmentError, error));
+                    return Err(Ended::environment(error));
                 }
             },
         };

@@ -170,6 +170,14 @@ async fn the_wall_time_limit_ends_the_session() {
     assert_eq!(r.outcome.reward.unwrap().value, 4.0);
 }
 
+/// Signals `token` once `after` has passed.
+fn cancel_after(token: tokio_util::sync::CancellationToken, after: Duration) {
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        token.cancel();
+    });
+}
+
 #[tokio::test(start_paused = true)]
 async fn cancelling_leaves_the_session_unfinished_in_the_store() {
     let s = setup(
@@ -178,11 +186,7 @@ async fn cancelling_leaves_the_session_unfinished_in_the_store() {
         false,
     );
     let stop = Stop::default();
-    let trigger = stop.abort.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        trigger.cancel();
-    });
+    cancel_after(stop.abort.clone(), Duration::from_secs(1));
     let r = run_session(&s.parties, job(3), &Limits::default(), &stop).await;
     assert_eq!(r.outcome.termination, Termination::Cancelled);
     assert!(s.store.finished.lock().unwrap().is_empty(), "a cancelled session stays resumable");
@@ -197,11 +201,7 @@ async fn draining_lets_the_turn_in_flight_finish_and_commit() {
         false,
     );
     let stop = Stop::default();
-    let trigger = stop.drain.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        trigger.cancel();
-    });
+    cancel_after(stop.drain.clone(), Duration::from_secs(1));
     let r = run_session(&s.parties, job(3), &Limits::default(), &stop).await;
     assert_eq!(r.outcome.termination, Termination::Cancelled);
     assert!(s.store.finished.lock().unwrap().is_empty(), "a drained session stays resumable");
