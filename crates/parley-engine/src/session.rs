@@ -189,6 +189,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
     {
         state.push(Message::assistant(greeting), None, Party::Agent);
     }
+    let opening = state.messages.len() as u32;
 
     // Whether the trajectory was whole and only its scoring failed: then its last turn is kept.
     let mut scoring = false;
@@ -233,8 +234,10 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
     if failure.is_some() && !scoring {
         // The turn in progress never completed: it is dropped, with any write it made, and a
         // retry (`parley resume --retry-failed`) takes the session up from its last committed
-        // turn against an environment rebuilt from the committed writes.
-        state.pending = TurnRecord::default();
+        // turn against an environment rebuilt from the committed writes. An opening not yet
+        // committed is kept, so the failed session shows what it was asked.
+        state.pending.messages.retain(|m| m.seq < opening);
+        state.pending.tool_calls.clear();
     }
     let outcome = SessionOutcome {
         termination,
@@ -299,10 +302,8 @@ async fn drive(
     resumed: bool,
     stop: &Stop,
 ) -> Ended {
-    // The task's opening (and the agent's greeting) is the first turn.
-    if !resumed && let Err(e) = commit(parties, state).await {
-        return store_failure(e);
-    }
+    // The task's opening (and the agent's greeting) is committed with the first turn: a session
+    // that ends before it has nothing to resume from, and starts afresh.
     if resumed && let Some(ended) = already_ended(&state.messages, parties.user.is_some()) {
         return ended;
     }

@@ -32,11 +32,28 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
     Ok(config)
 }
 
+/// Connections a run opens at once and the stub has not accepted yet. A run of thousands of
+/// sessions connects them all in its first moments; with the usual backlog of 128, the kernel
+/// drops the connections past it, and each one waits a second for TCP to try again. The kernel
+/// caps this at `net.core.somaxconn`.
+const BACKLOG: u32 = 8192;
+
+/// Binds the first address `host` resolves to, with a backlog for thousands of sessions.
+async fn listen(host: &str, port: u16) -> std::io::Result<tokio::net::TcpListener> {
+    let address = tokio::net::lookup_host((host, port))
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "the host has no address"))?;
+    let socket = if address.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(BACKLOG)
+}
+
 pub async fn stub(args: StubArgs) -> anyhow::Result<()> {
     let config = config(&args)?;
-    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
-        .await
-        .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+    let listener =
+        listen(&args.host, args.port).await.with_context(|| format!("binding {}:{}", args.host, args.port))?;
     let address = listener.local_addr()?;
     eprintln!("parley stub (a deterministic test double, not a model) listening on http://{address}/v1");
     // The address on stdout, alone, so scripts can read it.

@@ -70,9 +70,10 @@ async fn each_turn_is_committed_before_the_next_starts() {
     )
     .await;
     let turns = s.store.turns.lock().unwrap();
-    // The opening, two tool turns, and the final turn with the session's end.
+    // The opening with the first tool turn, the second tool turn, and the final turn with the
+    // session's end.
     let sizes: Vec<usize> = turns.iter().map(|(_, t)| t.messages.len()).collect();
-    assert_eq!(sizes, [2, 2, 2, 1]);
+    assert_eq!(sizes, [4, 2, 1]);
     assert_eq!(turns[1].1.tool_calls.len(), 1);
     assert!(turns[1].1.tool_calls[0].write);
     assert!(turns[1].1.messages[0].call.is_some(), "the model call is stored with its message");
@@ -156,10 +157,25 @@ async fn an_environment_that_cannot_open_is_an_environment_error() {
 
 #[tokio::test]
 async fn a_store_that_cannot_commit_ends_the_session() {
-    let s = setup(vec![Play::Say("hi")], MemoryStore { fail_commits: true, ..MemoryStore::default() }, false);
+    let plays = vec![Play::Call("add", r#"{"n": 1}"#), Play::Say("1")];
+    let s = setup(plays, MemoryStore { fail_commits: true, ..MemoryStore::default() }, false);
     let r = run_session(&s.parties, job(1), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::InfrastructureError);
     assert!(r.outcome.error.unwrap().contains("disk full"));
+    assert_eq!(s.agent.seen.lock().unwrap().len(), 1, "no turn starts after a commit that failed");
+}
+
+#[tokio::test]
+async fn the_opening_is_committed_with_the_first_turn() {
+    let (s, _) = play(vec![Play::Call("add", r#"{"n": 1}"#), Play::Say("1")], Limits::default()).await;
+    let turns = s.store.turns.lock().unwrap();
+    let seqs: Vec<Vec<u32>> = turns.iter().map(|(_, t)| t.messages.iter().map(|m| m.seq).collect()).collect();
+    assert_eq!(seqs, [vec![0, 1, 2, 3], vec![4]], "one commit per turn, the opening in the first");
+    // A session whose first call fails keeps its opening, and nothing of the failed turn.
+    let (s, r) = play(vec![Play::Fail(ModelFailureKind::Status(503))], Limits::default()).await;
+    assert_eq!(r.outcome.failure, Some(FailureClass::ServerError));
+    let roles: Vec<Role> = s.store.messages(7).iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::System, Role::User]);
 }
 
 #[tokio::test(start_paused = true)]
