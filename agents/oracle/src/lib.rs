@@ -113,7 +113,7 @@ mod tests {
             index: 0,
             id: "t".into(),
             messages: vec![],
-            tools: vec![],
+            tools: Default::default(),
             row: json!({"evaluation_criteria": {
                 "actions": [
                     {"action_id": "a", "name": "enable_roaming", "arguments": {"line_id": "L1"}},

@@ -32,6 +32,6 @@ pub use store::{
     MessageRecord, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, ToolCallRecord,
     TurnRecord, Unusable,
 };
-pub use task::{Task, stable_seed};
+pub use task::{Task, ToolLists, stable_seed};
 pub use user::{UserFailure, UserSimulator, UserStop, UserTurn, UserView};
 pub use view::{Party, agent_view, user_view};

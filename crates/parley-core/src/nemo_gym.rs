@@ -1,6 +1,8 @@
 //! NeMo Gym's row and rollout formats: task rows in (`responses_create_params` plus task fields)
 //! and the OpenAI Responses objects that its verifiers and tools read.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
 
 use crate::message::{Message, Role, ToolCall, ToolSpec};
@@ -32,7 +34,7 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
         }
     }
     let tools = match params.get("tools") {
-        None | Some(Value::Null) => Vec::new(),
+        None | Some(Value::Null) => Arc::from([]),
         Some(Value::Array(tools)) => tools
             .iter()
             .enumerate()

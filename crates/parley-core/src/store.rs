@@ -65,6 +65,14 @@ pub struct TurnRecord {
     pub tool_calls: Vec<ToolCallRecord>,
 }
 
+impl TurnRecord {
+    /// Adds a later turn's records after this one's, to be committed together.
+    pub fn append(&mut self, later: TurnRecord) {
+        self.messages.extend(later.messages);
+        self.tool_calls.extend(later.tool_calls);
+    }
+}
+
 /// How a session ended.
 #[derive(Debug, Clone)]
 pub struct SessionOutcome {

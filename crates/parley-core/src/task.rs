@@ -1,5 +1,7 @@
 //! A task: what one session starts from.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::message::{Message, ToolSpec};
@@ -13,10 +15,27 @@ pub struct Task {
     pub id: String,
     /// The opening messages (system prompt, first user message, or a whole prior conversation).
     pub messages: Vec<Message>,
-    /// The tools offered to the agent.
-    pub tools: Vec<ToolSpec>,
+    /// The tools offered to the agent; tasks with the same tools share one list (see [`ToolLists`]).
+    pub tools: Arc<[ToolSpec]>,
     /// The task row as it was read, with every ground-truth field the scorer needs.
     pub row: Value,
+}
+
+/// Lets tasks read one after another share their tool list when it is the same: task files
+/// repeat the tools on every row, and a run of thousands of sessions then holds one copy, which
+/// environments hand to their sessions without copying it.
+#[derive(Debug, Default)]
+pub struct ToolLists {
+    last: Option<Arc<[ToolSpec]>>,
+}
+
+impl ToolLists {
+    pub fn share(&mut self, task: &mut Task) {
+        match &self.last {
+            Some(last) if **last == *task.tools => task.tools = Arc::clone(last),
+            _ => self.last = Some(Arc::clone(&task.tools)),
+        }
+    }
 }
 
 /// A seed derived from a task and a trial by a stable hash (FNV-1a), so that a rerun of the
@@ -41,5 +60,31 @@ mod tests {
         assert_ne!(stable_seed("a", 1), stable_seed("b", 1));
         // Pinned: a change to the hash would change every recorded run's seeds.
         assert_eq!(stable_seed("", 0), 0xdc62_ece3_be52_214e);
+    }
+
+    #[test]
+    fn tasks_with_the_same_tools_share_one_list() {
+        let tool = |name: &str| ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+            strict: false,
+        };
+        let task = |tools: Vec<ToolSpec>| Task {
+            index: 0,
+            id: "t".into(),
+            messages: vec![],
+            tools: tools.into(),
+            row: Value::Null,
+        };
+        let mut lists = ToolLists::default();
+        let mut tasks = [task(vec![tool("a")]), task(vec![tool("a")]), task(vec![tool("b")]), task(vec![tool("b")])];
+        for t in &mut tasks {
+            lists.share(t);
+        }
+        assert!(Arc::ptr_eq(&tasks[0].tools, &tasks[1].tools));
+        assert!(Arc::ptr_eq(&tasks[2].tools, &tasks[3].tools));
+        assert!(!Arc::ptr_eq(&tasks[1].tools, &tasks[2].tools), "different tools stay apart");
+        assert_eq!(tasks[2].tools[0].name, "b");
     }
 }

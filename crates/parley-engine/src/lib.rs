@@ -1,7 +1,8 @@
 //! The engine: the session state machine and the scheduler that runs many sessions at once.
 //!
 //! Invariants: a session commits each turn to the [`SessionStore`](parley_core::SessionStore)
-//! before it starts the next; malformed model output (bad JSON arguments, an unknown tool, a
+//! before it acts on the next model reply (the commit runs beside the next model call), and
+//! before it ends; malformed model output (bad JSON arguments, an unknown tool, a
 //! schema violation) is answered with a tool error and recorded, never raised; a session that
 //! fails, panics, times out or is cancelled ends with a termination reason and never stops the
 //! others. The engine knows the seams only: no HTTP, no SQL.

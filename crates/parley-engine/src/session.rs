@@ -117,7 +117,10 @@ struct State<'a> {
     trial: u32,
     seed: u64,
     messages: Vec<Message>,
+    /// The turn under way, not yet handed to the store.
     pending: TurnRecord,
+    /// The last finished turn, not yet committed: its commit runs beside the next model call.
+    committing: Option<TurnRecord>,
     /// Agent model calls.
     steps: u32,
     /// User turns.
@@ -136,6 +139,16 @@ struct State<'a> {
 }
 
 impl State<'_> {
+    /// Ends the turn under way: it is committed beside the next model call, or with the
+    /// session's end.
+    fn finish_turn(&mut self) {
+        let turn = std::mem::take(&mut self.pending);
+        match &mut self.committing {
+            Some(earlier) => earlier.append(turn),
+            None => self.committing = Some(turn),
+        }
+    }
+
     fn push(&mut self, message: Message, call: Option<ModelCall>, party: Party) -> u32 {
         let seq = self.messages.len() as u32;
         if let Some(call) = &call {
@@ -163,6 +176,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
         seed,
         messages: Vec::new(),
         pending: TurnRecord::default(),
+        committing: None,
         steps: 0,
         turns: 0,
         errors: 0,
@@ -239,6 +253,8 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
         state.pending.messages.retain(|m| m.seq < opening);
         state.pending.tool_calls.clear();
     }
+    // The last finished turn is committed with the session's end, or alone when it stays pending.
+    let finished = state.committing.take();
     let outcome = SessionOutcome {
         termination,
         reward,
@@ -249,9 +265,17 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
         duration: started.elapsed(),
     };
     if termination == Termination::Cancelled {
-        // A cancelled session keeps its committed turns and stays pending, so it can be resumed.
-    } else if let Err(e) = parties.store.finish_session(id, std::mem::take(&mut state.pending), &outcome).await {
-        tracing::error!(session = id, error = %e, "could not record the end of a session");
+        // A cancelled session keeps its finished turns, drops the one under way, and stays
+        // pending, so it can be resumed.
+        if let Err(e) = commit(parties, id, finished).await {
+            tracing::error!(session = id, error = %e, "could not record the last turn of a cancelled session");
+        }
+    } else {
+        let mut last = finished.unwrap_or_default();
+        last.append(std::mem::take(&mut state.pending));
+        if let Err(e) = parties.store.finish_session(id, last, &outcome).await {
+            tracing::error!(session = id, error = %e, "could not record the end of a session");
+        }
     }
     let (usage, user_usage, transcript) = (state.usage, state.user_usage, state.messages);
     SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage }
@@ -310,6 +334,9 @@ async fn drive(
     let mut next = next_after(&state.messages, parties.user.is_some());
     loop {
         if stop.is_stopping() {
+            if let Err(e) = commit(parties, state.id, state.committing.take()).await {
+                return store_failure(e);
+            }
             return Ended::new(Termination::Cancelled, Some("the run was stopped between turns".into()));
         }
         next = match next {
@@ -322,9 +349,7 @@ async fn drive(
                 Err(ended) => return ended,
             },
         };
-        if let Err(e) = commit(parties, state).await {
-            return store_failure(e);
-        }
+        state.finish_turn();
     }
 }
 
@@ -351,10 +376,11 @@ async fn agent_turn(
         return Err(Ended::new(Termination::MaxSteps, Some(format!("the agent used all {} steps", limits.max_steps))));
     }
     state.steps += 1;
+    let previous = state.committing.take();
     let turn = {
         let messages = agent_view(&state.messages);
         let view = AgentView { task: state.task, messages: &messages, tools: env.tools(), seed: state.seed };
-        parties.agent.act(view).await
+        beside_commit(parties, state.id, previous, parties.agent.act(view)).await?
     };
     let message = match turn {
         Ok(turn) => {
@@ -396,6 +422,7 @@ async fn user_turn(
         return Err(Ended::new(Termination::MaxTurns, Some(format!("the user used all {} turns", limits.max_turns))));
     }
     state.turns += 1;
+    let previous = state.committing.take();
     let turn = {
         let messages = user_view(&state.messages);
         let view = UserView {
@@ -405,7 +432,7 @@ async fn user_turn(
             tools: env.user_tools(),
             seed: state.seed,
         };
-        user.respond(view).await
+        beside_commit(parties, state.id, previous, user.respond(view)).await?
     };
     let turn = match turn {
         Ok(turn) => turn,
@@ -609,9 +636,25 @@ async fn replay_writes(env: &mut dyn EnvSession, calls: &[ToolCallRecord]) -> Re
     Ok(())
 }
 
-async fn commit(parties: &Parties, state: &mut State<'_>) -> Result<(), String> {
-    let turn = std::mem::take(&mut state.pending);
-    parties.store.commit_turn(state.id, turn).await.map_err(|e| format!("committing a turn: {e}"))
+/// Commits a finished turn, if there is one.
+async fn commit(parties: &Parties, id: SessionId, turn: Option<TurnRecord>) -> Result<(), String> {
+    let Some(turn) = turn else { return Ok(()) };
+    parties.store.commit_turn(id, turn).await.map_err(|e| format!("committing a turn: {e}"))
+}
+
+/// Runs a model call while the previous turn is committed, and waits for both: the session acts
+/// on the reply (runs its tools, records it, ends) only once every turn before it is durable, and
+/// the commit costs the session no time of its own. A crash before the commit lands loses that
+/// turn as it would lose the call in flight: neither was recorded, and resume asks again.
+async fn beside_commit<T>(
+    parties: &Parties,
+    id: SessionId,
+    previous: Option<TurnRecord>,
+    call: impl Future<Output = T>,
+) -> Result<T, Ended> {
+    let (reply, committed) = tokio::join!(call, commit(parties, id, previous));
+    committed.map_err(store_failure)?;
+    Ok(reply)
 }
 
 impl SessionResult {

@@ -93,7 +93,13 @@ mod tests {
     use serde_json::json;
 
     fn task(expected: Value) -> Task {
-        Task { index: 0, id: "t".into(), messages: vec![], tools: vec![], row: json!({"expected_answer": expected}) }
+        Task {
+            index: 0,
+            id: "t".into(),
+            messages: vec![],
+            tools: Default::default(),
+            row: json!({"expected_answer": expected}),
+        }
     }
 
     #[tokio::test]

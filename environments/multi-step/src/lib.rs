@@ -11,6 +11,8 @@
 mod generate;
 mod verify;
 
+use std::sync::{Arc, OnceLock};
+
 use async_trait::async_trait;
 use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
@@ -53,14 +55,21 @@ impl Environment for MultiStep {
     }
 
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
-        let tools = if task.tools.is_empty() { tools() } else { task.tools.clone() };
-        Ok(Box::new(Session { tools, row: task.row.clone() }))
+        let tools = match task.tools.is_empty() {
+            true => Arc::clone(DEFAULT_TOOLS.get_or_init(|| tools().into())),
+            false => Arc::clone(&task.tools),
+        };
+        Ok(Box::new(Session { tools, scored: verify::scored_fields(&task.row) }))
     }
 }
 
+/// The tools of rows that name none, made once.
+static DEFAULT_TOOLS: OnceLock<Arc<[ToolSpec]>> = OnceLock::new();
+
 struct Session {
-    tools: Vec<ToolSpec>,
-    row: Value,
+    tools: Arc<[ToolSpec]>,
+    /// The fields of the task row that scoring reads.
+    scored: Value,
 }
 
 #[async_trait]
@@ -81,6 +90,6 @@ impl EnvSession for Session {
     }
 
     async fn score(&mut self, transcript: &[Message], _termination: Termination) -> Result<Reward, EnvError> {
-        verify(&self.row, transcript)
+        verify(&self.scored, transcript)
     }
 }

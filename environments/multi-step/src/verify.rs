@@ -3,6 +3,12 @@
 use parley_core::{EnvError, Message, Reward, Role};
 use serde_json::Value;
 
+/// The fields of a task row that [`verify`] reads, as a row of their own.
+pub(crate) fn scored_fields(row: &Value) -> Value {
+    let fields = ["expected_synonym_values", "minefield_label", "minefield_label_value"];
+    Value::Object(fields.iter().filter_map(|&k| Some((k.to_owned(), row.get(k)?.clone()))).collect())
+}
+
 /// Scores a transcript against a task row. The reported list is the arguments of the last
 /// `extract_synonym_values` call; the reward is 1 when it equals the expected list, in order.
 pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {

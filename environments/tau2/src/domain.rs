@@ -129,6 +129,8 @@ pub fn load(data_dir: &Path, name: &str, options: DomainOptions) -> Result<Domai
             strict: false,
         });
     }
+    // One list for every task of the domain.
+    let agent_tools: Arc<[ToolSpec]> = agent_tools.into();
     let mut tasks = Vec::new();
     let mut specs = HashMap::new();
     for (index, row) in rows.iter().enumerate() {
@@ -146,7 +148,7 @@ pub fn load(data_dir: &Path, name: &str, options: DomainOptions) -> Result<Domai
         } else {
             spec.history.clone()
         };
-        tasks.push(Task { index, id: spec.id.clone(), messages, tools: agent_tools.clone(), row: row.clone() });
+        tasks.push(Task { index, id: spec.id.clone(), messages, tools: Arc::clone(&agent_tools), row: row.clone() });
         specs.insert(spec.id.clone(), Arc::new(spec));
     }
 

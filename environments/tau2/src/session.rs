@@ -41,15 +41,17 @@ impl Tau2Environment {
         let mut world = World::new(self.shared.base.clone_box(), self.shared.catalog.clone(), self.shared.solo);
         world.set_state(&spec, &spec.history).map_err(|e| EnvError(format!("task {}: {e}", spec.id)))?;
         let user_tools = if self.shared.solo { Vec::new() } else { self.shared.catalog.specs(Requestor::User) };
-        let tools =
-            if task.tools.is_empty() { self.shared.catalog.specs(Requestor::Assistant) } else { task.tools.clone() };
+        let tools = match task.tools.is_empty() {
+            true => self.shared.catalog.specs(Requestor::Assistant).into(),
+            false => Arc::clone(&task.tools),
+        };
         Ok(Tau2Session { world, tools, user_tools, spec, shared: self.shared.clone() })
     }
 }
 
 pub struct Tau2Session {
     world: World,
-    tools: Vec<ToolSpec>,
+    tools: Arc<[ToolSpec]>,
     user_tools: Vec<ToolSpec>,
     spec: Arc<TaskSpec>,
     shared: Arc<Shared>,

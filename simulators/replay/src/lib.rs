@@ -61,7 +61,7 @@ mod tests {
             index: 3,
             id: "t".into(),
             messages: vec![Message::user("hi")],
-            tools: vec![],
+            tools: Default::default(),
             row: Default::default(),
         };
         let recorded = vec![

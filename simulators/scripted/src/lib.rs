@@ -99,7 +99,7 @@ mod tests {
             index: 0,
             id: "0".into(),
             messages: vec![Message::user("What is the capital of France?")],
-            tools: vec![],
+            tools: Default::default(),
             row: json!({"follow_ups": ["What is its population?", "Name a landmark."]}),
         }
     }

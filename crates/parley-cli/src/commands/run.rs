@@ -10,7 +10,7 @@ use agent_tool_calling::{ToolCallingAgent, ToolCallingConfig};
 use anyhow::Context;
 use futures::StreamExt;
 use parley_core::nemo_gym::{response_object, rollout_row, task_from_row};
-use parley_core::{Agent, RunSpec, SessionSpec, SessionStore, Task, UserSimulator, stable_seed};
+use parley_core::{Agent, RunSpec, SessionSpec, SessionStore, Task, ToolLists, UserSimulator, stable_seed};
 use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, Stop};
 use parley_llm::{ChatClient, EndpointConfig};
 use parley_store::{SqliteStore, StoreOptions};
@@ -400,12 +400,17 @@ pub async fn stored_tasks(store: &SqliteStore, run: i64) -> anyhow::Result<Vec<A
             })
             .collect();
     }
+    let mut lists = ToolLists::default();
     store
         .task_rows(run)
         .await?
         .into_iter()
         .enumerate()
-        .map(|(i, row)| task_from_row(i, row).map(Arc::new).map_err(|e| anyhow::anyhow!("stored task {i}: {e}")))
+        .map(|(i, row)| {
+            let mut task = task_from_row(i, row).map_err(|e| anyhow::anyhow!("stored task {i}: {e}"))?;
+            lists.share(&mut task);
+            Ok(Arc::new(task))
+        })
         .collect()
 }
 
@@ -418,15 +423,20 @@ fn out_path(settings: &RunSettings, run: i64) -> PathBuf {
 /// leaves those rows out.
 fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
     let Some(path) = &settings.tasks else {
-        let rows = environment_multi_step::generate(settings.num_tasks, 0);
-        return rows
+        let mut lists = ToolLists::default();
+        return environment_multi_step::generate(settings.num_tasks, 0)
             .enumerate()
-            .map(|(i, row)| task_from_row(i, row).map(Arc::new).map_err(|e| anyhow::anyhow!("generated task {i}: {e}")))
+            .map(|(i, row)| {
+                let mut task = task_from_row(i, row).map_err(|e| anyhow::anyhow!("generated task {i}: {e}"))?;
+                lists.share(&mut task);
+                Ok(Arc::new(task))
+            })
             .collect();
     };
     let file = std::fs::File::open(path).map_err(|e| usage(format!("--tasks {}: {e}", path.display())))?;
     let mut tasks = Vec::new();
     let mut bad = Vec::new();
+    let mut lists = ToolLists::default();
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|e| usage(format!("{}:{}: {e}", path.display(), n + 1)))?;
         if line.trim().is_empty() {
@@ -437,7 +447,10 @@ fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
             .and_then(|row| task_from_row(tasks.len(), row).map_err(|e| e.to_string()))
             .and_then(|task| check_tools(settings, &task).map(|()| task));
         match row {
-            Ok(task) => tasks.push(Arc::new(task)),
+            Ok(mut task) => {
+                lists.share(&mut task);
+                tasks.push(Arc::new(task));
+            }
             Err(why) => bad.push(format!("{}:{}: {why}", path.display(), n + 1)),
         }
     }

@@ -384,7 +384,7 @@ mod tests {
 
     fn task(row: Value, messages: Vec<Message>) -> Arc<Task> {
         let id = row["id"].as_str().unwrap().to_owned();
-        Arc::new(Task { index: 0, id, messages, tools: vec![], row })
+        Arc::new(Task { index: 0, id, messages, tools: Default::default(), row })
     }
 
     fn greeting_task() -> Arc<Task> {

@@ -165,6 +165,8 @@ pub struct MemoryStore {
     pub turns: Mutex<Vec<(SessionId, TurnRecord)>>,
     pub finished: Mutex<Vec<(SessionId, SessionOutcome)>>,
     pub fail_commits: bool,
+    /// How long each commit takes.
+    pub commit_delay: Duration,
 }
 
 #[async_trait]
@@ -179,6 +181,7 @@ impl SessionStore for MemoryStore {
     }
 
     async fn commit_turn(&self, session: SessionId, turn: TurnRecord) -> Result<(), StoreError> {
+        tokio::time::sleep(self.commit_delay).await;
         if self.fail_commits {
             return Err(StoreError::Database("disk full".into()));
         }
@@ -192,6 +195,7 @@ impl SessionStore for MemoryStore {
         last_turn: TurnRecord,
         outcome: &SessionOutcome,
     ) -> Result<(), StoreError> {
+        tokio::time::sleep(self.commit_delay).await;
         self.turns.lock().unwrap().push((session, last_turn));
         self.finished.lock().unwrap().push((session, outcome.clone()));
         Ok(())
@@ -203,6 +207,12 @@ impl SessionStore for MemoryStore {
 }
 
 impl MemoryStore {
+    /// The seqs of a session's messages, commit by commit.
+    pub fn seqs(&self, session: SessionId) -> Vec<Vec<u32>> {
+        let turns = self.turns.lock().unwrap();
+        turns.iter().filter(|(s, _)| *s == session).map(|(_, t)| t.messages.iter().map(|m| m.seq).collect()).collect()
+    }
+
     /// Every message stored for a session, in commit order.
     pub fn messages(&self, session: SessionId) -> Vec<Message> {
         let turns = self.turns.lock().unwrap();
@@ -219,7 +229,7 @@ pub fn task() -> Arc<Task> {
         index: 0,
         id: "t0".into(),
         messages: vec![Message::system("count"), Message::user("add two then stop")],
-        tools: Vec::new(),
+        tools: Default::default(),
         row: json!({}),
     })
 }

@@ -63,7 +63,7 @@ async fn tool_results_go_back_to_the_agent() {
 }
 
 #[tokio::test]
-async fn each_turn_is_committed_before_the_next_starts() {
+async fn each_turn_is_committed_in_a_record_of_its_own() {
     let (s, _) = play(
         vec![Play::Call("add", r#"{"n": 1}"#), Play::Call("add", r#"{"n": 1}"#), Play::Say("2")],
         Limits::default(),
@@ -162,14 +162,34 @@ async fn a_store_that_cannot_commit_ends_the_session() {
     let r = run_session(&s.parties, job(1), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::InfrastructureError);
     assert!(r.outcome.error.unwrap().contains("disk full"));
-    assert_eq!(s.agent.seen.lock().unwrap().len(), 1, "no turn starts after a commit that failed");
+    // The second call ran beside the commit that failed; its reply is not acted on.
+    assert_eq!(s.agent.seen.lock().unwrap().len(), 2);
+    let roles: Vec<Role> = r.transcript.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::Tool]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_is_committed_while_the_next_model_call_runs() {
+    let plays = vec![
+        Play::SlowCall(Duration::from_millis(500), "add", r#"{"n": 1}"#),
+        Play::SlowCall(Duration::from_millis(500), "add", r#"{"n": 1}"#),
+        Play::Sleep(Duration::from_millis(500)),
+    ];
+    let store = MemoryStore { commit_delay: Duration::from_millis(100), ..MemoryStore::default() };
+    let s = setup(plays, store, false);
+    let started = tokio::time::Instant::now();
+    let r = run_session(&s.parties, job(1), &Limits::default(), &Stop::default()).await;
+    assert_eq!(r.outcome.termination, Termination::AgentStop);
+    // Three calls of 500 ms; of the three commits only the last, with the session's end, waits
+    // on its own.
+    assert_eq!(started.elapsed(), Duration::from_millis(3 * 500 + 100));
+    assert_eq!(s.store.seqs(1), [vec![0, 1, 2, 3], vec![4, 5], vec![6]], "every turn is committed, in order");
 }
 
 #[tokio::test]
 async fn the_opening_is_committed_with_the_first_turn() {
     let (s, _) = play(vec![Play::Call("add", r#"{"n": 1}"#), Play::Say("1")], Limits::default()).await;
-    let turns = s.store.turns.lock().unwrap();
-    let seqs: Vec<Vec<u32>> = turns.iter().map(|(_, t)| t.messages.iter().map(|m| m.seq).collect()).collect();
+    let seqs = s.store.seqs(7);
     assert_eq!(seqs, [vec![0, 1, 2, 3], vec![4]], "one commit per turn, the opening in the first");
     // A session whose first call fails keeps its opening, and nothing of the failed turn.
     let (s, r) = play(vec![Play::Fail(ModelFailureKind::Status(503))], Limits::default()).await;

@@ -15,7 +15,7 @@ fn task() -> Task {
         index: 0,
         id: "sum".into(),
         messages: vec![Message::user("What is 2 + 3?")],
-        tools: vec![],
+        tools: Default::default(),
         row: json!({"expected_answer": "5"}),
     }
 }

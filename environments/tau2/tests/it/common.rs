@@ -30,7 +30,7 @@ pub fn domain(name: &str) -> Option<Domain> {
 
 /// A task with no initial state and no criteria: the domain's database as shipped.
 pub fn blank_task() -> Task {
-    Task { index: 0, id: "blank".into(), messages: vec![], tools: vec![], row: json!({"id": "blank"}) }
+    Task { index: 0, id: "blank".into(), messages: vec![], tools: Default::default(), row: json!({"id": "blank"}) }
 }
 
 pub fn open(domain: &Domain, task: &Task) -> Tau2Session {

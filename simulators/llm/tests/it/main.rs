@@ -47,7 +47,7 @@ fn task() -> Task {
         index: 0,
         id: "cancel_1".into(),
         messages: vec![],
-        tools: vec![],
+        tools: Default::default(),
         row: json!({"user_scenario": {"instructions": {"reason_for_call": "Cancel order #W1."}}}),
     }
 }

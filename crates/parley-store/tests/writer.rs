@@ -1,0 +1,144 @@
+//! The writer against a real SQLite file: what goes in comes back exactly, and a batch that
+//! fails leaves nothing behind.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parley_core::{
+    FailureClass, Message, MessageRecord, ModelCall, Party, RawJson, Reward, RunSpec, SessionOutcome, SessionSpec,
+    SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord, Usage,
+};
+use parley_store::{SqliteStore, StoreOptions};
+use serde_json::json;
+use sqlx::Row;
+
+async fn store_with_sessions(dir: &tempfile::TempDir, sessions: usize) -> (SqliteStore, Vec<i64>) {
+    let store = SqliteStore::open(&dir.path().join("parley.db"), StoreOptions::default()).await.unwrap();
+    let task = Arc::new(Task { index: 0, id: "t".into(), messages: vec![], tools: Default::default(), row: json!({}) });
+    let specs: Vec<SessionSpec> =
+        (0..sessions).map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: i as u64 }).collect();
+    let spec = RunSpec { environment: "test".into(), config: json!({}) };
+    let (_, ids) = store.create_run(&spec, &[task], &specs).await.unwrap();
+    (store, ids)
+}
+
+/// A turn with text that needs escaping, a raw body, a tool call and its record.
+fn turn(first_seq: u32) -> TurnRecord {
+    let call = ModelCall {
+        endpoint: "http://127.0.0.1:1/v1".into(),
+        request: RawJson::from_string(
+            r#"{"messages": [{"role": "user", "content": "say \"hi\"\n"}], "model": "m"}"#.into(),
+        )
+        .unwrap(),
+        response: Some(RawJson::from_string(r#"{"choices":[],"note":"ünïcödé \u2603 ☃"}"#.into()).unwrap()),
+        usage: Usage { prompt_tokens: 12, completion_tokens: 3 },
+        latency: Duration::from_micros(1_234_567),
+        attempts: 2,
+        error: None,
+    };
+    let asking = Message::assistant_calls(
+        Some("quotes \" backslash \\ tab \t nul-free ☃".into()),
+        vec![ToolCall { id: "c1".into(), name: "add".into(), arguments: r#"{"n": 1}"#.into() }],
+    );
+    TurnRecord {
+        messages: vec![
+            MessageRecord { seq: first_seq, message: asking, call: Some(call) },
+            MessageRecord { seq: first_seq + 1, message: Message::tool_result("c1", "1"), call: None },
+        ],
+        tool_calls: vec![ToolCallRecord {
+            seq: first_seq + 1,
+            party: Party::Agent,
+            call_id: "c1".into(),
+            name: "add".into(),
+            arguments: r#"{"n": 1}"#.into(),
+            output: "1".into(),
+            is_error: false,
+            write: true,
+            malformed: false,
+            truncated: true,
+            duration: Duration::from_micros(42),
+        }],
+    }
+}
+
+#[tokio::test]
+async fn turns_and_outcomes_come_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, ids) = store_with_sessions(&dir, 2).await;
+    store.commit_turn(ids[0], turn(0)).await.unwrap();
+    // Rewards that a decimal round trip could bend, and a session without one.
+    let third: f64 = 1.0 / 3.0;
+    let mut reward = Reward::new(0.1 + 0.2);
+    reward.breakdown.insert("part".into(), json!(third));
+    let outcome = |reward, failure| SessionOutcome {
+        termination: Termination::AgentStop,
+        reward,
+        error: Some("a \"quoted\" error".into()),
+        failure,
+        steps: 3,
+        retries: 1,
+        duration: Duration::from_millis(1500),
+    };
+    store.finish_session(ids[0], turn(2), &outcome(Some(reward), None)).await.unwrap();
+    store.finish_session(ids[1], TurnRecord::default(), &outcome(None, Some(FailureClass::Timeout))).await.unwrap();
+
+    let transcript = store.transcript(ids[0]).await.unwrap();
+    assert_eq!(transcript.messages.len(), 4);
+    assert_eq!(transcript.messages[0], turn(0).messages[0].message);
+    assert_eq!(transcript.messages[3], Message::tool_result("c1", "1"));
+    let tool = &transcript.tool_calls[0];
+    assert_eq!((tool.write, tool.truncated, tool.is_error, tool.malformed), (true, true, false, false));
+    assert_eq!(tool.duration, Duration::from_micros(42));
+
+    let pool = store.pool();
+    let row =
+        sqlx::query("SELECT request, response, prompt_tokens, attempts, latency_ms FROM model_calls WHERE seq = 0")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    let sent = turn(0).messages[0].call.clone().unwrap();
+    assert_eq!(row.get::<String, _>("request"), sent.request.get(), "the body is stored as it was sent");
+    assert_eq!(row.get::<String, _>("response"), sent.response.unwrap().get());
+    assert_eq!((row.get::<i64, _>("prompt_tokens"), row.get::<i64, _>("attempts")), (12, 2));
+    assert!((row.get::<f64, _>("latency_ms") - 1234.567).abs() < 1e-9);
+
+    let sessions = sqlx::query("SELECT status, reward, error, failure, steps, retries FROM sessions ORDER BY id")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert_eq!(sessions[0].get::<String, _>("status"), "finished");
+    assert_eq!(sessions[0].get::<f64, _>("reward").to_bits(), (0.1f64 + 0.2).to_bits(), "the reward, to the bit");
+    assert_eq!(sessions[0].get::<String, _>("error"), "a \"quoted\" error");
+    assert_eq!(sessions[1].get::<Option<f64>, _>("reward"), None);
+    assert_eq!(sessions[1].get::<String, _>("failure"), "timeout");
+    assert_eq!((sessions[0].get::<i64, _>("steps"), sessions[0].get::<i64, _>("retries")), (3, 1));
+    let scores = store.latest_score(ids[0]).await.unwrap().unwrap();
+    assert_eq!(scores.value.to_bits(), (0.1f64 + 0.2).to_bits());
+    assert_eq!(scores.breakdown["part"].as_f64().unwrap().to_bits(), third.to_bits());
+    assert!(store.latest_score(ids[1]).await.unwrap().is_none(), "no reward, no score");
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_that_fails_keeps_nothing_and_the_writer_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, ids) = store_with_sessions(&dir, 1).await;
+    store.commit_turn(ids[0], turn(0)).await.unwrap();
+    // The same seqs again: the messages insert fails, and the batch's other rows must go too.
+    let again = store.commit_turn(ids[0], turn(0)).await;
+    assert!(again.is_err(), "a duplicate turn is refused");
+    let pool = store.pool();
+    let count = |table: &'static str| {
+        let sql = match table {
+            "messages" => "SELECT count(*) FROM messages",
+            "model_calls" => "SELECT count(*) FROM model_calls",
+            _ => "SELECT count(*) FROM tool_calls",
+        };
+        sqlx::query_scalar::<_, i64>(sql).fetch_one(pool)
+    };
+    let counts = (count("messages").await.unwrap(), count("model_calls").await.unwrap(), count("tools").await.unwrap());
+    assert_eq!(counts, (2, 1, 1));
+    store.commit_turn(ids[0], turn(2)).await.unwrap();
+    assert_eq!(store.transcript(ids[0]).await.unwrap().messages.len(), 4, "the next batch is written");
+    store.close().await.unwrap();
+}
