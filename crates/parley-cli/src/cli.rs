@@ -366,7 +366,7 @@ pub struct StubArgs {
     /// Tool-call answers per conversation before the final text.
     #[arg(long, default_value_t = 2)]
     pub tool_calls: u32,
-    /// Fixed latency added to every answer, in milliseconds.
+    /// Time from a request's arrival to its answer, in milliseconds (the stub's own work happens within it).
     #[arg(long, default_value_t = 0)]
     pub latency_ms: u64,
     /// Fraction of answers that are 429 with `Retry-After`.

@@ -17,7 +17,7 @@
 //! runs: a few words per session, never the text.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
+use std::hash::{DefaultHasher, Hasher};
 use std::sync::Mutex;
 
 use parley_core::{RawJson, Role, SessionId, TurnRecord};
@@ -42,9 +42,20 @@ pub(crate) struct Deltas {
 }
 
 fn hash(text: &str) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
+    let mut h = DefaultHasher::new();
+    h.write(text.as_bytes());
     h.finish()
+}
+
+/// The hash of `open`, and whether its first `prev_len` bytes hash to `prev_hash`: one pass
+/// over the text, the prefix's state carried on into the whole's.
+fn extends(open: &str, prev_len: usize, prev_hash: u64) -> (bool, u64) {
+    let Some(prefix) = open.as_bytes().get(..prev_len) else { return (false, hash(open)) };
+    let mut h = DefaultHasher::new();
+    h.write(prefix);
+    let same = h.finish() == prev_hash;
+    h.write(&open.as_bytes()[prev_len..]);
+    (same, h.finish())
 }
 
 impl Deltas {
@@ -65,13 +76,14 @@ impl Deltas {
             };
             let open = &messages[..messages.len() - 1];
             let tools_hash = fields.get("tools").map(|t| hash(t.get()));
-            let delta = last.get(&key).and_then(|prev| {
-                let extends = open.len() >= prev.open_len
-                    && open.is_char_boundary(prev.open_len)
-                    && hash(&open[..prev.open_len]) == prev.open_hash;
-                extends.then(|| delta(&fields, &open[prev.open_len..], prev, tools_hash))
-            });
-            last.insert(key, Last { seq: record.seq, open_len: open.len(), open_hash: hash(open), tools_hash });
+            let (delta, open_hash) = match last.get(&key) {
+                Some(prev) if open.is_char_boundary(prev.open_len) => {
+                    let (same, whole) = extends(open, prev.open_len, prev.open_hash);
+                    (same.then(|| delta(&fields, &open[prev.open_len..], prev, tools_hash)), whole)
+                }
+                _ => (None, hash(open)),
+            };
+            last.insert(key, Last { seq: record.seq, open_len: open.len(), open_hash, tools_hash });
             if let Some(Ok(delta)) = delta {
                 call.request = delta;
             }

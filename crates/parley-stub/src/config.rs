@@ -8,7 +8,7 @@ use std::time::Duration;
 pub struct StubConfig {
     /// Tool-call answers per user turn before the final text (default 2).
     pub tool_calls: u32,
-    /// Fixed delay before every answer, errors included (default 0).
+    /// Time from a request's arrival to its answer, errors included (default 0).
     pub latency: Duration,
     /// Fractions of requests that get each fault (default: none).
     pub faults: Faults,

@@ -89,8 +89,9 @@
 //!
 //! # Latency and faults
 //!
-//! Every answer to the two model endpoints, errors included, is delayed by
-//! [`StubConfig::latency`] first.
+//! Every answer to the two model endpoints, errors included, is sent [`StubConfig::latency`]
+//! after its request arrived: the stub's own work happens within that time instead of adding
+//! to it. A `hang` fault's sleep comes on top.
 //!
 //! Bad requests (body not JSON, not an object, no string `model`, no non-empty `messages` or
 //! `input`, a message without a string `role`, a function tool without a string name, a

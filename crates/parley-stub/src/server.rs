@@ -1,5 +1,5 @@
-//! The HTTP surface: routes, the request flow shared by both model endpoints (latency,
-//! parsing, faults, answer), and serving on a listener until shutdown.
+//! The HTTP surface: routes, the request flow shared by both model endpoints (parsing,
+//! faults, answer, latency), and serving on a listener until shutdown.
 
 use std::io;
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::config::StubConfig;
 use crate::error::ApiError;
@@ -138,15 +139,44 @@ async fn not_found(uri: Uri) -> Response {
     ApiError::not_found(uri.path()).into_response()
 }
 
-/// The flow both model endpoints share; the answer's status is counted once it is known.
+/// The flow both model endpoints share: decide the answer, wait out the latency, send it. The
+/// latency counts from the request's arrival, so the stub's own work does not add to it; the
+/// answer's status is counted once it is sent.
 async fn complete<A: Api>(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let arrived = Instant::now();
     shared.stats.record_request();
+    let Decision { response, hang } = decide::<A>(&shared, &body);
+    // Thousands of requests may be waiting out the latency at once; their bodies are done with.
+    drop(body);
     if !shared.config.latency.is_zero() {
-        tokio::time::sleep(shared.config.latency).await;
+        tokio::time::sleep_until(arrived + shared.config.latency).await;
     }
-    let response = answer::<A>(&shared, &body).await;
+    let response = if hang { hang_then(&shared, response).await } else { response };
     shared.stats.record_status(response.status().as_u16());
     response
+}
+
+/// The answer to a request, ready to send once the latency has passed.
+struct Decision {
+    response: Response,
+    /// A hang fault: wait [`StubConfig::hang`] more before sending.
+    hang: bool,
+}
+
+impl From<Response> for Decision {
+    fn from(response: Response) -> Decision {
+        Decision { response, hang: false }
+    }
+}
+
+/// Sends `response` after the hang fault's wait, or a 503 as soon as the server shuts down.
+async fn hang_then(shared: &Shared, response: Response) -> Response {
+    let mut shutdown = shared.shutdown.subscribe();
+    tokio::select! {
+        () = tokio::time::sleep(shared.config.hang) => response,
+        // `wait_for` only fails when the sender is gone, and `Shared` owns it.
+        _ = shutdown.wait_for(|&stopping| stopping) => ApiError::shutting_down().into_response(),
+    }
 }
 
 /// A 200 whose body fails before its first byte: the server drops the connection mid-answer.
@@ -163,16 +193,16 @@ fn huge<A: Api>(turn: &Turn, bytes: usize, body_hash: u64) -> Response {
     Json(A::render(turn, &answer, body_hash)).into_response()
 }
 
-async fn answer<A: Api>(shared: &Shared, body: &[u8]) -> Response {
+fn decide<A: Api>(shared: &Shared, body: &[u8]) -> Decision {
     let value: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
         Err(error) => {
-            return ApiError::invalid(format!("the request body is not valid JSON: {error}")).into_response();
+            return ApiError::invalid(format!("the request body is not valid JSON: {error}")).into_response().into();
         }
     };
     let turn = match A::parse(&value) {
         Ok(turn) => turn,
-        Err(error) => return error.into_response(),
+        Err(error) => return error.into_response().into(),
     };
     shared.stats.record_turn(turn.conversation, turn.messages);
 
@@ -186,26 +216,16 @@ async fn answer<A: Api>(shared: &Shared, body: &[u8]) -> Response {
         Some(Fault::RateLimit) => {
             let mut response = ApiError::rate_limited().into_response();
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(shared.config.retry_after_secs));
-            return response;
+            return response.into();
         }
-        Some(Fault::ServerError) => return ApiError::server_error().into_response(),
+        Some(Fault::ServerError) => return ApiError::server_error().into_response().into(),
         Some(Fault::Malformed) => {
-            return ([(header::CONTENT_TYPE, "application/json")], A::MALFORMED).into_response();
+            return ([(header::CONTENT_TYPE, "application/json")], A::MALFORMED).into_response().into();
         }
         Some(Fault::BadArguments(bad)) => Some(bad),
-        Some(Fault::Reset) => return reset(),
-        Some(Fault::Huge) => return huge::<A>(&turn, shared.config.huge_bytes, body_hash),
+        Some(Fault::Reset) => return reset().into(),
+        Some(Fault::Huge) => return huge::<A>(&turn, shared.config.huge_bytes, body_hash).into(),
     };
-    if fault == Some(Fault::Hang) {
-        let mut shutdown = shared.shutdown.subscribe();
-        tokio::select! {
-            () = tokio::time::sleep(shared.config.hang) => {}
-            // `wait_for` only fails when the sender is gone, and `Shared` owns it.
-            _ = shutdown.wait_for(|&stopping| stopping) => {
-                return ApiError::shutting_down().into_response();
-            }
-        }
-    }
     let answer = turn.answer(&shared.config, bad_arguments);
-    Json(A::render(&turn, &answer, body_hash)).into_response()
+    Decision { response: Json(A::render(&turn, &answer, body_hash)).into_response(), hang: fault == Some(Fault::Hang) }
 }
