@@ -7,8 +7,9 @@ One `parley stub` serves every system in the comparison, on the same task rows:
   2. Parley driving NeMo Gym's example_multi_step resources server (`--env nemo-gym`);
   3. Parley with its Rust environment (`--env multi-step`), every turn persisted, and again with
      raw bodies left out and with per-turn persistence off.
-Then the scale runs, each against a stub of its own with a fixed latency: 10,000 concurrent
-multi-turn sessions (`--user llm`, the stub plays the user), and 4,096 sessions at 500 ms.
+Then the scale runs, each against a stub of its own with a fixed latency, serving on one thread
+(it stands in for a model served elsewhere): 10,000 concurrent multi-turn sessions (`--user llm`,
+the stub plays the user), and 4,096 concurrent sessions at 500 ms, 16 waves of them.
 
 CPU is read from /proc/<pid>/stat (utime + stime) of every process involved, before and after,
 and from wait4's rusage for the measured command; peak memory is the process's VmHWM. Standard
@@ -469,7 +470,9 @@ def main():
 def scale(parley, work, p):
     out = {}
     s = p["scale"]
-    stub = Stub(parley, work, "stub-scale", "--latency-ms", s["latency_ms"], "--user-turns", s["user_turns"])
+    # The stubs stand in for models served elsewhere: one thread each leaves Parley the rest of the CPU.
+    stub = Stub(parley, work, "stub-scale", "--threads", 1, "--latency-ms", s["latency_ms"], "--user-turns",
+                s["user_turns"])
     tasks = work / "tasks-scale.jsonl"
     subprocess.run([parley, "tasks", "multi-step", "--count", str(s["sessions"]), "--out", tasks], check=True,
                    capture_output=True)
@@ -490,7 +493,7 @@ def scale(parley, work, p):
         stub.stop()
 
     f = p["fixed"]
-    stub = Stub(parley, work, "stub-fixed", "--latency-ms", f["latency_ms"])
+    stub = Stub(parley, work, "stub-fixed", "--threads", 1, "--latency-ms", f["latency_ms"])
     sessions = f["concurrency"] * f["waves"]
     tasks = work / "tasks-fixed.jsonl"
     subprocess.run([parley, "tasks", "multi-step", "--count", str(sessions), "--out", tasks], check=True,
@@ -514,7 +517,7 @@ def scale(parley, work, p):
 
     # Persistence on and off when the model, not the orchestrator's CPU, sets the pace.
     b = p["persistence_bound"]
-    stub = Stub(parley, work, "stub-persistence", "--latency-ms", b["latency_ms"])
+    stub = Stub(parley, work, "stub-persistence", "--threads", 1, "--latency-ms", b["latency_ms"])
     sessions = b["concurrency"] * b["waves"]
     tasks = work / "tasks-persistence.jsonl"
     subprocess.run([parley, "tasks", "multi-step", "--count", str(sessions), "--out", tasks], check=True,

@@ -121,6 +121,17 @@ async fn raw_bodies_can_be_left_out() {
 }
 
 #[test]
+fn a_stub_on_one_thread_serves_a_run() {
+    let work = Workdir::new();
+    work.tasks(20);
+    let stub = Stub::start(&["--threads", "1", "--latency-ms", "20"]);
+    let out = crate::harness::run(&work, &stub, &["-c", "20"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(read_jsonl(&work.path("out.jsonl")).len(), 20);
+    assert_eq!(stub.stats()["requests"], 60, "three calls for each of the 20 sessions");
+}
+
+#[test]
 fn a_dry_run_needs_no_endpoint() {
     let work = Workdir::new();
     let out = work.parley(&["run", "--num-tasks", "5", "--db", "dry.db", "--out", "dry.jsonl"]);

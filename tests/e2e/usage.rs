@@ -22,6 +22,7 @@ fn bad_flags_and_values_exit_64() {
     usage_error(&work, &["run", "--trials", "many"], "many");
     usage_error(&work, &["run", "--no-such-flag"], "--no-such-flag");
     usage_error(&work, &["stub", "--rate-limit", "1.5"], "rate_limit");
+    usage_error(&work, &["stub", "--threads", "0"], "--threads");
     usage_error(&work, &["run", "--max-tool-output", "0"], "--max-tool-output");
     usage_error(&work, &["run", "--max-response-bytes", "0"], "--max-response-bytes");
     usage_error(&work, &["run", "--shutdown-grace=-1"], "--shutdown-grace");

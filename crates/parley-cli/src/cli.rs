@@ -406,6 +406,10 @@ pub struct StubArgs {
     /// answers with `###STOP###`.
     #[arg(long, default_value_t = 2)]
     pub user_turns: u32,
+    /// Threads serving requests (default: one per CPU). On a machine shared with the program
+    /// under test, 1 leaves it more of the CPU: one thread answers thousands of requests a second.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
 }
 
 #[derive(Debug, Args)]

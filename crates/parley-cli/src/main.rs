@@ -35,30 +35,31 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
-    let result =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(anyhow::Error::from).and_then(
-            |runtime| {
-                runtime.block_on(async {
-                    match cli.command {
-                        Command::Run(args) => commands::run::run(settings::RunSettings::resolve(*args)?).await,
-                        Command::Stub(args) => commands::stub::stub(args).await,
-                        Command::Resume(args) => {
-                            commands::run::resume(args.run.run, &args.run.db.db, args.retry_failed).await
-                        }
-                        Command::Runs(args) => commands::inspect::runs(args).await,
-                        Command::Sessions(args) => commands::inspect::sessions(args).await,
-                        Command::Show(args) => commands::inspect::show(args).await,
-                        Command::Metrics(args) => commands::inspect::metrics(args).await,
-                        Command::Export(args) => commands::inspect::export(args).await,
-                        Command::Rescore(args) => commands::durable::rescore(args).await,
-                        Command::Replay(args) => commands::durable::replay(args).await,
-                        Command::Fork(args) => commands::durable::fork(args).await,
-                        Command::Tasks(args) => commands::tasks::tasks(args),
-                        Command::Envs(args) => commands::envs::envs(args),
-                    }
-                })
-            },
-        );
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Stub(args) = &cli.command
+        && let Some(threads) = args.threads
+    {
+        builder.worker_threads(threads.into());
+    }
+    let result = builder.enable_all().build().map_err(anyhow::Error::from).and_then(|runtime| {
+        runtime.block_on(async {
+            match cli.command {
+                Command::Run(args) => commands::run::run(settings::RunSettings::resolve(*args)?).await,
+                Command::Stub(args) => commands::stub::stub(args).await,
+                Command::Resume(args) => commands::run::resume(args.run.run, &args.run.db.db, args.retry_failed).await,
+                Command::Runs(args) => commands::inspect::runs(args).await,
+                Command::Sessions(args) => commands::inspect::sessions(args).await,
+                Command::Show(args) => commands::inspect::show(args).await,
+                Command::Metrics(args) => commands::inspect::metrics(args).await,
+                Command::Export(args) => commands::inspect::export(args).await,
+                Command::Rescore(args) => commands::durable::rescore(args).await,
+                Command::Replay(args) => commands::durable::replay(args).await,
+                Command::Fork(args) => commands::durable::fork(args).await,
+                Command::Tasks(args) => commands::tasks::tasks(args),
+                Command::Envs(args) => commands::envs::envs(args),
+            }
+        })
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that stops early (`parley export ... | head`) is not an error.

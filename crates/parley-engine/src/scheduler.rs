@@ -7,7 +7,9 @@ use futures::{Stream, StreamExt};
 use parley_core::{FailureClass, Limits, SessionId, SessionOutcome, Task, Termination};
 use tracing::Instrument;
 
-use crate::session::{Job, Parties, SessionResult, Stop, run_session};
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::session::{Job, Parties, SessionResult, Stop, play_session};
 
 #[derive(Clone)]
 pub struct Scheduler {
@@ -21,38 +23,68 @@ impl Scheduler {
     /// Runs the jobs and yields each result as its session ends, in completion order. Once
     /// [`Stop`] is signalled, sessions not yet started are skipped and running ones end as
     /// `cancelled` (at their next commit when draining, at once when aborted).
-    pub fn run(&self, jobs: Vec<Job>) -> impl Stream<Item = SessionResult> + use<> {
+    ///
+    /// The sessions run on a task of their own, so a slow reader of the results never holds a
+    /// new session back; a session's slot is free as soon as it has played, while its end is
+    /// committed beside the next one (at most `concurrency` ends wait for the store at once). The
+    /// stream ends once every session's end is recorded.
+    pub fn run(&self, jobs: Vec<Job>) -> impl Stream<Item = SessionResult> + Unpin + use<> {
+        let concurrency = self.concurrency.max(1);
+        let (tx, mut rx) = mpsc::channel(concurrency);
         let this = self.clone();
-        futures::stream::iter(jobs)
-            .take_while({
-                let stop = self.stop.clone();
-                move |_| std::future::ready(!stop.is_stopping())
-            })
-            .map(move |job| {
-                let this = this.clone();
-                async move {
-                    let span = tracing::info_span!("session", id = job.id, task = %job.task.id, trial = job.trial);
-                    // The job moves into its task; keep what a panic report needs.
-                    let (id, task, trial) = (job.id, job.task.clone(), job.trial);
-                    let handle = tokio::spawn({
-                        let this = this.clone();
-                        async move { run_session(&this.parties, job, &this.limits, &this.stop).await }.instrument(span)
-                    });
-                    match handle.await {
-                        Ok(result) => result,
-                        Err(e) => {
-                            let result = panicked(id, task, trial, e.to_string());
-                            let record =
-                                this.parties.store.finish_session(result.id, Default::default(), &result.outcome);
-                            if let Err(e) = record.await {
-                                tracing::error!(session = result.id, error = %e, "could not record a panicked session");
-                            }
-                            result
-                        }
-                    }
+        tokio::spawn(async move {
+            let endings = Arc::new(Semaphore::new(concurrency));
+            let mut results = futures::stream::iter(jobs)
+                .take_while({
+                    let stop = this.stop.clone();
+                    move |_| std::future::ready(!stop.is_stopping())
+                })
+                .map(|job| this.session(job, Arc::clone(&endings)))
+                .buffer_unordered(concurrency);
+            while let Some(result) = results.next().await {
+                if tx.send(result).await.is_err() {
+                    tracing::debug!("the results are no longer read; the sessions in flight finish on their own");
                 }
-            })
-            .buffer_unordered(self.concurrency.max(1))
+            }
+            // Every permit back: every session's end is committed.
+            let _ = endings.acquire_many(concurrency as u32).await;
+        });
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    }
+
+    /// One session on a task of its own, so that its panic is contained to it; its end is
+    /// recorded on another, holding one of `endings`' permits until it is committed.
+    async fn session(&self, job: Job, endings: Arc<Semaphore>) -> SessionResult {
+        let span = tracing::info_span!("session", id = job.id, task = %job.task.id, trial = job.trial);
+        // The job moves into its task; keep what a panic report needs.
+        let (id, task, trial) = (job.id, job.task.clone(), job.trial);
+        let handle = tokio::spawn({
+            let this = self.clone();
+            async move {
+                let (result, ending) = play_session(&this.parties, job, &this.limits, &this.stop).await;
+                // The semaphore is never closed.
+                if let Ok(permit) = endings.acquire_owned().await {
+                    let store = Arc::clone(&this.parties.store);
+                    tokio::spawn(async move {
+                        ending.record(store.as_ref()).await;
+                        drop(permit);
+                    });
+                }
+                result
+            }
+            .instrument(span)
+        });
+        match handle.await {
+            Ok(result) => result,
+            Err(e) => {
+                let result = panicked(id, task, trial, e.to_string());
+                let record = self.parties.store.finish_session(result.id, Default::default(), &result.outcome);
+                if let Err(e) = record.await {
+                    tracing::error!(session = result.id, error = %e, "could not record a panicked session");
+                }
+                result
+            }
+        }
     }
 }
 

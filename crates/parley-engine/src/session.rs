@@ -167,6 +167,46 @@ impl State<'_> {
 /// Runs one session to its end and records it. Never returns an error: every failure becomes a
 /// termination reason. A job with a [`Prior`] continues after its last committed turn.
 pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &Stop) -> SessionResult {
+    let (result, ending) = play_session(parties, job, limits, stop).await;
+    ending.record(parties.store.as_ref()).await;
+    result
+}
+
+/// What is left to record of a session once it has played: its last turns and how it ended.
+pub(crate) struct Ending {
+    id: SessionId,
+    /// The last finished turn, not yet committed.
+    finished: Option<TurnRecord>,
+    /// The turn under way when the session ended: recorded with its end, dropped when cancelled.
+    last: TurnRecord,
+    outcome: SessionOutcome,
+}
+
+impl Ending {
+    /// Records the session's end, with its last turns, in one commit. A cancelled session keeps
+    /// its finished turns, drops the one under way, and stays pending, so it can be resumed.
+    pub(crate) async fn record(self, store: &dyn SessionStore) {
+        let Ending { id, finished, mut last, outcome } = self;
+        if outcome.termination == Termination::Cancelled {
+            if let Some(turn) = finished
+                && let Err(e) = store.commit_turn(id, turn).await
+            {
+                tracing::error!(session = id, error = %e, "could not record the last turn of a cancelled session");
+            }
+            return;
+        }
+        if let Some(mut turn) = finished {
+            turn.append(last);
+            last = turn;
+        }
+        if let Err(e) = store.finish_session(id, last, &outcome).await {
+            tracing::error!(session = id, error = %e, "could not record the end of a session");
+        }
+    }
+}
+
+/// Plays one session to its end; the caller records the [`Ending`].
+pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, stop: &Stop) -> (SessionResult, Ending) {
     let started = Instant::now();
     let Job { id, task, trial, seed, prior } = job;
     let mut state = State {
@@ -253,7 +293,6 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
         state.pending.messages.retain(|m| m.seq < opening);
         state.pending.tool_calls.clear();
     }
-    // The last finished turn is committed with the session's end, or alone when it stays pending.
     let finished = state.committing.take();
     let outcome = SessionOutcome {
         termination,
@@ -264,21 +303,9 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
         retries: state.retries,
         duration: started.elapsed(),
     };
-    if termination == Termination::Cancelled {
-        // A cancelled session keeps its finished turns, drops the one under way, and stays
-        // pending, so it can be resumed.
-        if let Err(e) = commit(parties, id, finished).await {
-            tracing::error!(session = id, error = %e, "could not record the last turn of a cancelled session");
-        }
-    } else {
-        let mut last = finished.unwrap_or_default();
-        last.append(std::mem::take(&mut state.pending));
-        if let Err(e) = parties.store.finish_session(id, last, &outcome).await {
-            tracing::error!(session = id, error = %e, "could not record the end of a session");
-        }
-    }
+    let ending = Ending { id, finished, last: std::mem::take(&mut state.pending), outcome: outcome.clone() };
     let (usage, user_usage, transcript) = (state.usage, state.user_usage, state.messages);
-    SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage }
+    (SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage }, ending)
 }
 
 /// Takes up a session where an earlier process left it: its transcript and counters.

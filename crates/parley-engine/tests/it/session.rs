@@ -312,6 +312,21 @@ async fn the_scheduler_bounds_concurrency() {
     assert!(started.elapsed() >= Duration::from_millis(80));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_session_frees_its_slot_while_its_end_is_committed() {
+    let plays = (0..3).map(|_| Play::Sleep(Duration::from_millis(500))).collect();
+    let store = MemoryStore { commit_delay: Duration::from_millis(100), ..MemoryStore::default() };
+    let s = setup(plays, store, false);
+    let scheduler =
+        Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 1, stop: Stop::default() };
+    let started = tokio::time::Instant::now();
+    let results: Vec<SessionResult> = scheduler.run((1..=3).map(job).collect()).collect().await;
+    assert_eq!(results.len(), 3);
+    // One at a time: three sessions of 500 ms back to back, and only the last end's commit after them.
+    assert_eq!(started.elapsed(), Duration::from_millis(3 * 500 + 100));
+    assert_eq!(s.store.finished.lock().unwrap().len(), 3, "every end is recorded before the results end");
+}
+
 fn prior(recorded_total: &str) -> Prior {
     let mut messages = task().messages.clone();
     messages.push(parley_core::Message::assistant_calls(None, vec![crate::parties::call("add", r#"{"n": 2}"#)]));
