@@ -17,6 +17,7 @@ library only, so it runs under any Python 3.9+.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -24,6 +25,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -379,9 +381,7 @@ def main():
         "rows": [],
     }
     rows = results["rows"]
-    tasks = work / "tasks.jsonl"
-    subprocess.run([parley, "tasks", "multi-step", "--count", str(p["tasks"]), "--out", tasks], check=True,
-                   capture_output=True)
+    tasks = write_tasks(parley, work / "tasks.jsonl", p["tasks"])
     stub = Stub(parley, work, "stub")
     gym = None
     try:
@@ -473,9 +473,7 @@ def scale(parley, work, p):
     # The stubs stand in for models served elsewhere: one thread each leaves Parley the rest of the CPU.
     stub = Stub(parley, work, "stub-scale", "--threads", 1, "--latency-ms", s["latency_ms"], "--user-turns",
                 s["user_turns"])
-    tasks = work / "tasks-scale.jsonl"
-    subprocess.run([parley, "tasks", "multi-step", "--count", str(s["sessions"]), "--out", tasks], check=True,
-                   capture_output=True)
+    tasks = write_tasks(parley, work / "tasks-scale.jsonl", s["sessions"])
     try:
         before = stub.requests()
         row = parley_run(
@@ -495,9 +493,7 @@ def scale(parley, work, p):
     f = p["fixed"]
     stub = Stub(parley, work, "stub-fixed", "--threads", 1, "--latency-ms", f["latency_ms"])
     sessions = f["concurrency"] * f["waves"]
-    tasks = work / "tasks-fixed.jsonl"
-    subprocess.run([parley, "tasks", "multi-step", "--count", str(sessions), "--out", tasks], check=True,
-                   capture_output=True)
+    tasks = write_tasks(parley, work / "tasks-fixed.jsonl", sessions)
     try:
         before = stub.requests()
         row = parley_run(
@@ -519,9 +515,7 @@ def scale(parley, work, p):
     b = p["persistence_bound"]
     stub = Stub(parley, work, "stub-persistence", "--threads", 1, "--latency-ms", b["latency_ms"])
     sessions = b["concurrency"] * b["waves"]
-    tasks = work / "tasks-persistence.jsonl"
-    subprocess.run([parley, "tasks", "multi-step", "--count", str(sessions), "--out", tasks], check=True,
-                   capture_output=True)
+    tasks = write_tasks(parley, work / "tasks-persistence.jsonl", sessions)
     rows = []
     try:
         for i, (mode, env) in enumerate([("on", {}), ("off", {"PARLEY_BENCH_NO_TURNS": "1"})] * 2):
@@ -542,12 +536,17 @@ def scale(parley, work, p):
     return out
 
 
+def write_tasks(parley, path, count):
+    """`count` multi-step task rows at `path`, written by `parley tasks`."""
+    subprocess.run([parley, "tasks", "multi-step", "--count", str(count), "--out", path], check=True,
+                   capture_output=True)
+    return path
+
+
 def ramp(db, concurrency):
     """Seconds from the first session's start to the last start among the first `concurrency`
     sessions: how long the run took to put its first wave under way."""
-    import sqlite3
-
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         (spread,) = conn.execute(
             "SELECT (max(start) - min(start)) / 1000.0 FROM (SELECT julianday(finished_at) * 86400000.0 - duration_ms"
             " AS start FROM sessions WHERE finished_at IS NOT NULL ORDER BY id LIMIT ?)",

@@ -30,11 +30,13 @@ pub struct ToolLists {
 }
 
 impl ToolLists {
-    pub fn share(&mut self, task: &mut Task) {
+    /// The task, its tools now the list of the task before when the two are the same.
+    pub fn share(&mut self, mut task: Task) -> Task {
         match &self.last {
             Some(last) if **last == *task.tools => task.tools = Arc::clone(last),
             _ => self.last = Some(Arc::clone(&task.tools)),
         }
+        task
     }
 }
 
@@ -78,10 +80,8 @@ mod tests {
             row: Value::Null,
         };
         let mut lists = ToolLists::default();
-        let mut tasks = [task(vec![tool("a")]), task(vec![tool("a")]), task(vec![tool("b")]), task(vec![tool("b")])];
-        for t in &mut tasks {
-            lists.share(t);
-        }
+        let tasks = [task(vec![tool("a")]), task(vec![tool("a")]), task(vec![tool("b")]), task(vec![tool("b")])]
+            .map(|t| lists.share(t));
         assert!(Arc::ptr_eq(&tasks[0].tools, &tasks[1].tools));
         assert!(Arc::ptr_eq(&tasks[2].tools, &tasks[3].tools));
         assert!(!Arc::ptr_eq(&tasks[1].tools, &tasks[2].tools), "different tools stay apart");

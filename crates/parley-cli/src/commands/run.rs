@@ -400,16 +400,18 @@ pub async fn stored_tasks(store: &SqliteStore, run: i64) -> anyhow::Result<Vec<A
             })
             .collect();
     }
+    tasks_from_rows(store.task_rows(run).await?, "stored")
+}
+
+/// Tasks from rows that were valid when written (generated, or stored with the run), sharing
+/// their tool lists; `what` names them in an error.
+fn tasks_from_rows(rows: impl IntoIterator<Item = serde_json::Value>, what: &str) -> anyhow::Result<Vec<Arc<Task>>> {
     let mut lists = ToolLists::default();
-    store
-        .task_rows(run)
-        .await?
-        .into_iter()
+    rows.into_iter()
         .enumerate()
         .map(|(i, row)| {
-            let mut task = task_from_row(i, row).map_err(|e| anyhow::anyhow!("stored task {i}: {e}"))?;
-            lists.share(&mut task);
-            Ok(Arc::new(task))
+            let task = task_from_row(i, row).map_err(|e| anyhow::anyhow!("{what} task {i}: {e}"))?;
+            Ok(Arc::new(lists.share(task)))
         })
         .collect()
 }
@@ -423,15 +425,7 @@ fn out_path(settings: &RunSettings, run: i64) -> PathBuf {
 /// leaves those rows out.
 fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
     let Some(path) = &settings.tasks else {
-        let mut lists = ToolLists::default();
-        return environment_multi_step::generate(settings.num_tasks, 0)
-            .enumerate()
-            .map(|(i, row)| {
-                let mut task = task_from_row(i, row).map_err(|e| anyhow::anyhow!("generated task {i}: {e}"))?;
-                lists.share(&mut task);
-                Ok(Arc::new(task))
-            })
-            .collect();
+        return tasks_from_rows(environment_multi_step::generate(settings.num_tasks, 0), "generated");
     };
     let file = std::fs::File::open(path).map_err(|e| usage(format!("--tasks {}: {e}", path.display())))?;
     let mut tasks = Vec::new();
@@ -447,10 +441,7 @@ fn load_tasks(settings: &RunSettings) -> anyhow::Result<Vec<Arc<Task>>> {
             .and_then(|row| task_from_row(tasks.len(), row).map_err(|e| e.to_string()))
             .and_then(|task| check_tools(settings, &task).map(|()| task));
         match row {
-            Ok(mut task) => {
-                lists.share(&mut task);
-                tasks.push(Arc::new(task));
-            }
+            Ok(task) => tasks.push(Arc::new(lists.share(task))),
             Err(why) => bad.push(format!("{}:{}: {why}", path.display(), n + 1)),
         }
     }
