@@ -3,17 +3,22 @@
 use parley_core::{EnvError, Message, Reward, Role};
 use serde_json::Value;
 
+/// The row's list of expected values.
+const EXPECTED: &str = "expected_synonym_values";
+/// The row's fields that a reported value must not be.
+const MINEFIELD: [&str; 2] = ["minefield_label", "minefield_label_value"];
+
 /// The fields of a task row that [`verify`] reads, as a row of their own.
 pub(crate) fn scored_fields(row: &Value) -> Value {
-    let fields = ["expected_synonym_values", "minefield_label", "minefield_label_value"];
-    Value::Object(fields.iter().filter_map(|&k| Some((k.to_owned(), row.get(k)?.clone()))).collect())
+    let fields = std::iter::once(EXPECTED).chain(MINEFIELD);
+    Value::Object(fields.filter_map(|k| Some((k.to_owned(), row.get(k)?.clone()))).collect())
 }
 
 /// Scores a transcript against a task row. The reported list is the arguments of the last
 /// `extract_synonym_values` call; the reward is 1 when it equals the expected list, in order.
 pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {
     let expected: Vec<Value> = row
-        .get("expected_synonym_values")
+        .get(EXPECTED)
         .and_then(Value::as_array)
         .cloned()
         .ok_or_else(|| EnvError("the task row has no `expected_synonym_values` list".into()))?;
@@ -22,7 +27,7 @@ pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {
     // NeMo Gym divides the size of the set intersection by the length of the expected list.
     let shared = distinct(expected.iter().filter(|e| actual.iter().any(|a| same_number(a, e))));
     let set_overlap = if expected.is_empty() { 0.0 } else { shared as f64 / expected.len() as f64 };
-    let minefield_hit = ["minefield_label", "minefield_label_value"]
+    let minefield_hit = MINEFIELD
         .iter()
         .filter_map(|k| row.get(*k))
         .any(|mine| actual.iter().any(|a| same_number(a, mine) || a == mine));
