@@ -188,9 +188,7 @@ impl Ending {
     pub(crate) async fn record(self, store: &dyn SessionStore) {
         let Ending { id, finished, mut last, outcome } = self;
         if outcome.termination == Termination::Cancelled {
-            if let Some(turn) = finished
-                && let Err(e) = store.commit_turn(id, turn).await
-            {
+            if let Err(e) = commit(store, id, finished).await {
                 tracing::error!(session = id, error = %e, "could not record the last turn of a cancelled session");
             }
             return;
@@ -361,7 +359,7 @@ async fn drive(
     let mut next = next_after(&state.messages, parties.user.is_some());
     loop {
         if stop.is_stopping() {
-            if let Err(e) = commit(parties, state.id, state.committing.take()).await {
+            if let Err(e) = commit(parties.store.as_ref(), state.id, state.committing.take()).await {
                 return store_failure(e);
             }
             return Ended::new(Termination::Cancelled, Some("the run was stopped between turns".into()));
@@ -664,9 +662,9 @@ async fn replay_writes(env: &mut dyn EnvSession, calls: &[ToolCallRecord]) -> Re
 }
 
 /// Commits a finished turn, if there is one.
-async fn commit(parties: &Parties, id: SessionId, turn: Option<TurnRecord>) -> Result<(), String> {
+async fn commit(store: &dyn SessionStore, id: SessionId, turn: Option<TurnRecord>) -> Result<(), String> {
     let Some(turn) = turn else { return Ok(()) };
-    parties.store.commit_turn(id, turn).await.map_err(|e| format!("committing a turn: {e}"))
+    store.commit_turn(id, turn).await.map_err(|e| format!("committing a turn: {e}"))
 }
 
 /// Runs a model call while the previous turn is committed, and waits for both: the session acts
@@ -679,7 +677,7 @@ async fn beside_commit<T>(
     previous: Option<TurnRecord>,
     call: impl Future<Output = T>,
 ) -> Result<T, Ended> {
-    let (reply, committed) = tokio::join!(call, commit(parties, id, previous));
+    let (reply, committed) = tokio::join!(call, commit(parties.store.as_ref(), id, previous));
     committed.map_err(store_failure)?;
     Ok(reply)
 }
