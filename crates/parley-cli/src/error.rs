@@ -1,14 +1,12 @@
 //! Errors the binary reports, and their exit codes.
 
 /// Bad usage or configuration: reported before any work starts, exit code 64 (EX_USAGE).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
+pub use parley_runtime::UsageError;
 
 pub const EX_USAGE: i32 = 64;
 
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    UsageError(message.into()).into()
+    parley_runtime::usage(message).into()
 }
 
 /// The exit code of a database that cannot be used: 65 (EX_DATAERR) for a file that is not

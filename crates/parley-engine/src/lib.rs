@@ -13,4 +13,4 @@ pub mod schema;
 mod session;
 
 pub use scheduler::Scheduler;
-pub use session::{Job, Parties, Prior, SessionResult, Stop, run_session};
+pub use session::{Job, Parties, Prior, SessionResult, Stop, opening, opening_len, run_session};

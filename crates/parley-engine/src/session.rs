@@ -203,6 +203,17 @@ impl Ending {
     }
 }
 
+/// The messages every session of a task opens with, before anyone moves: the agent's system
+/// prompt, then the task's own messages. What the session produces follows them.
+pub fn opening(system_prompt: Option<&str>, task: &Task) -> impl Iterator<Item = Message> {
+    system_prompt.map(Message::system).into_iter().chain(task.messages.iter().cloned())
+}
+
+/// How many messages [`opening`] gives: where a stored transcript's produced messages start.
+pub fn opening_len(system_prompt: Option<&str>, task: &Task) -> usize {
+    usize::from(system_prompt.is_some()) + task.messages.len()
+}
+
 /// Plays one session to its end; the caller records the [`Ending`].
 pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, stop: &Stop) -> (SessionResult, Ending) {
     let started = Instant::now();
@@ -225,11 +236,8 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         stopping: None,
         retries: 0,
     };
-    if let Some(prompt) = parties.agent.system_prompt() {
-        state.push(Message::system(prompt), None, Party::Agent);
-    }
-    for m in &task.messages {
-        state.push(m.clone(), None, Party::Agent);
+    for m in opening(parties.agent.system_prompt(), &task) {
+        state.push(m, None, Party::Agent);
     }
     let produced_from = state.messages.len();
     let prior = prior.filter(|p| !p.messages.is_empty());

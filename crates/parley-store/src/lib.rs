@@ -177,7 +177,56 @@ pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
     unusable(&e, "the database").unwrap_or_else(|| StoreError::Database(e.to_string()))
 }
 
+/// Inserts tasks and their sessions into a run inside `tx`, and returns the sessions' ids.
+async fn insert_sessions(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    run: RunId,
+    tasks: &[Arc<Task>],
+    sessions: &[SessionSpec],
+) -> Result<Vec<SessionId>, StoreError> {
+    for chunk in tasks.chunks(1000) {
+        let mut insert = QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row) ");
+        insert.push_values(chunk, |mut b, task| {
+            b.push_bind(run).push_bind(task.index as i64).push_bind(&task.id).push_bind(task.row.to_string());
+        });
+        insert.build().execute(&mut **tx).await.map_err(db_error)?;
+    }
+    // Ids are assigned here, inside the transaction, so they are known without reading back.
+    let first: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM sessions")
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    let ids: Vec<SessionId> = (0..sessions.len() as i64).map(|i| first + i).collect();
+    for (chunk, id_chunk) in sessions.chunks(1000).zip(ids.chunks(1000)) {
+        let mut insert = QueryBuilder::new("INSERT INTO sessions (id, run_id, task_index, trial, seed) ");
+        insert.push_values(chunk.iter().zip(id_chunk), |mut b, (s, id)| {
+            // SQLite integers are signed: the seed's bits are kept, reinterpreted.
+            b.push_bind(id)
+                .push_bind(run)
+                .push_bind(s.task_index as i64)
+                .push_bind(s.trial as i64)
+                .push_bind(s.seed as i64);
+        });
+        insert.build().execute(&mut **tx).await.map_err(db_error)?;
+    }
+    Ok(ids)
+}
+
 impl SqliteStore {
+    /// Adds more tasks and their sessions to a run that [`SessionStore::create_run`] created, in
+    /// one transaction: a run over more tasks than fit in memory is recorded a batch at a time.
+    pub async fn extend_run(
+        &self,
+        run: RunId,
+        tasks: &[Arc<Task>],
+        sessions: &[SessionSpec],
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let ids = insert_sessions(&mut tx, run, tasks, sessions).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(ids)
+    }
+
     /// Opens (creating if needed) the database at `path` and applies pending migrations. A file
     /// that is not Parley's (not SQLite, or another program's SQLite), one written by a newer
     /// Parley, one that cannot be written or one locked by another process is refused with
@@ -245,31 +294,7 @@ impl SessionStore for SqliteStore {
             .fetch_one(&mut *tx)
             .await
             .map_err(db_error)?;
-        for chunk in tasks.chunks(1000) {
-            let mut insert = QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row) ");
-            insert.push_values(chunk, |mut b, task| {
-                b.push_bind(run).push_bind(task.index as i64).push_bind(&task.id).push_bind(task.row.to_string());
-            });
-            insert.build().execute(&mut *tx).await.map_err(db_error)?;
-        }
-        // Ids are assigned here, inside the transaction, so they are known without reading back.
-        let first: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM sessions")
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let ids: Vec<SessionId> = (0..sessions.len() as i64).map(|i| first + i).collect();
-        for (chunk, id_chunk) in sessions.chunks(1000).zip(ids.chunks(1000)) {
-            let mut insert = QueryBuilder::new("INSERT INTO sessions (id, run_id, task_index, trial, seed) ");
-            insert.push_values(chunk.iter().zip(id_chunk), |mut b, (s, id)| {
-                // SQLite integers are signed: the seed's bits are kept, reinterpreted.
-                b.push_bind(id)
-                    .push_bind(run)
-                    .push_bind(s.task_index as i64)
-                    .push_bind(s.trial as i64)
-                    .push_bind(s.seed as i64);
-            });
-            insert.build().execute(&mut *tx).await.map_err(db_error)?;
-        }
+        let ids = insert_sessions(&mut tx, run, tasks, sessions).await?;
         tx.commit().await.map_err(db_error)?;
         Ok((run, ids))
     }

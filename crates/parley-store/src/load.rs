@@ -38,10 +38,14 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    pub fn usage(&self) -> Usage {
+    /// Tokens of the agent's model calls: those whose answer is an assistant message. The
+    /// simulated user's calls are the user's own (they answer with user messages).
+    pub fn agent_usage(&self) -> Usage {
         let mut usage = Usage::default();
         for c in &self.calls {
-            usage += c.usage;
+            if self.messages.get(c.seq as usize).is_some_and(|m| m.role == Role::Assistant) {
+                usage += c.usage;
+            }
         }
         usage
     }
@@ -75,6 +79,26 @@ impl SqliteStore {
             .map_err(db_error)?;
         rows.iter()
             .map(|r| serde_json::from_str(r).map_err(|e| StoreError::Database(format!("a stored task row: {e}"))))
+            .collect()
+    }
+
+    /// At most `limit` of the run's task rows from task `from` on, with their indexes.
+    pub async fn task_rows_from(&self, run: RunId, from: i64, limit: usize) -> Result<Vec<(i64, Value)>, StoreError> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT task_index, row FROM tasks WHERE run_id = ? AND task_index >= ? ORDER BY task_index LIMIT ?",
+        )
+        .bind(run)
+        .bind(from)
+        .bind(limit as i64)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db_error)?;
+        rows.into_iter()
+            .map(|(index, row)| {
+                let row = serde_json::from_str(&row)
+                    .map_err(|e| StoreError::Database(format!("run {run}'s stored task {index}: {e}")))?;
+                Ok((index, row))
+            })
             .collect()
     }
 

@@ -96,6 +96,17 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// How many sessions the run has, and how many of them are finished.
+    pub async fn session_counts(&self, run: RunId) -> Result<(u64, u64), StoreError> {
+        let (total, finished): (i64, i64) =
+            sqlx::query_as("SELECT COUNT(*), COALESCE(SUM(status = 'finished'), 0) FROM sessions WHERE run_id = ?")
+                .bind(run)
+                .fetch_one(self.pool())
+                .await
+                .map_err(db_error)?;
+        Ok((total as u64, finished as u64))
+    }
+
     /// Sessions of a run with ids above `after`, in id order, at most `limit`.
     pub async fn sessions_page(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
         let limit = limit as i64;

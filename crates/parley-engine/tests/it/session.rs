@@ -286,8 +286,8 @@ async fn the_scheduler_runs_every_job_and_contains_a_panic() {
     let s = setup(vec![Play::Say("a"), Play::Panic, Play::Say("c"), Play::Say("d")], MemoryStore::default(), false);
     let scheduler =
         Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 1, stop: Stop::default() };
-    let jobs = (1..=4).map(|id| Job { trial: id as u32, ..job(id) }).collect();
-    let mut results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
+    let jobs: Vec<Job> = (1..=4).map(|id| Job { trial: id as u32, ..job(id) }).collect();
+    let mut results: Vec<SessionResult> = scheduler.run(futures::stream::iter(jobs)).collect().await;
     results.sort_by_key(|r| r.id);
     let terminations: Vec<Termination> = results.iter().map(|r| r.outcome.termination).collect();
     assert_eq!(
@@ -304,9 +304,9 @@ async fn the_scheduler_bounds_concurrency() {
     let s = setup(plays, MemoryStore::default(), false);
     let scheduler =
         Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 5, stop: Stop::default() };
-    let jobs = (1..=20).map(job).collect();
+    let jobs: Vec<Job> = (1..=20).map(job).collect();
     let started = std::time::Instant::now();
-    let results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
+    let results: Vec<SessionResult> = scheduler.run(futures::stream::iter(jobs)).collect().await;
     assert_eq!(results.len(), 20);
     // 20 sessions of 20 ms, 5 at a time: at least 4 rounds.
     assert!(started.elapsed() >= Duration::from_millis(80));
@@ -320,7 +320,7 @@ async fn a_session_frees_its_slot_while_its_end_is_committed() {
     let scheduler =
         Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 1, stop: Stop::default() };
     let started = tokio::time::Instant::now();
-    let results: Vec<SessionResult> = scheduler.run((1..=3).map(job).collect()).collect().await;
+    let results: Vec<SessionResult> = scheduler.run(futures::stream::iter((1..=3).map(job))).collect().await;
     assert_eq!(results.len(), 3);
     // One at a time: three sessions of 500 ms back to back, and only the last end's commit after them.
     assert_eq!(started.elapsed(), Duration::from_millis(3 * 500 + 100));

