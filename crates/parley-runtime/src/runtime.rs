@@ -20,7 +20,7 @@ use crate::settings::{AgentKind, RunSettings, ToolMode, UserKind};
 use crate::tasks::{StoredTasks, TaskSource};
 
 /// Tasks (with their trials) recorded per store transaction when a run is created.
-const CREATE_BATCH: usize = 2048;
+const CREATE_BATCH: usize = 1024;
 /// Sessions read from the store at once when they are driven.
 const SESSION_PAGE: usize = 1024;
 

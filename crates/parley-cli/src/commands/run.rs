@@ -37,7 +37,9 @@ pub async fn execute(
     mut sink: impl FnMut(&SessionResult) -> anyhow::Result<()>,
 ) -> anyhow::Result<Executed> {
     let stop = Stop::default();
-    let watcher = tokio::spawn(watch_signals(stop.clone(), settings.shutdown_grace()));
+    let signals = tracing::info_span!("signals", run);
+    let watcher =
+        tokio::spawn(tracing::Instrument::instrument(watch_signals(stop.clone(), settings.shutdown_grace()), signals));
     let started = Instant::now();
     let progress = Progress::new(count);
     let mut results = runtime.drive(settings, jobs, stop.clone());
