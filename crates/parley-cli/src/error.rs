@@ -19,8 +19,9 @@ pub fn store_exit_code(error: &anyhow::Error) -> Option<(i32, String)> {
     error.chain().find_map(|e| match e.downcast_ref::<StoreError>()? {
         StoreError::Unusable { problem, message } => {
             let code = match problem {
-                Unusable::NotParley | Unusable::NewerSchema => 65,
+                Unusable::NotParley | Unusable::NewerSchema | Unusable::Directory | Unusable::Corrupt => 65,
                 Unusable::ReadOnly => 73,
+                Unusable::DiskFull => 74,
                 Unusable::Locked => 75,
             };
             Some((code, message.clone()))

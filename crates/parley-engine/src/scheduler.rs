@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use parley_core::{FailureClass, Limits, SessionId, SessionOutcome, Task, Termination};
+use parley_core::{Claim, FailureClass, Limits, SessionId, SessionOutcome, Task, Termination};
 use tracing::Instrument;
 
 use tokio::sync::{Semaphore, mpsc};
@@ -58,6 +58,7 @@ impl Scheduler {
         let span = tracing::info_span!("session", id = job.id, task = %job.task.id, trial = job.trial);
         // The job moves into its task; keep what a panic report needs.
         let (id, task, trial) = (job.id, job.task.clone(), job.trial);
+        let claim = Claim { session: job.id, fence: job.fence };
         let handle = tokio::spawn({
             let this = self.clone();
             async move {
@@ -78,7 +79,7 @@ impl Scheduler {
             Ok(result) => result,
             Err(e) => {
                 let result = panicked(id, task, trial, e.to_string());
-                let record = self.parties.store.finish_session(result.id, Default::default(), &result.outcome);
+                let record = self.parties.store.finish_session(claim, Default::default(), &result.outcome);
                 if let Err(e) = record.await {
                     tracing::error!(session = result.id, error = %e, "could not record a panicked session");
                 }

@@ -1,8 +1,18 @@
 //! Reads for summaries and inspection, checked against the schema at compile time.
 
 use parley_core::{RunId, StoreError};
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
 
+use crate::load::column;
 use crate::{SqliteStore, db_error};
+
+/// One session of a page read past damage: its row, or why it cannot be read.
+#[derive(Debug)]
+pub struct SessionRead {
+    pub id: i64,
+    pub row: Result<SessionRow, StoreError>,
+}
 
 /// One session as stored, without its transcript.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,5 +136,85 @@ impl SqliteStore {
             value: r.value,
             breakdown: serde_json::from_str(&r.breakdown).unwrap_or_default(),
         }))
+    }
+}
+
+/// The columns of a [`SessionRow`], as a macro so that statements stay literals.
+macro_rules! session_columns {
+    () => {
+        "id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms"
+    };
+}
+
+impl SqliteStore {
+    /// Like [`sessions_page`](SqliteStore::sessions_page), but a session that cannot be read
+    /// (damaged pages, text that is not UTF-8) is returned as its own error, naming the table,
+    /// the session and the column, and the page goes on past it: an export writes everything
+    /// readable. Fails as a whole only when not even the page's session ids can be read.
+    pub async fn sessions_page_checked(
+        &self,
+        run: RunId,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<SessionRead>, StoreError> {
+        let limit = limit as i64;
+        let page = sqlx::query(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"
+        ))
+        .bind(run)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await;
+        match page {
+            Ok(rows) => Ok(rows.iter().map(|r| self.session_read(r)).collect()),
+            // A damaged page of the table: read the ids alone (from the run's index), then each
+            // session by itself, so one bad page costs only the sessions on it.
+            Err(_) => {
+                let ids: Vec<i64> =
+                    sqlx::query_scalar("SELECT id FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?")
+                        .bind(run)
+                        .bind(after)
+                        .bind(limit)
+                        .fetch_all(self.pool())
+                        .await
+                        .map_err(|e| self.read_error(e, &format!("the sessions of run {run}")))?;
+                let mut reads = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let row = sqlx::query(concat!("SELECT ", session_columns!(), " FROM sessions WHERE id = ?"))
+                        .bind(id)
+                        .fetch_one(self.pool())
+                        .await;
+                    reads.push(match row {
+                        Ok(row) => self.session_read(&row),
+                        Err(e) => SessionRead { id, row: Err(self.read_error(e, &format!("session {id}"))) },
+                    });
+                }
+                Ok(reads)
+            }
+        }
+    }
+
+    fn session_read(&self, r: &SqliteRow) -> SessionRead {
+        let id: i64 = r.try_get("id").unwrap_or_default();
+        let get = |name: &'static str| (self, "sessions", id, name);
+        let row = (|| {
+            Ok(SessionRow {
+                id,
+                task_index: column(r, get("task_index"))?,
+                trial: column(r, get("trial"))?,
+                seed: column(r, get("seed"))?,
+                status: column(r, get("status"))?,
+                termination: column(r, get("termination"))?,
+                reward: column(r, get("reward"))?,
+                error: column(r, get("error"))?,
+                failure: column(r, get("failure"))?,
+                retries: column(r, get("retries"))?,
+                duration_ms: column(r, get("duration_ms"))?,
+            })
+        })();
+        SessionRead { id, row }
     }
 }

@@ -151,6 +151,7 @@ pub async fn fork(args: ForkArgs) -> anyhow::Result<()> {
     let prior = Prior { usage: transcript.usage(), messages: transcript.messages, tool_calls: transcript.tool_calls };
     let job = Job {
         id,
+        fence: parley_core::Fence::UNCLAIMED,
         task: tasks[row.task_index as usize].clone(),
         trial: row.trial as u32,
         seed: row.seed as u64,

@@ -265,7 +265,14 @@ pub async fn run(mut settings: RunSettings) -> anyhow::Result<()> {
     let jobs: Vec<Job> = specs
         .iter()
         .zip(&ids)
-        .map(|(s, &id)| Job { id, task: tasks[s.task_index].clone(), trial: s.trial, seed: s.seed, prior: None })
+        .map(|(s, &id)| Job {
+            id,
+            fence: parley_core::Fence::UNCLAIMED,
+            task: tasks[s.task_index].clone(),
+            trial: s.trial,
+            seed: s.seed,
+            prior: None,
+        })
         .collect();
     let (mut written, mut failed) = (0usize, 0usize);
     let executed = execute(&runtime, &settings, run, jobs, |result| {
@@ -315,7 +322,14 @@ pub async fn resume(run: i64, db: &Path, retry_failed: bool) -> anyhow::Result<(
         let task = tasks
             .get(s.task_index as usize)
             .ok_or_else(|| anyhow::anyhow!("session {} names task {}, which run {run} lacks", s.id, s.task_index))?;
-        jobs.push(Job { id: s.id, task: task.clone(), trial: s.trial as u32, seed: s.seed as u64, prior: Some(prior) });
+        jobs.push(Job {
+            id: s.id,
+            fence: parley_core::Fence::UNCLAIMED,
+            task: task.clone(),
+            trial: s.trial as u32,
+            seed: s.seed as u64,
+            prior: Some(prior),
+        });
     }
     eprintln!("run {run}: resuming {} unfinished sessions against {}", jobs.len(), runtime.base_url);
     let mut executed = execute(&runtime, &settings, run, jobs, |_| Ok(())).await?;
