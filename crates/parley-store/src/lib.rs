@@ -128,8 +128,47 @@ async fn check_schema(conn: &mut SqliteConnection, path: &Path) -> Result<(), Ch
 /// An error opening or preparing the file at `path`, in the words of what the user can do
 /// about it.
 fn refusal(path: &Path, error: sqlx::Error) -> StoreError {
-    unusable(&error, &path.display().to_string())
+    unusable_at(&error, path)
         .unwrap_or_else(|| StoreError::Database(format!("cannot open {}: {error}", path.display())))
+}
+
+/// Below this much free space, a disk counts as full: SQLite needs room for a transaction's WAL
+/// frames and its shared-memory file, not only for a row.
+const FULL_BELOW: u64 = 1 << 20;
+
+/// Whether the file system holding `path` is full. SQLite reports a full disk in more ways than
+/// `SQLITE_FULL`: an I/O error growing its shared-memory file (code 4874) when a WAL is
+/// recovered, a busy recovery that cannot finish; so on such errors the disk itself is asked.
+fn disk_full(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        rustix::fs::statvfs(dir).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) < FULL_BELOW)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
+}
+
+/// [`unusable`] for the file at `path`, which can also tell a full disk behind an I/O error or
+/// a lock.
+fn unusable_at(error: &sqlx::Error, path: &Path) -> Option<StoreError> {
+    let what = path.display().to_string();
+    let code = error.as_database_error().and_then(|e| e.code()).and_then(|c| c.parse::<i32>().ok());
+    // Busy, locked, I/O error, full.
+    if code.is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13)) && disk_full(path) {
+        return Some(StoreError::Unusable { problem: Unusable::DiskFull, message: full_disk(&what) });
+    }
+    unusable(error, &what)
+}
+
+fn full_disk(what: &str) -> String {
+    format!(
+        "the disk holding {what} is full (or its quota is used up): {what} could not be written; free space and \
+         run again, or pass --db on another disk"
+    )
 }
 
 /// The answer to a SQLite error the user can act on (a file that is not a database, read-only,
@@ -152,13 +191,7 @@ fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
             ),
         ),
         14 => (Unusable::ReadOnly, format!("cannot open or create {what}: does its folder exist, and is it writable?")),
-        13 => (
-            Unusable::DiskFull,
-            format!(
-                "the disk holding {what} is full (or its quota is used up): {what} could not be written; free space \
-                 and run again, or pass --db on another disk"
-            ),
-        ),
+        13 => (Unusable::DiskFull, full_disk(what)),
         11 => (
             Unusable::Corrupt,
             format!(
@@ -182,8 +215,7 @@ fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
 /// A write that failed on the database at `path`, in the words of what the user can do about it
 /// (a full disk names the file it could not write).
 pub(crate) fn write_error(error: sqlx::Error, path: &Path) -> StoreError {
-    unusable(&error, &path.display().to_string())
-        .unwrap_or_else(|| StoreError::Database(format!("writing {}: {error}", path.display())))
+    unusable_at(&error, path).unwrap_or_else(|| StoreError::Database(format!("writing {}: {error}", path.display())))
 }
 
 /// A SQLite file holding any number of runs.

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::str::FromStr;
-use std::time::Duration;
 
 use parley_core::{Claim, Message, MessageRecord, SessionStore, StoreError, TurnRecord, Unusable};
 use parley_store::{SqliteStore, StoreOptions};
@@ -95,6 +94,15 @@ async fn a_damaged_page_of_sessions_costs_only_the_sessions_on_it() {
     store.close().await.unwrap();
 }
 
+/// Writes a file in `dir` until the disk refuses more.
+fn fill(dir: &Path) {
+    use std::io::Write;
+    let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
+    let block = vec![0u8; 4096];
+    while filler.write_all(&block).is_ok() {}
+    let _ = filler.sync_all();
+}
+
 /// Mounts a tmpfs of `size` at a new folder, for as long as the value lives. `None` where this
 /// process may not mount (not root, or no mount namespace).
 struct SmallDisk(tempfile::TempDir);
@@ -114,18 +122,20 @@ impl SmallDisk {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(self.0.path()).status();
+        // Lazily: a connection the test left open (as a killed process would) keeps it busy.
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.0.path()).status();
     }
 }
 
+/// Fills the disk holding the store at `FULL_DISK_DB` with turns until a write fails, prints the
+/// error, and exits without closing anything, as a process killed there would. Run by
+/// [`a_full_disk_is_named_with_the_file_it_could_not_write`] in a child process; it does
+/// nothing when run on its own.
 #[tokio::test]
-async fn a_full_disk_is_named_with_the_file_it_could_not_write() {
-    let Some(disk) = SmallDisk::mount("1m") else {
-        eprintln!("skipped: this process cannot mount a small tmpfs (it needs root)");
-        return;
-    };
-    let path = disk.0.path().join("parley.db");
-    let store = SqliteStore::open(&path, StoreOptions::default()).await.unwrap();
+#[ignore = "a child process of another test"]
+async fn fill_the_disk_then_die() {
+    let Some(path) = std::env::var_os("FULL_DISK_DB") else { return };
+    let store = SqliteStore::open(Path::new(&path), StoreOptions::default()).await.unwrap();
     let task = std::sync::Arc::new(parley_core::Task {
         index: 0,
         id: "t".into(),
@@ -136,32 +146,54 @@ async fn a_full_disk_is_named_with_the_file_it_could_not_write() {
     let spec = parley_core::RunSpec { environment: "test".into(), config: serde_json::json!({}) };
     let session = parley_core::SessionSpec { task_index: 0, trial: 0, seed: 0 };
     let (_, ids) = store.create_run(&spec, &[task], &[session]).await.unwrap();
-    let text = "x".repeat(64 << 10);
-    let mut failed = None;
-    for seq in 0..64 {
-        let message = MessageRecord { seq, message: Message::user(text.clone()), call: None };
+    for seq in 0..1024 {
+        let message = MessageRecord { seq, message: Message::user("x".repeat(16 << 10)), call: None };
         let turn = TurnRecord { messages: vec![message], tool_calls: vec![] };
         if let Err(e) = store.commit_turn(Claim::unclaimed(ids[0]), turn).await {
-            failed = Some(e);
-            break;
+            println!("FULL_DISK_ERROR {e}");
+            std::process::exit(0);
         }
     }
-    let error = failed.expect("a 1 MiB disk fills up");
-    assert_eq!(problem(&error), Some(Unusable::DiskFull), "{error}");
-    assert!(error.to_string().contains(&path.display().to_string()), "{error}");
-    drop(store);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    std::process::exit(1);
+}
 
-    // Opened again on the still-full disk: it says the disk is full, not that it is locked.
+#[tokio::test]
+async fn a_full_disk_is_named_with_the_file_it_could_not_write() {
+    let Some(disk) = SmallDisk::mount("1m") else {
+        eprintln!("skipped: this process cannot mount a small tmpfs (it needs root)");
+        return;
+    };
+    let path = disk.0.path().join("parley.db");
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "damage::fill_the_disk_then_die", "--ignored", "--nocapture"])
+        .env("FULL_DISK_DB", &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    let error = stdout.lines().find_map(|l| l.strip_prefix("FULL_DISK_ERROR ")).expect("the child filled the disk");
+    eprintln!("writing: {error}");
+    assert!(error.contains("is full") && error.contains(&path.display().to_string()), "{error}");
+
+    // The killed process left its WAL to recover; with its shared-memory file gone too, SQLite
+    // must build that again, on a disk another program has filled meanwhile. SQLite says "disk
+    // I/O error (code: 4874)" then.
+    let _ = std::fs::remove_file(disk.0.path().join("parley.db-shm"));
+    fill(disk.0.path());
     match SqliteStore::open(&path, StoreOptions::default()).await {
-        Err(error) => assert_eq!(problem(&error), Some(Unusable::DiskFull), "{error}"),
+        Err(error) => {
+            eprintln!("opening: {error}");
+            assert_eq!(problem(&error), Some(Unusable::DiskFull), "{error}");
+            assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+        }
         Ok(store) => {
             let more = TurnRecord {
-                messages: vec![MessageRecord { seq: 100, message: Message::user(text.clone()), call: None }],
+                messages: vec![MessageRecord { seq: 5000, message: Message::user("x".repeat(16 << 10)), call: None }],
                 tool_calls: vec![],
             };
-            let error = store.commit_turn(Claim::unclaimed(ids[0]), more).await.unwrap_err();
+            let error = store.commit_turn(Claim::unclaimed(1), more).await.unwrap_err();
+            eprintln!("opened, then writing: {error}");
             assert_eq!(problem(&error), Some(Unusable::DiskFull), "{error}");
+            let _ = store.close().await;
         }
     }
 }
