@@ -8,7 +8,7 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::{Sqlite, SqliteRow};
 
-use crate::{SqliteStore, db_error, unusable};
+use crate::{SqliteStore, unusable};
 
 /// Reads one column of a stored row, or says which table, session and column could not be read,
 /// and how to recover the rest of the file: a decoding error (text that is not UTF-8) is how a
@@ -94,17 +94,17 @@ impl SqliteStore {
             .bind(run)
             .fetch_optional(self.pool())
             .await
-            .map_err(db_error)?
+            .map_err(|e| self.read_error(e, &format!("run {run}")))?
             .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
-        run_record(&row)
+        self.run_record(&row)
     }
 
     pub async fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         let rows = sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs ORDER BY id")
             .fetch_all(self.pool())
             .await
-            .map_err(db_error)?;
-        rows.iter().map(run_record).collect()
+            .map_err(|e| self.read_error(e, "the table `runs`"))?;
+        rows.iter().map(|r| self.run_record(r)).collect()
     }
 
     /// The run's task rows in task order.
@@ -113,9 +113,12 @@ impl SqliteStore {
             .bind(run)
             .fetch_all(self.pool())
             .await
-            .map_err(db_error)?;
+            .map_err(|e| self.read_error(e, &format!("column `row` of table `tasks` for run {run}")))?;
         rows.iter()
-            .map(|r| serde_json::from_str(r).map_err(|e| StoreError::Database(format!("a stored task row: {e}"))))
+            .map(|r| {
+                serde_json::from_str(r)
+                    .map_err(|e| self.damaged(&format!("column `row` of table `tasks` for run {run}"), &e))
+            })
             .collect()
     }
 
@@ -125,7 +128,7 @@ impl SqliteStore {
             .bind(session)
             .fetch_optional(self.pool())
             .await
-            .map_err(db_error)?
+            .map_err(|e| self.read_error(e, &format!("column `run_id` of table `sessions` for session {session}")))?
             .ok_or_else(|| StoreError::NotFound(format!("session {session}")))
     }
 
@@ -219,14 +222,23 @@ impl SqliteStore {
     }
 }
 
-fn run_record(row: &sqlx::sqlite::SqliteRow) -> Result<RunRecord, StoreError> {
-    let config: String = row.get("config");
-    Ok(RunRecord {
-        id: row.get("id"),
-        created_at: row.get("created_at"),
-        environment: row.get("environment"),
-        config: serde_json::from_str(&config).map_err(|e| StoreError::Database(format!("a run's config: {e}")))?,
-        status: row.get("status"),
-        finished_at: row.get("finished_at"),
-    })
+impl SqliteStore {
+    fn run_record(&self, row: &SqliteRow) -> Result<RunRecord, StoreError> {
+        let id: RunId = row.try_get("id").map_err(|e| self.damaged("column `id` of table `runs`", &e))?;
+        let field = |name: &str| -> Result<String, StoreError> {
+            row.try_get(name).map_err(|e| self.damaged(&format!("column `{name}` of table `runs` for run {id}"), &e))
+        };
+        let config = field("config")?;
+        Ok(RunRecord {
+            id,
+            created_at: field("created_at")?,
+            environment: field("environment")?,
+            config: serde_json::from_str(&config)
+                .map_err(|e| self.damaged(&format!("column `config` of table `runs` for run {id}"), &e))?,
+            status: field("status")?,
+            finished_at: row
+                .try_get("finished_at")
+                .map_err(|e| self.damaged(&format!("column `finished_at` of table `runs` for run {id}"), &e))?,
+        })
+    }
 }

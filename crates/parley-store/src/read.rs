@@ -4,8 +4,8 @@ use parley_core::{RunId, StoreError};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
+use crate::SqliteStore;
 use crate::load::column;
-use crate::{SqliteStore, db_error};
 
 /// One session of a page read past damage: its row, or why it cannot be read.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ impl SqliteStore {
         )
         .fetch_all(self.pool())
         .await
-        .map_err(db_error)
+        .map_err(|e| self.read_error(e, &format!("the sessions of run {run} (table `sessions`)")))
     }
 
     pub async fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError> {
@@ -75,7 +75,7 @@ impl SqliteStore {
         )
         .fetch_all(self.pool())
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
         let mut totals = TokenTotals::default();
         for row in rows {
             let tokens =
@@ -101,7 +101,7 @@ impl SqliteStore {
         )
         .fetch_all(self.pool())
         .await
-        .map_err(db_error)
+        .map_err(|e| self.read_error(e, &format!("the model-call latencies of run {run} (table `model_calls`)")))
     }
 }
 
@@ -119,7 +119,9 @@ impl SqliteStore {
         )
         .fetch_all(self.pool())
         .await
-        .map_err(db_error)
+        .map_err(|e| {
+            self.read_error(e, &format!("a page of the sessions of run {run} after {after} (table `sessions`)"))
+        })
     }
 
     /// The newest score of a session by its environment's scorer.
@@ -131,7 +133,7 @@ impl SqliteStore {
         )
         .fetch_optional(self.pool())
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.read_error(e, &format!("table `scores` for session {session}")))?;
         Ok(row.map(|r| parley_core::Reward {
             value: r.value,
             breakdown: serde_json::from_str(&r.breakdown).unwrap_or_default(),

@@ -64,6 +64,18 @@ async fn text_that_is_not_utf8_is_named_by_table_session_and_column() {
     assert_eq!(read, [(1, true), (2, false), (3, true)]);
     let message = page[1].row.as_ref().unwrap_err().to_string();
     assert!(message.contains("column `error` of table `sessions` for session 2"), "{message}");
+    // The whole-run reads say where too.
+    let message = store.sessions(1).await.unwrap_err().to_string();
+    assert!(
+        message.contains("table `sessions`") && message.contains("error") && message.contains(".recover"),
+        "{message}"
+    );
+    store.close().await.unwrap();
+
+    tamper(&path, "UPDATE runs SET config = CAST(X'FF' AS TEXT)").await;
+    let store = SqliteStore::open(&path, StoreOptions::default()).await.unwrap();
+    let message = store.run(1).await.unwrap_err().to_string();
+    assert!(message.contains("column `config` of table `runs` for run 1"), "{message}");
     store.close().await.unwrap();
 }
 
