@@ -10,11 +10,46 @@ use crate::SqliteStore;
 const SCORES_PER_STATEMENT: usize = 4096;
 
 impl SqliteStore {
-    /// Stores a new version of a session's score beside the old ones and makes it the
-    /// session's current reward. Returns the version written.
+    /// Stores a new version of a session's score beside the old ones (the next after its own
+    /// newest) and makes it the session's current reward. Returns the version written. A re-score
+    /// of a whole run uses [`add_scores`](SqliteStore::add_scores), which lands all its versions
+    /// at once.
     pub async fn add_score(&self, session: SessionId, reward: &Reward) -> Result<i64, StoreError> {
-        let run = self.run_of(session).await?;
-        self.add_scores(run, &[(session, reward.clone())]).await
+        let (value, breakdown) = (reward.value, serde_json::Value::Object(reward.breakdown.clone()).to_string());
+        let error = self.write_error();
+        self.writer
+            .exec(move |conn| {
+                Box::pin(async move {
+                    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(&error)?;
+                    let version: i64 = sqlx::query_scalar(
+                        "SELECT COALESCE(MAX(version), 0) + 1 FROM scores WHERE session_id = ? AND scorer = 'environment'",
+                    )
+                    .bind(session)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(&error)?;
+                    sqlx::query(
+                        "INSERT INTO scores (session_id, scorer, version, value, breakdown)
+                         VALUES (?, 'environment', ?, ?, ?)",
+                    )
+                    .bind(session)
+                    .bind(version)
+                    .bind(value)
+                    .bind(breakdown)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(&error)?;
+                    sqlx::query("UPDATE sessions SET reward = ? WHERE id = ?")
+                        .bind(value)
+                        .bind(session)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(&error)?;
+                    tx.commit().await.map_err(&error)?;
+                    Ok(version)
+                })
+            })
+            .await
     }
 
     /// Stores a re-score of a run: one new version, the same for every session given, written
