@@ -129,13 +129,13 @@ impl Writer {
             }
             if !batch.is_empty() {
                 match self.write(&batch).await {
-                    Ok(fenced) => {
-                        for w in batch.drain(..) {
-                            let result = match fenced.get(&w.claim.session) {
-                                Some(&current) if current != w.claim.fence => {
+                    Ok(refused) => {
+                        for (w, refused) in batch.drain(..).zip(refused) {
+                            let result = match refused {
+                                Some(current) => {
                                     Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current })
                                 }
-                                _ => Ok(()),
+                                None => Ok(()),
                             };
                             let _ = w.done.send(result);
                         }
@@ -177,8 +177,8 @@ impl Writer {
     }
 
     /// Writes the batch in one transaction, leaving out the writes whose claim was taken over;
-    /// returns the current fence of each session whose writes were left out.
-    async fn write(&mut self, batch: &[Write]) -> Result<HashMap<i64, Fence>, StoreError> {
+    /// returns, for each write in order, the session's current fence if it was left out.
+    async fn write(&mut self, batch: &[Write]) -> Result<Vec<Option<Fence>>, StoreError> {
         let raw = self.options.raw_model_calls;
         let path = self.path.clone();
         let db_error = |e: sqlx::Error| write_error(e, &path);
@@ -194,13 +194,10 @@ impl Writer {
                 .await
                 .map_err(db_error)?;
         let current: HashMap<i64, Fence> = fences.into_iter().map(|(id, f)| (id, Fence(f))).collect();
-        let fenced: HashMap<i64, Fence> = batch
-            .iter()
-            .filter_map(|w| {
-                current.get(&w.claim.session).filter(|&&f| f != w.claim.fence).map(|&f| (w.claim.session, f))
-            })
-            .collect();
-        let live: Vec<&Write> = batch.iter().filter(|w| !fenced.contains_key(&w.claim.session)).collect();
+        // A session missing from the table is not refused here: its insert fails as before.
+        let refused: Vec<Option<Fence>> =
+            batch.iter().map(|w| current.get(&w.claim.session).copied().filter(|&f| f != w.claim.fence)).collect();
+        let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
         let batch = live.as_slice();
 
         let messages: Vec<_> =
@@ -323,7 +320,7 @@ impl Writer {
         }
 
         tx.commit().await.map_err(db_error)?;
-        Ok(fenced)
+        Ok(refused)
     }
 }
 
