@@ -1,6 +1,6 @@
 //! Reads for summaries and inspection, checked against the schema at compile time.
 
-use parley_core::{RunId, StoreError};
+use parley_core::{RunId, StoreError, Unusable};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
@@ -172,9 +172,15 @@ impl SqliteStore {
         .await;
         match page {
             Ok(rows) => Ok(rows.iter().map(|r| self.session_read(r)).collect()),
-            // A damaged page of the table: read the ids alone (from the run's index), then each
-            // session by itself, so one bad page costs only the sessions on it.
-            Err(_) => {
+            Err(e) => {
+                let what = format!("a page of the sessions of run {run} (table `sessions`)");
+                match self.read_error(e, &what) {
+                    StoreError::Unusable { problem: Unusable::Corrupt, .. } => {}
+                    // Not damage (a lock, a vanished file): reading session by session would not help.
+                    other => return Err(other),
+                }
+                // A damaged page of the table: read the ids alone (from the run's index), then
+                // each session by itself, so one bad page costs only the sessions on it.
                 let ids: Vec<i64> =
                     sqlx::query_scalar("SELECT id FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?")
                         .bind(run)
