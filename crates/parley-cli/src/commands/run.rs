@@ -122,7 +122,10 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let jobs = pending.take_jobs();
     let (mut written, mut failed) = (0usize, 0usize);
     let executed = execute(&runtime, &settings, run, pending.count, jobs, |result| {
-        if result.outcome.termination.is_infrastructure() {
+        if result.taken_over {
+            // Another process drives the session now; its row is theirs to write.
+            Ok(())
+        } else if result.outcome.termination.is_infrastructure() {
             failed += 1;
             failures.write(&Failure::of_result(run, result).row(&result.task.row))
         } else {
@@ -164,6 +167,13 @@ pub async fn resume(run: i64, db: &Path, retry_failed: bool) -> anyhow::Result<(
     let runtime = Runtime::start(&settings, store).await?;
     let mut pending = runtime.pending(&settings, run, true).await?;
     eprintln!("run {run}: resuming {} unfinished sessions against {}", pending.count, runtime.base_url);
+    if pending.held_elsewhere > 0 {
+        eprintln!(
+            "run {run}: {} unfinished sessions are left to another live process driving them; resume again once it \
+             has stopped to take up any it leaves",
+            pending.held_elsewhere
+        );
+    }
     let jobs = pending.take_jobs();
     let mut executed = execute(&runtime, &settings, run, pending.count, jobs, |_| Ok(())).await?;
     executed.timed = false;
