@@ -17,7 +17,7 @@ const TASKS: usize = 200;
 const KILLS: usize = 20;
 
 /// Task rows whose conversations are all distinct (the stub keys turns by their opening).
-fn write_tasks(work: &Workdir) {
+pub(crate) fn write_tasks(work: &Workdir) {
     let path = work.tasks(TASKS);
     let rows: Vec<String> = read_jsonl(&path)
         .into_iter()
@@ -31,7 +31,7 @@ fn write_tasks(work: &Workdir) {
     std::fs::write(&path, rows.join("\n") + "\n").unwrap();
 }
 
-fn run_args<'a>(stub: &'a Stub, db: &'a str, out: &'a str) -> Vec<&'a str> {
+pub(crate) fn run_args<'a>(stub: &'a Stub, db: &'a str, out: &'a str) -> Vec<&'a str> {
     vec![
         "run",
         "--env",
@@ -52,7 +52,7 @@ fn run_args<'a>(stub: &'a Stub, db: &'a str, out: &'a str) -> Vec<&'a str> {
 }
 
 /// The stub's turn key of every model call recorded in a database.
-async fn recorded_turns(work: &Workdir, db: &str) -> Vec<String> {
+pub(crate) async fn recorded_turns(work: &Workdir, db: &str) -> Vec<String> {
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path(db).display())).await.unwrap();
     let rows: Vec<(i64, i64, String, Option<String>)> =
         sqlx::query_as("SELECT session_id, seq, role, content FROM messages ORDER BY session_id, seq")
@@ -77,7 +77,7 @@ async fn recorded_turns(work: &Workdir, db: &str) -> Vec<String> {
 /// A session as stored: (id, task, trial, status, termination, reward).
 type SessionRow = (i64, i64, i64, String, Option<String>, Option<f64>);
 /// A session's outcome and transcript: (status, termination, reward, messages).
-type Outcome = (String, String, Option<f64>, Vec<String>);
+pub(crate) type Outcome = (String, String, Option<f64>, Vec<String>);
 
 /// Whether run 1 exists in the crash database.
 async fn run_recorded(work: &Workdir) -> bool {
@@ -93,7 +93,7 @@ async fn run_recorded(work: &Workdir) -> bool {
 }
 
 /// Every session's outcome and transcript, keyed by (task, trial).
-async fn results(work: &Workdir, db: &str) -> BTreeMap<(i64, i64), Outcome> {
+pub(crate) async fn results(work: &Workdir, db: &str) -> BTreeMap<(i64, i64), Outcome> {
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path(db).display())).await.unwrap();
     let sessions: Vec<SessionRow> =
         sqlx::query_as("SELECT id, task_index, trial, status, termination, reward FROM sessions")

@@ -6,6 +6,7 @@ mod durable;
 mod faults;
 mod harness;
 mod llama;
+mod owners;
 mod reliability;
 mod remote;
 mod run;

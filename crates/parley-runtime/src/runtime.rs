@@ -21,8 +21,10 @@ use crate::tasks::{StoredTasks, TaskSource};
 
 /// Tasks (with their trials) recorded per store transaction when a run is created.
 const CREATE_BATCH: usize = 1024;
-/// Sessions read from the store at once when they are driven.
-const SESSION_PAGE: usize = 1024;
+/// Sessions claimed at once when they are driven: twice the concurrency, so that a claim is
+/// rarely waited for, and few enough that other processes driving the same run share its
+/// sessions rather than find them all taken; within these bounds.
+const CLAIM_PAGE: (usize, usize) = (16, 1024);
 
 /// What a run needs while it executes: the store, the three parties, and the built-in stub's
 /// shutdown when it was started.
@@ -163,6 +165,7 @@ impl Runtime {
             run,
             tasks,
             resumed,
+            claim: (2 * settings.concurrency).clamp(CLAIM_PAGE.0, CLAIM_PAGE.1),
             page: Vec::new().into_iter(),
             failed: failed.clone(),
         };
@@ -239,6 +242,8 @@ struct JobCursor {
     run: RunId,
     tasks: StoredTasks,
     resumed: bool,
+    /// Sessions claimed at once.
+    claim: usize,
     page: std::vec::IntoIter<(parley_store::SessionRow, parley_core::Fence)>,
     failed: Arc<Mutex<Option<anyhow::Error>>>,
 }
@@ -262,7 +267,7 @@ impl JobCursor {
         let (session, fence) = match self.page.next() {
             Some(next) => next,
             None => {
-                let claimed = self.store.claim_sessions(self.run, &self.owner, SESSION_PAGE).await?;
+                let claimed = self.store.claim_sessions(self.run, &self.owner, self.claim).await?;
                 let ids: Vec<i64> = claimed.claims.iter().map(|c| c.session).collect();
                 let rows = self.store.sessions_by_id(&ids).await?;
                 let fences = claimed.claims.iter().map(|c| c.fence);

@@ -136,6 +136,12 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     .await?;
     rollouts.finish()?;
     failures.finish()?;
+    // Another process (a resume beside this run) finished some of its sessions: the files are
+    // written again from the store, unless that process is still at it and will write them.
+    let (_, finished) = runtime.store.session_counts(run).await?;
+    if finished as usize > written + failed && !driven_elsewhere(&runtime, run).await? {
+        (written, failed) = rewrite_outputs(&runtime.store, run, &settings, &out).await?;
+    }
     report(&runtime, &settings, run, &executed, &out, written, failed).await?;
     if let Some(e) = pending.error() {
         runtime.stop().await?;
@@ -183,9 +189,22 @@ pub async fn resume(run: i64, db: &Path, retry_failed: bool) -> anyhow::Result<(
     }
 
     let out = settings.out_path(run);
+    if driven_elsewhere(&runtime, run).await? {
+        eprintln!(
+            "run {run}: another process still drives some of its sessions; it writes {} when it ends",
+            out.display()
+        );
+        report(&runtime, &settings, run, &executed, &out, 0, 0).await?;
+        return runtime.stop().await;
+    }
     let (written, failed) = rewrite_outputs(&runtime.store, run, &settings, &out).await?;
     report(&runtime, &settings, run, &executed, &out, written, failed).await?;
     runtime.stop().await
+}
+
+/// Whether a live process other than this one holds claims on the run's unfinished sessions.
+async fn driven_elsewhere(runtime: &Runtime, run: i64) -> anyhow::Result<bool> {
+    Ok(runtime.store.owners(run).await?.iter().any(|(owner, _)| *owner != runtime.owner.id))
 }
 
 async fn report(
