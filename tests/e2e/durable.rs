@@ -174,3 +174,57 @@ async fn show_and_metrics_match_their_snapshots() {
     let sessions = work.parley(&["sessions", "1", "--db", "parley.db", "--termination", "agent_stop"]);
     snapshot("sessions.txt", &normalize(&ok(&sessions), true));
 }
+
+/// A rescore asks the judge nothing it has judged before: tau2's NL assertions are answered from
+/// the verdicts stored by the run, the rescore says so, and the endpoint sees no request.
+#[test]
+fn a_rescore_reuses_the_judges_stored_verdicts() {
+    let work = Workdir::new();
+    let data = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2");
+    let data = data.canonicalize().expect("tau2's data at ../shared/data/tau2").display().to_string();
+    let stub = Stub::start(&[]);
+    ok(&work.parley(&[
+        "run",
+        "--env",
+        "tau2:retail",
+        "--data-dir",
+        &data,
+        "--num-tasks",
+        "4",
+        "--user",
+        "llm",
+        "--base-url",
+        &stub.url,
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
+    ]));
+    let asked = stub.stats()["requests"].clone();
+    let out = ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
+    assert!(out.contains("rescored 4 sessions of run 1: 0 changed; 0 judge calls"), "{out}");
+    let reused: u64 = out.split(" judge calls, ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).unwrap();
+    assert!(reused > 0, "the run's verdicts were reused: {out}");
+    assert_eq!(stub.stats()["requests"], asked, "the rescore made no model call");
+}
+
+/// A session whose stored text is damaged is named (table, session, column, and how to recover
+/// the file), and every other session is still exported.
+#[tokio::test]
+async fn an_export_writes_every_readable_session_and_names_the_damaged_one() {
+    let work = Workdir::new();
+    work.tasks(4);
+    let stub = Stub::start(&[]);
+    ok(&run(&work, &stub, &[]));
+    // Bytes that are not UTF-8 where text belongs, as a damaged page leaves them.
+    exec(&work, "UPDATE messages SET content = CAST(X'C328FF' AS TEXT) WHERE session_id = 3 AND seq = 1").await;
+    let out = work.parley(&["export", "1", "--format", "nemo-gym", "--out", "rows.jsonl", "--db", "parley.db"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("session 3") && stderr.contains("messages") && stderr.contains("content"), "{stderr}");
+    assert!(stderr.contains(".recover"), "the fix is named: {stderr}");
+    let rows = crate::harness::read_jsonl(&work.path("rows.jsonl"));
+    let mut sessions: Vec<u64> = rows.iter().map(|r| r["_ng_task_index"].as_u64().unwrap()).collect();
+    sessions.sort_unstable();
+    assert_eq!(sessions, [0, 1, 3], "every readable session is written");
+}

@@ -23,10 +23,25 @@ pub enum Format {
 }
 
 /// What an export wrote.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Counts {
     pub rows: usize,
     pub failures: usize,
+    /// Why each session the store could not read was left out (damaged pages).
+    pub unreadable: Vec<String>,
+}
+
+impl Counts {
+    /// An error naming the sessions left out, if any, and what to do about them.
+    pub fn damage(&self, db: &std::path::Path) -> Option<anyhow::Error> {
+        let first = self.unreadable.first()?;
+        Some(anyhow::anyhow!(
+            "{} sessions could not be read and were left out (everything else was written); the first: {first}; \
+             recover what the file holds with `sqlite3 {} .recover | sqlite3 recovered.db`",
+            self.unreadable.len(),
+            db.display()
+        ))
+    }
 }
 
 const PAGE: usize = 500;
@@ -69,10 +84,17 @@ pub async fn export(
     let mut counts = Counts::default();
     let mut after = 0;
     loop {
-        let page = store.sessions_page(run, after, PAGE).await?;
+        let page = store.sessions_page_checked(run, after, PAGE).await?;
         let Some(last) = page.last() else { break };
         after = last.id;
-        for session in page.iter().filter(|s| s.status == "finished") {
+        let mut readable = Vec::with_capacity(page.len());
+        for read in page {
+            match read.row {
+                Ok(row) => readable.push(row),
+                Err(e) => counts.unreadable.push(e.to_string()),
+            }
+        }
+        for session in readable.iter().filter(|s| s.status == "finished") {
             let termination = session.termination.as_deref().and_then(Termination::parse);
             if termination.is_none_or(Termination::is_infrastructure) {
                 if let Some(w) = failures.as_deref_mut() {
@@ -83,8 +105,15 @@ pub async fn export(
                 continue;
             }
             let task = tasks.get(session.task_index as usize).await?;
-            let transcript = store.transcript(session.id).await?;
-            let reward = store.latest_score(session.id).await?;
+            // A session the store cannot read is named and left out; the others are written.
+            let (transcript, reward) = match (store.transcript(session.id).await, store.latest_score(session.id).await)
+            {
+                (Ok(transcript), Ok(reward)) => (transcript, reward),
+                (Err(e), _) | (_, Err(e)) => {
+                    counts.unreadable.push(e.to_string());
+                    continue;
+                }
+            };
             let trial = session.trial as u32;
             match &mut rows {
                 Rows::NemoGym(w) => {

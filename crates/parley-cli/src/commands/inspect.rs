@@ -214,5 +214,8 @@ pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
     let counts = crate::export::export(&store, args.run.run, &settings, args.format, &mut out, None).await?;
     out.flush()?;
     eprintln!("exported {} sessions of run {}", counts.rows, args.run.run);
+    if let Some(damage) = counts.damage(&args.run.db.db) {
+        return Err(damage);
+    }
     Ok(())
 }

@@ -254,6 +254,9 @@ async fn rewrite_outputs(
     fails.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     std::fs::rename(&out_tmp, out)?;
     std::fs::rename(&failures_tmp, &failures)?;
+    if let Some(damage) = counts.damage(&settings.db) {
+        return Err(damage.context(format!("writing {}", out.display())));
+    }
     Ok((counts.rows, counts.failures))
 }
 
