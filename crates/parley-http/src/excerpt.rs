@@ -16,6 +16,20 @@ pub fn excerpt(body: &str) -> String {
     format!("{}… ({} bytes in all)", &body[..end], body.len())
 }
 
+/// [`excerpt`] of a body held as bytes, decoding only the prefix it quotes.
+pub fn excerpt_bytes(body: &[u8]) -> String {
+    if body.len() <= QUOTED {
+        return String::from_utf8_lossy(body).into_owned();
+    }
+    // The prefix may end inside a character; a replacement character there is cut off below.
+    let prefix = String::from_utf8_lossy(&body[..QUOTED + 4]);
+    let mut end = QUOTED.min(prefix.len());
+    while !prefix.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &prefix[..end], body.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -27,5 +41,6 @@ mod tests {
         assert!(quoted.len() < 400, "{} bytes", quoted.len());
         assert!(quoted.ends_with("… (2000000 bytes in all)"), "{quoted}");
         assert_eq!(excerpt("short"), "short");
+        assert_eq!(excerpt_bytes(body.as_bytes()), quoted);
     }
 }

@@ -12,7 +12,9 @@ use async_openai::error::OpenAIError;
 use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use async_trait::async_trait;
 use parley_core::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson};
-use parley_http::{Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, excerpt, secrets};
+use parley_http::{
+    Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, excerpt, excerpt_bytes, secrets,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::Semaphore;
@@ -180,7 +182,7 @@ impl Attempt for Completion {
 
     fn accept(&self, answer: &Answer) -> Result<(), String> {
         let body: Value = serde_json::from_slice(&answer.body)
-            .map_err(|e| format!("the body is not JSON ({e}): {}", excerpt(&answer.text())))?;
+            .map_err(|e| format!("the body is not JSON ({e}): {}", excerpt_bytes(&answer.body)))?;
         wire::parse_reply(&body).map(drop).map_err(|why| format!("not a chat completion: {why}"))
     }
 }
@@ -201,7 +203,7 @@ struct Refused(Answer);
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HTTP {}: {}", self.0.status, excerpt(&self.0.text()))
+        write!(f, "HTTP {}: {}", self.0.status, excerpt_bytes(&self.0.body))
     }
 }
 
