@@ -12,7 +12,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 use serde_json::Value;
 use tokio::sync::{Mutex, Semaphore};
 
@@ -151,6 +151,7 @@ impl Connection {
                 Ok(ToolOutput::error(format!("MCP error {}: {}", error.code.0, error.message)))
             }
             Ok(Err(_)) if self.overflowed.load(Ordering::SeqCst) => Err(too_large(label, call)),
+            Ok(Err(error)) if body_too_large(&error) => Err(too_large(label, call)),
             Ok(Err(error)) => {
                 Err(RemoteError::Transport { server: label, call, attempts: 1, cause: error.to_string() })
             }
@@ -193,6 +194,21 @@ fn output(result: &CallToolResult) -> ToolOutput {
         parts.push(structured.to_string());
     }
     ToolOutput { content: parts.join("\n"), is_error: result.is_error.unwrap_or(false), write: true }
+}
+
+/// Whether rmcp's streamable HTTP client refused an answer for its size
+/// (`StreamableHttpResponseLimits`), somewhere in the error's chain of causes.
+fn body_too_large(error: &ServiceError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if let Some(StreamableHttpError::ResponseBodyTooLarge { .. }) =
+            error.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 fn label(spec: &McpServerSpec) -> String {
