@@ -236,6 +236,15 @@ mod tests {
             .service(service)
     }
 
+    #[test]
+    fn backoff_of_any_size_never_panics() {
+        let mut policy = RetryPolicy::new(u32::MAX, Duration::MAX, Duration::MAX);
+        for attempts in [0, 1, 2, 64, u32::MAX] {
+            policy.attempts = attempts;
+            assert!(policy.backoff() >= Duration::MAX / 4);
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_2xx_that_is_not_accepted_is_retried_within_the_one_budget() {
         let count = Arc::new(AtomicU32::new(0));

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parley_core::{ToolOutput, ToolSpec};
+use parley_http::{excerpt, secrets};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
@@ -134,6 +135,8 @@ impl Connection {
             cause: "the connection is closed".into(),
         })?;
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
+        // Open while the call is: a session whose time runs out now is the server's failure.
+        let _open = parley_core::Deadline::current().map(|deadline| deadline.begin_call());
         let too_large = |label: String, call: String| RemoteError::Malformed {
             server: label,
             call,
@@ -148,12 +151,14 @@ impl Connection {
             Ok(Ok(result)) => Ok(output(&result)),
             Ok(Err(ServiceError::McpError(error))) if error.code.0 == TOO_LARGE => Err(too_large(label, call)),
             Ok(Err(ServiceError::McpError(error))) => {
-                Ok(ToolOutput::error(format!("MCP error {}: {}", error.code.0, error.message)))
+                let message = secrets::redact(&error.message).into_owned();
+                Ok(ToolOutput::error(format!("MCP error {}: {}", error.code.0, excerpt(&message))))
             }
             Ok(Err(_)) if self.overflowed.load(Ordering::SeqCst) => Err(too_large(label, call)),
             Ok(Err(error)) if body_too_large(&error) => Err(too_large(label, call)),
             Ok(Err(error)) => {
-                Err(RemoteError::Transport { server: label, call, attempts: 1, cause: error.to_string() })
+                let cause = excerpt(&secrets::redact(&error.to_string()));
+                Err(RemoteError::Transport { server: label, call, attempts: 1, cause })
             }
         }
     }
@@ -193,7 +198,9 @@ fn output(result: &CallToolResult) -> ToolOutput {
     {
         parts.push(structured.to_string());
     }
-    ToolOutput { content: parts.join("\n"), is_error: result.is_error.unwrap_or(false), write: true }
+    // A server may quote a key Parley holds (one passed in its environment, say).
+    let content = secrets::redact(&parts.join("\n")).into_owned();
+    ToolOutput { content, is_error: result.is_error.unwrap_or(false), write: true }
 }
 
 /// Whether rmcp's streamable HTTP client refused an answer for its size
