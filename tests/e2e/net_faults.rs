@@ -92,6 +92,23 @@ async fn a_session_whose_time_runs_out_with_a_call_in_flight_is_a_timeout_of_the
     assert!(error.as_deref().is_some_and(|e| e.contains("waiting on an endpoint")), "{error:?}");
 }
 
+#[tokio::test]
+async fn a_session_whose_time_runs_out_while_retrying_counts_its_retries() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&["--server-error=1"]);
+    let started = Instant::now();
+    ok(&run_at(&work, &stub.url, &["--session-timeout", "3", "--max-retries", "100"], &[]));
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    let ends = ends(&work).await;
+    let (termination, failure, reward, retries, error) = &ends[0];
+    assert_eq!(termination, "infrastructure_error", "{error:?}");
+    assert_eq!(failure.as_deref(), Some("server_error"), "{error:?}");
+    assert_eq!(*reward, None);
+    let requests = stub.stats()["requests"].as_i64().unwrap();
+    assert!(*retries >= 2 && *retries == requests - 1, "{retries} retries recorded for {requests} requests");
+}
+
 /// Whether `needle` occurs in the file at `path` (a missing file holds nothing).
 fn file_holds(path: &Path, needle: &[u8]) -> bool {
     std::fs::read(path).is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
