@@ -73,8 +73,18 @@ pub fn redact_bytes(body: Vec<u8>) -> Vec<u8> {
     body
 }
 
+/// Where `needle` next occurs in `haystack` at or after `from`. Candidates are found by the
+/// needle's first byte, so a body of many megabytes is scanned about once.
 fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-    haystack.get(from..)?.windows(needle.len()).position(|w| w == needle).map(|at| at + from)
+    let (&first, _) = needle.split_first()?;
+    let mut at = from;
+    loop {
+        at += haystack.get(at..)?.iter().position(|&b| b == first)?;
+        if haystack[at..].starts_with(needle) {
+            return Some(at);
+        }
+        at += 1;
+    }
 }
 
 #[cfg(test)]

@@ -158,3 +158,10 @@ async fn a_retry_after_too_large_for_a_duration_fails_the_call_without_a_panic()
     assert_eq!(failure.kind.class(), parley_core::FailureClass::RateLimited);
     assert_eq!(failure.call.attempts, 1);
 }
+
+#[tokio::test]
+async fn a_timeout_too_large_for_the_clock_never_panics() {
+    let url = stub(StubConfig::default()).await;
+    let reply = ask(&client(url, 1, Duration::MAX)).await.unwrap();
+    assert_eq!(reply.call.attempts, 1);
+}
