@@ -108,8 +108,9 @@ impl ChatClient {
         Ok(ChatClient { client, endpoint: base.into() })
     }
 
-    /// Sends the body's bytes as they are and takes the answer as text: it is parsed once to read
-    /// the reply and stored as it came.
+    /// Sends the body's bytes as they are and takes the answer as text: the stack checks that it
+    /// is a completion (so that one that is not is retried), the caller parses it to read the
+    /// reply, and it is stored as it came.
     async fn post(&self, body: &RawJson) -> Result<Box<RawValue>, OpenAIError> {
         self.client.chat().create_byot(body).await
     }
