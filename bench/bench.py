@@ -344,6 +344,7 @@ def plan(quick):
             "scale": {"sessions": 300, "latency_ms": 50, "user_turns": 2},
             "fixed": {"concurrency": 256, "latency_ms": 100, "waves": 2},
             "persistence_bound": {"concurrency": 32, "latency_ms": 50, "waves": 2},
+            "stream": {"tasks": 2000, "concurrency": 64},
         }
     return {
         "tasks": 200,
@@ -356,6 +357,8 @@ def plan(quick):
         # sessions opening their connections at once, see `ramp_s`) is a small part of it.
         "fixed": {"concurrency": 4096, "latency_ms": 500, "waves": 16},
         "persistence_bound": {"concurrency": 256, "latency_ms": 100, "waves": 10},
+        # A training set's size: tasks are read lazily, so memory stays flat however many there are.
+        "stream": {"tasks": 1_000_000, "concurrency": 256},
     }
 
 
@@ -365,6 +368,7 @@ def main():
     parser.add_argument("--parley", default=str(ROOT / "target/release/parley"), help="the parley binary")
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--only", choices=["stream"], help="run only this part (its results are not latest.json)")
     args = parser.parse_args()
     if not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
         raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
@@ -381,6 +385,10 @@ def main():
         "rows": [],
     }
     rows = results["rows"]
+    if args.only == "stream":
+        results["stream"] = stream(parley, work, p)
+        finish(results, args, work, latest=False)
+        return
     tasks = write_tasks(parley, work / "tasks.jsonl", p["tasks"])
     stub = Stub(parley, work, "stub")
     gym = None
@@ -448,9 +456,18 @@ def main():
 
     # 4. Scale: many concurrent multi-turn sessions, and a fixed latency at 4,096.
     results["scale"] = scale(parley, work, p)
+    # 5. A million generated tasks, read lazily.
+    results["stream"] = stream(parley, work, p)
+    finish(results, args, work, latest=True)
 
-    results["summary"] = summarize(results)
-    report(results)
+
+def finish(results, args, work, *, latest):
+    """Prints the table and keeps the results (`latest.json` only for a whole run)."""
+    if latest:
+        results["summary"] = summarize(results)
+        report(results)
+    else:
+        report_stream(results)
     if args.quick:
         check_quick(results)
         out = work / "results.json"
@@ -460,7 +477,7 @@ def main():
         out_dir = Path(args.results)
         out_dir.mkdir(parents=True, exist_ok=True)
         stamp = results["date"].replace(":", "").replace("+0000", "Z")
-        for name in [f"{stamp}.json", "latest.json"]:
+        for name in [f"{stamp}.json", "latest.json"] if latest else [f"{stamp}-{args.only}.json"]:
             (out_dir / name).write_text(json.dumps(results, indent=2) + "\n")
         print(f"bench: results in {out_dir / (stamp + '.json')} and {out_dir / 'latest.json'}", file=sys.stderr)
     if not args.keep:
@@ -536,6 +553,24 @@ def scale(parley, work, p):
     return out
 
 
+def stream(parley, work, p):
+    """A run over more tasks than a run would want to hold: `--num-tasks` generated rows, each
+    recorded and driven from the store, against a stub on one thread. Its peak RSS is the figure."""
+    s = p["stream"]
+    stub = Stub(parley, work, "stub-stream", "--threads", 1)
+    try:
+        row = parley_run(
+            parley, work, "stream",
+            ["--env", "multi-step", "--num-tasks", s["tasks"], "--base-url", stub.url, "-c", s["concurrency"]],
+            watch=[stub.proc.pid],
+        )
+        row.update(system=f"Parley, {s['tasks']:,} generated tasks", concurrency=s["concurrency"])
+        show(row)
+        return row
+    finally:
+        stub.stop()
+
+
 def write_tasks(parley, path, count):
     """`count` multi-step task rows at `path`, written by `parley tasks`."""
     subprocess.run([parley, "tasks", "multi-step", "--count", str(count), "--out", path], check=True,
@@ -607,6 +642,8 @@ def summarize(results):
         "multi_turn_peak_rss_mib": scale["multi_turn"]["peak_rss_mib"],
         "multi_turn_of_ideal": scale["multi_turn"]["of_ideal"],
         "fixed_latency_of_ideal": scale["fixed_latency"]["of_ideal"],
+        "stream_tasks": results["stream"]["rollouts"],
+        "stream_peak_rss_mib": results["stream"]["peak_rss_mib"],
         "targets": {
             "25x NeMo Gym's best rollouts/s": best_rust["rollouts_per_s"] >= 25 * best_gym["rollouts_per_s"],
             "orchestrator CPU < 0.5 ms/rollout, every turn persisted": min(r["orchestrator_cpu_ms"] for r in rust)
@@ -615,6 +652,8 @@ def summarize(results):
             "4,096 x 500 ms within 5% of ideal": scale["fixed_latency"]["of_ideal"] >= 0.95,
             "persistence on vs off < 10% throughput (model-bound)": bound_cost < 0.10,
             "persistence on vs off < 10% throughput (CPU-bound, stub without latency)": 1 - on_mean / off_mean < 0.10,
+            "1,000,000 generated tasks at c = 256 < 300 MiB resident": results["stream"]["rollouts"] >= 1_000_000
+            and results["stream"]["peak_rss_mib"] < 300,
         },
     }
 
@@ -669,6 +708,7 @@ def report(results):
           f"when the orchestrator's CPU sets the pace (stub without latency), "
           f"{100 * s['persistence_cost_model_bound']:.1f}% when the model does "
           f"({fx_b['concurrency']} sessions, {fx_b['latency_ms']} ms)")
+    report_stream(results, header=False)
     if results["quick"]:
         print("(--quick: too few rollouts for the targets to mean anything; they are not checked)")
         return
@@ -676,10 +716,20 @@ def report(results):
         print(f"  [{'met' if met else 'MISSED'}] {target}")
 
 
+def report_stream(results, *, header=True):
+    st = results["stream"]
+    if header:
+        print()
+        print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, (_, _, w)) in enumerate(zip(HEADERS, COLUMNS))))
+        print("  ".join(cell(st, k, f, w) for k, f, w in COLUMNS))
+    print(f"{st['rollouts']:,} generated tasks at c = {st['concurrency']}: peak RSS {st['peak_rss_mib']:.0f} MiB, "
+          f"{st['rollouts_per_s']:.0f} rollouts/s, database {st['db_mib']:.0f} MiB")
+
+
 def all_rows(results):
     scale = results["scale"]
     return (results["rows"] + results["persistence"] + [scale["multi_turn"], scale["fixed_latency"]]
-            + scale["persistence_model_bound"])
+            + scale["persistence_model_bound"] + [results["stream"]])
 
 
 def check_quick(results):

@@ -36,7 +36,9 @@ async fn server_errors_that_persist_become_recorded_failures() {
     assert_eq!(terminations(&work).await, [("infrastructure_error".to_owned(), 6)]);
     let failures = read_jsonl(&work.path("out_failures.jsonl"));
     assert_eq!(failures.len(), 6);
-    assert_eq!(failures[0]["_ng_failure_class"], "infrastructure_error");
+    // The failure class, as stored with the session; the termination beside it.
+    assert_eq!(failures[0]["_ng_failure_class"], "server_error");
+    assert_eq!(failures[0]["_parley_termination"], "infrastructure_error");
     assert!(failures[0]["_ng_failure_message"].as_str().unwrap().contains("after 3 attempt(s)"));
     assert!(read_jsonl(&work.path("out.jsonl")).is_empty());
     assert_eq!(stub.stats()["requests"], 18, "one attempt and two retries per session");

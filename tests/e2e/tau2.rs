@@ -183,3 +183,32 @@ fn envs_lists_the_domains_with_their_counts() {
     let airline = out.lines().find(|l| l.starts_with("tau2:airline")).unwrap();
     assert!(airline.split_whitespace().any(|w| w == "50"), "{airline}");
 }
+
+/// `--num-tasks` takes the first N tasks of the split; `--tasks` is refused, as the domain brings
+/// its own.
+#[test]
+fn num_tasks_takes_the_first_tasks_of_a_split() {
+    let work = Workdir::new();
+    let data = data();
+    let args = ["run", "--env", "tau2:airline", "--agent", "oracle", "--user", "scripted", "--data-dir", &data];
+    let out = ok(&work.parley(&[&args[..], &["--split", "test", "--num-tasks", "3", "--out", "out.jsonl"]].concat()));
+    assert!(out.contains("terminations   user_stop 3"), "{out}");
+    let mut rows = read_jsonl(&work.path("out.jsonl"));
+    rows.sort_by_key(|r| r["_ng_task_index"].as_u64());
+    let test_split: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(PathBuf::from(&data).join("airline/split_tasks.json")).unwrap())
+            .unwrap();
+    let tasks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(PathBuf::from(&data).join("airline/tasks.json")).unwrap())
+            .unwrap();
+    let test = test_split["test"].as_array().unwrap();
+    // The split's tasks in the domain's order, as every split is run.
+    let first: Vec<&serde_json::Value> =
+        tasks.as_array().unwrap().iter().map(|t| &t["id"]).filter(|id| test.contains(id)).take(3).collect();
+    let ids: Vec<&serde_json::Value> = rows.iter().map(|r| &r["id"]).collect();
+    assert_eq!(ids, first);
+
+    let out = work.parley(&[&args[..], &["--tasks", "rows.jsonl"]].concat());
+    assert_eq!(out.status.code(), Some(64));
+    assert!(text(&out.stderr).contains("bring their own tasks"), "{}", text(&out.stderr));
+}

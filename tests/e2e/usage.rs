@@ -26,10 +26,60 @@ fn bad_flags_and_values_exit_64() {
     usage_error(&work, &["run", "--max-tool-output", "0"], "--max-tool-output");
     usage_error(&work, &["run", "--max-response-bytes", "0"], "--max-response-bytes");
     usage_error(&work, &["run", "--shutdown-grace=-1"], "--shutdown-grace");
-    usage_error(&work, &["run", "--bad-rows", "maybe"], "--bad-rows `maybe`");
+    usage_error(&work, &["run", "--bad-rows", "maybe"], "invalid value 'maybe' for '--bad-rows");
     usage_error(&work, &["run", "--session-timeout", "NaN"], "--session-timeout");
     usage_error(&work, &["run", "--env", "tau2:airline", "--data-dir", "no-such-dir"], "no-such-dir");
     usage_error(&work, &["sessions", "1", "--failure", "gremlins"], "--failure `gremlins`");
+}
+
+/// Durations and sizes too large for any clock are refused up front by name, from the flags and
+/// from `parley.toml` alike, never panicked on.
+#[test]
+fn huge_durations_and_sizes_are_refused_before_any_work() {
+    let work = Workdir::new();
+    for flag in ["--session-timeout", "--call-timeout", "--shutdown-grace"] {
+        usage_error(&work, &["run", flag, "1e20"], flag);
+        usage_error(&work, &["run", flag, "inf"], flag);
+    }
+    usage_error(&work, &["run", "--max-response-bytes", "18446744073709551615"], "--max-response-bytes");
+    usage_error(&work, &["run", "--concurrency", "18446744073709551615"], "--concurrency");
+    for key in ["session_timeout", "call_timeout", "shutdown_grace"] {
+        std::fs::write(work.path("parley.toml"), format!("[run]\n{key} = 1e20\n")).unwrap();
+        usage_error(&work, &["run"], &format!("--{}", key.replace('_', "-")));
+    }
+    std::fs::remove_file(work.path("parley.toml")).unwrap();
+}
+
+/// Inputs and outputs that cannot work are named for what is wrong with them, before the run is
+/// recorded.
+#[test]
+fn unusable_paths_are_named_for_what_is_wrong_before_any_work() {
+    let work = Workdir::new();
+    std::fs::create_dir(work.path("folder")).unwrap();
+    std::fs::write(work.path("file.txt"), "x").unwrap();
+    usage_error(&work, &["run", "--out", "missing/out.jsonl"], "does not exist");
+    usage_error(&work, &["run", "--out", "folder"], "is a directory");
+    usage_error(&work, &["run", "--tasks", "folder"], "is a directory");
+    usage_error(&work, &["run", "--tasks", "/dev/null"], "not a regular file");
+    usage_error(&work, &["run", "--env", "tau2:mock", "--data-dir", "file.txt"], "is a file, not a folder");
+    usage_error(&work, &["run", "--db", "folder"], "is a directory");
+    usage_error(&work, &["runs", "--db", "folder"], "is a directory");
+    let out = work.parley(&["sessions", "1", "--status", "bogus"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(text(&out.stderr).contains("pending") && text(&out.stderr).contains("finished"), "{}", text(&out.stderr));
+    assert!(!work.path("parley.db").exists());
+}
+
+/// A task file saved with a UTF-8 byte-order mark (as some editors write it) is read.
+#[test]
+fn a_task_file_with_a_byte_order_mark_is_read() {
+    let work = Workdir::new();
+    work.tasks(2);
+    let rows = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap();
+    std::fs::write(work.path("bom.jsonl"), format!("\u{feff}{rows}")).unwrap();
+    let out = work.parley(&["run", "--tasks", "bom.jsonl", "--out", "out.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("2 sessions"), "{}", text(&out.stdout));
 }
 
 #[test]

@@ -46,6 +46,29 @@ async fn an_llm_user_talks_with_the_agent_until_it_stops() {
     assert!(agent.stats()["requests"].as_u64().unwrap() > 0 && user.stats()["requests"] == 6);
     let show = ok(&work.parley(&["show", "1", "--db", "parley.db"]));
     assert!(show.contains("] user  ("), "user turns show their own figures: {show}");
+
+    // The rows written live and the rows exported from the store count the agent's tokens
+    // alone: the user's calls are the user's.
+    let live = read_jsonl(&work.path("out.jsonl"));
+    ok(&work.parley(&["export", "1", "--format", "nemo-gym", "--out", "exported.jsonl"]));
+    let exported = read_jsonl(&work.path("exported.jsonl"));
+    assert_eq!(live.len(), 3);
+    let usage = |rows: &[serde_json::Value]| -> Vec<(u64, serde_json::Value)> {
+        let mut all: Vec<_> =
+            rows.iter().map(|r| (r["_ng_task_index"].as_u64().unwrap(), r["response"]["usage"].clone())).collect();
+        all.sort_by_key(|(i, _)| *i);
+        all
+    };
+    assert_eq!(usage(&live), usage(&exported));
+    let agent_prompt: i64 = sqlx::query_scalar(
+        "SELECT SUM(c.prompt_tokens) FROM model_calls c JOIN messages m ON m.session_id = c.session_id AND m.seq = c.seq
+         WHERE c.session_id = 1 AND m.role = 'assistant'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    let row = exported.iter().find(|r| r["_parley_session"].is_null() && r["_ng_task_index"] == 0).unwrap();
+    assert_eq!(row["response"]["usage"]["input_tokens"], agent_prompt);
 }
 
 #[tokio::test]

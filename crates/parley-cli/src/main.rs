@@ -4,7 +4,6 @@
 
 mod cli;
 mod commands;
-mod environments;
 mod error;
 mod export;
 mod progress;
@@ -44,7 +43,7 @@ fn main() -> ExitCode {
     let result = builder.enable_all().build().map_err(anyhow::Error::from).and_then(|runtime| {
         runtime.block_on(async {
             match cli.command {
-                Command::Run(args) => commands::run::run(settings::RunSettings::resolve(*args)?).await,
+                Command::Run(args) => commands::run::run(args.resolve()?).await,
                 Command::Stub(args) => commands::stub::stub(args).await,
                 Command::Resume(args) => commands::run::resume(args.run.run, &args.run.db.db, args.retry_failed).await,
                 Command::Runs(args) => commands::inspect::runs(args).await,

@@ -23,35 +23,45 @@ pub struct Report {
 }
 
 impl Report {
+    /// The run's report, reading its sessions a page at a time: a run of a million sessions
+    /// keeps only what the metrics need of each.
     pub async fn load(store: &SqliteStore, run: i64, trials: usize) -> anyhow::Result<Report> {
-        let rows = store.sessions(run).await?;
-        let outcomes: Vec<Outcome> = rows
-            .iter()
-            .filter(|r| r.status == "finished")
-            .map(|r| {
-                let termination = r.termination.clone().unwrap_or_default();
-                Outcome {
+        let mut outcomes = Vec::new();
+        let mut failures = std::collections::BTreeMap::new();
+        let (mut unfinished, mut retries) = (0, 0);
+        let mut after = 0;
+        loop {
+            let page = store.sessions_page(run, after, 4096).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for r in page {
+                retries += r.retries;
+                if r.status != "finished" {
+                    unfinished += 1;
+                    continue;
+                }
+                if let Some(failure) = r.failure {
+                    *failures.entry(failure).or_default() += 1;
+                }
+                let termination = r.termination.unwrap_or_default();
+                outcomes.push(Outcome {
                     task: r.task_index as usize,
                     infrastructure: Termination::parse(&termination).is_none_or(Termination::is_infrastructure),
                     termination,
                     reward: r.reward,
                     duration_ms: r.duration_ms.unwrap_or(0.0),
-                }
-            })
-            .collect();
+                });
+            }
+        }
         let mut latencies = store.call_latencies(run, "assistant").await?;
         latencies.sort_by(f64::total_cmp);
         let mut user_latencies = store.call_latencies(run, "user").await?;
         user_latencies.sort_by(f64::total_cmp);
-        let mut failures = std::collections::BTreeMap::new();
-        for failure in rows.iter().filter(|r| r.status == "finished").filter_map(|r| r.failure.clone()) {
-            *failures.entry(failure).or_default() += 1;
-        }
         Ok(Report {
             run,
             failures,
-            retries: rows.iter().map(|r| r.retries).sum(),
-            unfinished: rows.len() - outcomes.len(),
+            retries,
+            unfinished,
             summary: summarize(&outcomes, trials),
             tokens: store.token_totals(run).await?,
             call_ms_p50: percentile(&latencies, 0.5),

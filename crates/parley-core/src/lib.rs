@@ -31,8 +31,8 @@ pub use model::{
 pub use reward::Reward;
 pub use session::{FailureClass, Limits, Termination};
 pub use store::{
-    MessageRecord, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, ToolCallRecord,
-    TurnRecord, Unusable,
+    Claim, Claimed, Fence, MessageRecord, Owner, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore,
+    StoreError, ToolCallRecord, TurnRecord, Unusable,
 };
 pub use task::{Task, ToolLists, stable_seed};
 pub use user::{UserFailure, UserSimulator, UserStop, UserTurn, UserView};

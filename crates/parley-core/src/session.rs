@@ -153,7 +153,9 @@ pub struct Limits {
     pub max_steps: u32,
     /// User turns in the whole session (a user opening counts as one).
     pub max_turns: u32,
-    /// Malformed tool calls and tool errors the agent may make before the session ends.
+    /// Malformed tool calls (arguments that are not JSON, an unknown tool, a schema violation)
+    /// the session may make, by either party, before it ends as `too_many_errors`. A tool that
+    /// runs and answers with an error does not count: that is the environment's answer.
     pub max_errors: u32,
     /// Wall time for the whole session.
     pub timeout: Duration,

@@ -87,10 +87,94 @@ pub struct SessionOutcome {
     pub duration: Duration,
 }
 
-#[derive(Debug, thiserror::Error)]
+/// The generation of a session's claim. Every claim raises it by one, so a write made under an
+/// older claim can be told apart from one made under the current claim and refused (fencing). A
+/// session that was never claimed is at [`Fence::UNCLAIMED`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fence(pub i64);
+
+impl Fence {
+    pub const UNCLAIMED: Fence = Fence(0);
+}
+
+impl std::fmt::Display for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The right to write one session: its id and the fence of the claim it is driven under. Every
+/// commit carries one, and the store refuses it with [`StoreError::Fenced`] once another owner
+/// has claimed the session since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Claim {
+    pub session: SessionId,
+    pub fence: Fence,
+}
+
+impl Claim {
+    /// A session driven without a claim: accepted only while nobody has ever claimed it.
+    pub fn unclaimed(session: SessionId) -> Claim {
+        Claim { session, fence: Fence::UNCLAIMED }
+    }
+}
+
+/// A driver of sessions (a process, or one of many machines sharing a store), and how long its
+/// claims hold without renewal. A claim whose lease has run out may be taken by another owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub id: String,
+    pub lease: Duration,
+}
+
+impl Owner {
+    /// Long enough that a busy process renews well before it runs out, short enough that a
+    /// killed process's sessions can be resumed half a minute later.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+    /// An owner with an id no other process has: the host, the process id and the time it
+    /// started, to the nanosecond, with a counter for owners made within one process.
+    pub fn new(lease: Duration) -> Owner {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static MADE: AtomicU64 = AtomicU64::new(0);
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()))
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let n = MADE.fetch_add(1, Ordering::Relaxed);
+        Owner { id: format!("{host}:{}:{nanos}:{n}", std::process::id()), lease }
+    }
+
+    /// How often a live owner renews its claims: three times per lease, so that one late or
+    /// failed renewal does not lose them.
+    pub fn renew_every(&self) -> Duration {
+        self.lease / 3
+    }
+}
+
+/// What a claim of a run's sessions found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claimed {
+    /// The sessions now driven by the owner that asked, in id order.
+    pub claims: Vec<Claim>,
+    /// Unfinished sessions left alone because another owner's lease on them is still live.
+    pub held_elsewhere: u64,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("database: {0}")]
     Database(String),
+    /// The session was claimed by another owner after the claim this write was made under: the
+    /// write was refused whole, and the session belongs to the other owner now.
+    #[error(
+        "session {session} was claimed by another owner since this one claimed it (fence {fence}, now {current}): \
+         this process no longer drives it"
+    )]
+    Fenced { session: SessionId, fence: Fence, current: Fence },
     #[error("the store's writer has stopped: {0}")]
     WriterGone(String),
     #[error("not found: {0}")]
@@ -111,11 +195,28 @@ pub enum Unusable {
     ReadOnly,
     /// Another process holds the write lock for longer than the busy timeout.
     Locked,
+    /// The path is a directory, not a file.
+    Directory,
+    /// The disk (or the file system's quota) is full.
+    DiskFull,
+    /// The file is damaged: SQLite found malformed pages, or text that is not UTF-8.
+    Corrupt,
 }
 
+/// Where sessions are kept, and who drives each.
+///
+/// Ownership: a session is driven under a [`Claim`] taken in the store. A new run's sessions are
+/// created claimed by their creator ([`create_claimed_run`](SessionStore::create_claimed_run));
+/// a resume claims the unfinished sessions nobody holds ([`claim_sessions`](SessionStore::claim_sessions));
+/// a live owner renews all its leases at once ([`renew_claims`](SessionStore::renew_claims)) and
+/// releases them at its end. Every commit carries its claim and is checked in the transaction
+/// that writes it, so a commit under a claim another owner has taken over is refused whole
+/// ([`StoreError::Fenced`]).
 #[async_trait]
 pub trait SessionStore: Send + Sync {
-    /// Creates a run with its tasks and sessions; returns the run id and one id per session.
+    /// Creates a run with its tasks and sessions, none of them claimed; returns the run id and
+    /// one id per session. For a process that owns the database alone (tests, tools); a run that
+    /// others may resume uses [`create_claimed_run`](SessionStore::create_claimed_run).
     async fn create_run(
         &self,
         spec: &RunSpec,
@@ -123,13 +224,36 @@ pub trait SessionStore: Send + Sync {
         sessions: &[SessionSpec],
     ) -> Result<(RunId, Vec<SessionId>), StoreError>;
 
-    /// Makes one turn durable. Returns once it is committed.
-    async fn commit_turn(&self, session: SessionId, turn: TurnRecord) -> Result<(), StoreError>;
+    /// Creates a run whose sessions are claimed by `owner`, in the same transaction; returns the
+    /// run id and one claim per session, in the order of `sessions`.
+    async fn create_claimed_run(
+        &self,
+        spec: &RunSpec,
+        tasks: &[Arc<Task>],
+        sessions: &[SessionSpec],
+        owner: &Owner,
+    ) -> Result<(RunId, Vec<Claim>), StoreError>;
 
-    /// Records how a session ended, with its final turn, in one commit.
+    /// Claims up to `limit` unfinished sessions of a run whose claim is absent or expired, for
+    /// `owner`, raising each one's fence. Sessions another owner holds under a live lease are
+    /// left to it and counted.
+    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError>;
+
+    /// Extends the lease of every unfinished session `owner` still holds, in one write; returns
+    /// how many it holds.
+    async fn renew_claims(&self, owner: &Owner) -> Result<u64, StoreError>;
+
+    /// Gives up every claim of `owner`, so another owner may take its unfinished sessions at
+    /// once rather than after the lease; returns how many were released.
+    async fn release_claims(&self, owner: &Owner) -> Result<u64, StoreError>;
+
+    /// Makes one turn durable under `claim`. Returns once it is committed.
+    async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError>;
+
+    /// Records how a session ended, with its final turn, in one commit under `claim`.
     async fn finish_session(
         &self,
-        session: SessionId,
+        claim: Claim,
         last_turn: TurnRecord,
         outcome: &SessionOutcome,
     ) -> Result<(), StoreError>;

@@ -72,13 +72,39 @@ proptest! {
         }
     }
 
+    /// Every stored name reads back as the value it names, and a name that is one letter off
+    /// (or any other text) reads as nothing: so the text in the store cannot be mistaken.
     #[test]
-    fn stored_names_parse_only_to_themselves(text in "[a-z_]{0,30}") {
-        if let Some(t) = Termination::parse(&text) {
-            prop_assert_eq!(t.as_str(), text.as_str());
-        }
-        if let Some(c) = FailureClass::parse(&text) {
-            prop_assert_eq!(c.as_str(), text.as_str());
+    fn stored_names_parse_only_to_themselves(
+        name in proptest::sample::select(stored_names()),
+        edit in proptest::option::of((0usize..40, "[a-z_]")),
+        other in "[a-z_]{0,30}",
+    ) {
+        let text = match edit {
+            Some((at, letter)) => {
+                let mut text = name.clone();
+                text.insert_str(at.min(text.len()), &letter);
+                text
+            }
+            None => name.clone(),
+        };
+        for text in [text, other] {
+            let known = stored_names().contains(&text);
+            let termination = Termination::parse(&text);
+            let class = FailureClass::parse(&text);
+            prop_assert_eq!(termination.is_some() || class.is_some(), known, "{}", text);
+            if let Some(t) = termination {
+                prop_assert_eq!(t.as_str(), text.as_str());
+            }
+            if let Some(c) = class {
+                prop_assert_eq!(c.as_str(), text.as_str());
+            }
         }
     }
+}
+
+/// The names the store keeps for terminations and failure classes.
+fn stored_names() -> Vec<String> {
+    let terminations = Termination::ALL.iter().map(|t| t.as_str().to_owned());
+    terminations.chain(FailureClass::ALL.iter().map(|c| c.as_str().to_owned())).collect()
 }

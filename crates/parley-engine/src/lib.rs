@@ -5,12 +5,16 @@
 //! before it ends; malformed model output (bad JSON arguments, an unknown tool, a
 //! schema violation) is answered with a tool error and recorded, never raised; a session that
 //! fails, panics, times out or is cancelled ends with a termination reason and never stops the
-//! others. The engine knows the seams only: no HTTP, no SQL.
+//! others. A session is driven under its claim: a commit the store refuses as fenced (another
+//! owner claimed the session) stops the session quietly, recording nothing. The engine knows the
+//! seams only: no HTTP, no SQL.
 
+mod claims;
 pub mod replay;
 mod scheduler;
 pub mod schema;
 mod session;
 
+pub use claims::Renewal;
 pub use scheduler::Scheduler;
-pub use session::{Job, Parties, Prior, SessionResult, Stop, run_session};
+pub use session::{Job, Parties, Prior, SessionResult, Stop, opening, opening_len, run_session};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use parley_core::{FailureClass, Limits, SessionId, SessionOutcome, Task, Termination};
+use parley_core::{Claim, FailureClass, Limits, SessionId, SessionOutcome, Task, Termination};
 use tracing::Instrument;
 
 use tokio::sync::{Semaphore, mpsc};
@@ -28,27 +28,38 @@ impl Scheduler {
     /// new session back; a session's slot is free as soon as it has played, while its end is
     /// committed beside the next one (at most `concurrency` ends wait for the store at once). The
     /// stream ends once every session's end is recorded.
-    pub fn run(&self, jobs: Vec<Job>) -> impl Stream<Item = SessionResult> + Unpin + use<> {
+    ///
+    /// Jobs are taken from `jobs` only as slots free, so a stream that reads them lazily (from a
+    /// file or the store) keeps no more of them in memory than are in flight.
+    pub fn run<J>(&self, jobs: J) -> impl Stream<Item = SessionResult> + Unpin + use<J>
+    where
+        J: Stream<Item = Job> + Send + 'static,
+    {
         let concurrency = self.concurrency.max(1);
         let (tx, mut rx) = mpsc::channel(concurrency);
         let this = self.clone();
-        tokio::spawn(async move {
-            let endings = Arc::new(Semaphore::new(concurrency));
-            let mut results = futures::stream::iter(jobs)
-                .take_while({
-                    let stop = this.stop.clone();
-                    move |_| std::future::ready(!stop.is_stopping())
-                })
-                .map(|job| this.session(job, Arc::clone(&endings)))
-                .buffer_unordered(concurrency);
-            while let Some(result) = results.next().await {
-                if tx.send(result).await.is_err() {
-                    tracing::debug!("the results are no longer read; the sessions in flight finish on their own");
+        let span = tracing::info_span!("scheduler", concurrency);
+        tokio::spawn(
+            async move {
+                let endings = Arc::new(Semaphore::new(concurrency));
+                let results = jobs
+                    .take_while({
+                        let stop = this.stop.clone();
+                        move |_| std::future::ready(!stop.is_stopping())
+                    })
+                    .map(|job| this.session(job, Arc::clone(&endings)))
+                    .buffer_unordered(concurrency);
+                let mut results = std::pin::pin!(results);
+                while let Some(result) = results.next().await {
+                    if tx.send(result).await.is_err() {
+                        tracing::debug!("the results are no longer read; the sessions in flight finish on their own");
+                    }
                 }
+                // Every permit back: every session's end is committed.
+                let _ = endings.acquire_many(concurrency as u32).await;
             }
-            // Every permit back: every session's end is committed.
-            let _ = endings.acquire_many(concurrency as u32).await;
-        });
+            .instrument(span),
+        );
         futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
     }
 
@@ -58,6 +69,7 @@ impl Scheduler {
         let span = tracing::info_span!("session", id = job.id, task = %job.task.id, trial = job.trial);
         // The job moves into its task; keep what a panic report needs.
         let (id, task, trial) = (job.id, job.task.clone(), job.trial);
+        let claim = Claim { session: job.id, fence: job.fence };
         let handle = tokio::spawn({
             let this = self.clone();
             async move {
@@ -65,10 +77,13 @@ impl Scheduler {
                 // The semaphore is never closed.
                 if let Ok(permit) = endings.acquire_owned().await {
                     let store = Arc::clone(&this.parties.store);
-                    tokio::spawn(async move {
-                        ending.record(store.as_ref()).await;
-                        drop(permit);
-                    });
+                    tokio::spawn(
+                        async move {
+                            ending.record(store.as_ref()).await;
+                            drop(permit);
+                        }
+                        .in_current_span(),
+                    );
                 }
                 result
             }
@@ -78,7 +93,7 @@ impl Scheduler {
             Ok(result) => result,
             Err(e) => {
                 let result = panicked(id, task, trial, e.to_string());
-                let record = self.parties.store.finish_session(result.id, Default::default(), &result.outcome);
+                let record = self.parties.store.finish_session(claim, Default::default(), &result.outcome);
                 if let Err(e) = record.await {
                     tracing::error!(session = result.id, error = %e, "could not record a panicked session");
                 }
@@ -108,5 +123,6 @@ fn panicked(id: SessionId, task: Arc<Task>, trial: u32, why: String) -> SessionR
         produced_from,
         usage: Default::default(),
         user_usage: Default::default(),
+        taken_over: false,
     }
 }

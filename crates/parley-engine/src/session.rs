@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use parley_core::deadline::{Deadline, Open};
 use parley_core::{
-    Agent, AgentFailure, AgentView, EnvSession, Environment, FailureClass, Limits, Message, MessageRecord, ModelCall,
-    ModelFailureKind, Party, Reward, Role, SessionId, SessionOutcome, SessionStore, Task, Termination, ToolCall,
-    ToolCallRecord, TurnRecord, Usage, UserFailure, UserSimulator, UserStop, UserView, agent_view, user_view,
+    Agent, AgentFailure, AgentView, Claim, EnvSession, Environment, FailureClass, Fence, Limits, Message,
+    MessageRecord, ModelCall, ModelFailureKind, Party, Reward, Role, SessionId, SessionOutcome, SessionStore,
+    StoreError, Task, Termination, ToolCall, ToolCallRecord, TurnRecord, Usage, UserFailure, UserSimulator, UserStop,
+    UserView, agent_view, user_view,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -29,10 +30,15 @@ pub struct Parties {
     pub store: Arc<dyn SessionStore>,
 }
 
-/// One session to run: a task and a trial, and what an earlier process already committed.
+/// One session to run: a task and a trial, the claim it is driven under, and what an earlier
+/// process already committed.
 #[derive(Debug, Clone)]
 pub struct Job {
     pub id: SessionId,
+    /// The fence of this process's claim on the session (from `create_claimed_run` or
+    /// `claim_sessions`), carried by every commit; [`Fence::UNCLAIMED`] for a session nobody
+    /// has claimed.
+    pub fence: Fence,
     pub task: Arc<Task>,
     pub trial: u32,
     pub seed: u64,
@@ -62,6 +68,9 @@ pub struct SessionResult {
     pub usage: Usage,
     /// Tokens of the user simulator's model calls.
     pub user_usage: Usage,
+    /// Another owner claimed the session while this process drove it: it is theirs now, and
+    /// nothing of this ending was recorded.
+    pub taken_over: bool,
 }
 
 /// The text with which an agent ends a conversation that has a user.
@@ -79,16 +88,38 @@ struct Ended {
     termination: Termination,
     error: Option<String>,
     failure: Option<FailureClass>,
+    /// Another owner claimed the session: nothing more of it is recorded by this process.
+    taken_over: bool,
 }
 
 impl Ended {
     fn new(termination: Termination, error: Option<String>) -> Ended {
-        Ended { termination, error, failure: None }
+        Ended { termination, error, failure: None, taken_over: false }
     }
 
     /// A failure outside the agent, recorded with its class.
     fn failed(termination: Termination, class: FailureClass, error: String) -> Ended {
-        Ended { termination, error: Some(error), failure: Some(class) }
+        Ended { termination, error: Some(error), failure: Some(class), taken_over: false }
+    }
+
+    /// The store refused a commit because another owner claimed the session since this process
+    /// did. It is no failure: the session goes on under its new owner, so this process stops
+    /// driving it, records nothing, and reports it as cancelled here.
+    fn taken_over(error: &StoreError) -> Ended {
+        tracing::info!(error = %error, "another owner took over the session; this process stops driving it");
+        Ended { termination: Termination::Cancelled, error: Some(error.to_string()), failure: None, taken_over: true }
+    }
+
+    /// How a failed commit ends the session.
+    fn commit_failed(error: StoreError) -> Ended {
+        match error {
+            StoreError::Fenced { .. } => Ended::taken_over(&error),
+            _ => Ended::failed(
+                Termination::InfrastructureError,
+                FailureClass::Store,
+                format!("committing a turn: {error}"),
+            ),
+        }
     }
 
     /// A failure of the environment: it could not open, replay, run a tool or score.
@@ -114,6 +145,7 @@ impl Stop {
 
 struct State<'a> {
     id: SessionId,
+    claim: Claim,
     task: &'a Task,
     trial: u32,
     seed: u64,
@@ -175,7 +207,9 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
 
 /// What is left to record of a session once it has played: its last turns and how it ended.
 pub(crate) struct Ending {
-    id: SessionId,
+    claim: Claim,
+    /// Another owner took the session over: nothing is recorded.
+    taken_over: bool,
     /// The last finished turn, not yet committed.
     finished: Option<TurnRecord>,
     /// The turn under way when the session ended: recorded with its end, dropped when cancelled.
@@ -187,10 +221,18 @@ impl Ending {
     /// Records the session's end, with its last turns, in one commit. A cancelled session keeps
     /// its finished turns, drops the one under way, and stays pending, so it can be resumed.
     pub(crate) async fn record(self, store: &dyn SessionStore) {
-        let Ending { id, finished, mut last, outcome } = self;
+        let Ending { claim, taken_over, finished, mut last, outcome } = self;
+        let id = claim.session;
+        if taken_over {
+            return;
+        }
         if outcome.termination == Termination::Cancelled {
-            if let Err(e) = commit(store, id, finished).await {
-                tracing::error!(session = id, error = %e, "could not record the last turn of a cancelled session");
+            match commit(store, claim, finished).await {
+                Ok(()) => {}
+                Err(e @ StoreError::Fenced { .. }) => tracing::info!(session = id, error = %e, "not recorded"),
+                Err(e) => {
+                    tracing::error!(session = id, error = %e, "could not record the last turn of a cancelled session")
+                }
             }
             return;
         }
@@ -198,18 +240,34 @@ impl Ending {
             turn.append(last);
             last = turn;
         }
-        if let Err(e) = store.finish_session(id, last, &outcome).await {
-            tracing::error!(session = id, error = %e, "could not record the end of a session");
+        match store.finish_session(claim, last, &outcome).await {
+            Ok(()) => {}
+            // Taken over after it played: its new owner plays it again and records that end.
+            Err(e @ StoreError::Fenced { .. }) => tracing::info!(session = id, error = %e, "its end is not recorded"),
+            Err(e) => tracing::error!(session = id, error = %e, "could not record the end of a session"),
         }
     }
+}
+
+/// The messages every session of a task opens with, before anyone moves: the agent's system
+/// prompt, then the task's own messages. What the session produces follows them.
+pub fn opening(system_prompt: Option<&str>, task: &Task) -> impl Iterator<Item = Message> {
+    system_prompt.map(Message::system).into_iter().chain(task.messages.iter().cloned())
+}
+
+/// How many messages [`opening`] gives: where a stored transcript's produced messages start.
+pub fn opening_len(system_prompt: Option<&str>, task: &Task) -> usize {
+    usize::from(system_prompt.is_some()) + task.messages.len()
 }
 
 /// Plays one session to its end; the caller records the [`Ending`].
 pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, stop: &Stop) -> (SessionResult, Ending) {
     let started = Instant::now();
-    let Job { id, task, trial, seed, prior } = job;
+    let Job { id, fence, task, trial, seed, prior } = job;
+    let claim = Claim { session: id, fence };
     let mut state = State {
         id,
+        claim,
         task: &task,
         trial,
         seed,
@@ -226,11 +284,8 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         stopping: None,
         retries: 0,
     };
-    if let Some(prompt) = parties.agent.system_prompt() {
-        state.push(Message::system(prompt), None, Party::Agent);
-    }
-    for m in &task.messages {
-        state.push(m.clone(), None, Party::Agent);
+    for m in opening(parties.agent.system_prompt(), &task) {
+        state.push(m, None, Party::Agent);
     }
     let produced_from = state.messages.len();
     let prior = prior.filter(|p| !p.messages.is_empty());
@@ -277,7 +332,7 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
                 Err(open) => out_of_time(&mut state, limits.timeout, open),
             };
             let mut reward = None;
-            if ended.termination.is_scored() {
+            if ended.termination.is_scored() && !ended.taken_over {
                 scoring = true;
                 match env.score(&state.messages, ended.termination).await {
                     Ok(r) => reward = Some(r),
@@ -291,7 +346,7 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         }
     };
 
-    let Ended { termination, error, failure } = ended;
+    let Ended { termination, error, failure, taken_over } = ended;
     if failure.is_some() && !scoring {
         // The turn in progress never completed: it is dropped, with any write it made, and a
         // retry (`parley resume --retry-failed`) takes the session up from its last committed
@@ -310,9 +365,11 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         retries: state.retries,
         duration: started.elapsed(),
     };
-    let ending = Ending { id, finished, last: std::mem::take(&mut state.pending), outcome: outcome.clone() };
+    let ending =
+        Ending { claim, taken_over, finished, last: std::mem::take(&mut state.pending), outcome: outcome.clone() };
     let (usage, user_usage, transcript) = (state.usage, state.user_usage, state.messages);
-    (SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage }, ending)
+    let result = SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage, taken_over };
+    (result, ending)
 }
 
 /// How a session whose time ran out ended. Time spent waiting on an endpoint (throttled,
@@ -385,8 +442,8 @@ async fn drive(
     let mut next = next_after(&state.messages, parties.user.is_some());
     loop {
         if stop.is_stopping() {
-            if let Err(e) = commit(parties.store.as_ref(), state.id, state.committing.take()).await {
-                return store_failure(e);
+            if let Err(e) = commit(parties.store.as_ref(), state.claim, state.committing.take()).await {
+                return Ended::commit_failed(e);
             }
             return Ended::new(Termination::Cancelled, Some("the run was stopped between turns".into()));
         }
@@ -402,10 +459,6 @@ async fn drive(
         };
         state.finish_turn();
     }
-}
-
-fn store_failure(error: String) -> Ended {
-    Ended::failed(Termination::InfrastructureError, FailureClass::Store, error)
 }
 
 /// A resumed session whose last committed message already ended it (the agent's final answer,
@@ -431,7 +484,7 @@ async fn agent_turn(
     let turn = {
         let messages = agent_view(&state.messages);
         let view = AgentView { task: state.task, messages: &messages, tools: env.tools(), seed: state.seed };
-        beside_commit(parties, state.id, previous, parties.agent.act(view)).await?
+        beside_commit(parties, state.claim, previous, parties.agent.act(view)).await?
     };
     let message = match turn {
         Ok(turn) => {
@@ -483,7 +536,7 @@ async fn user_turn(
             tools: env.user_tools(),
             seed: state.seed,
         };
-        beside_commit(parties, state.id, previous, user.respond(view)).await?
+        beside_commit(parties, state.claim, previous, user.respond(view)).await?
     };
     let turn = match turn {
         Ok(turn) => turn,
@@ -687,10 +740,10 @@ async fn replay_writes(env: &mut dyn EnvSession, calls: &[ToolCallRecord]) -> Re
     Ok(())
 }
 
-/// Commits a finished turn, if there is one.
-async fn commit(store: &dyn SessionStore, id: SessionId, turn: Option<TurnRecord>) -> Result<(), String> {
+/// Commits a finished turn, if there is one, under the session's claim.
+async fn commit(store: &dyn SessionStore, claim: Claim, turn: Option<TurnRecord>) -> Result<(), StoreError> {
     let Some(turn) = turn else { return Ok(()) };
-    store.commit_turn(id, turn).await.map_err(|e| format!("committing a turn: {e}"))
+    store.commit_turn(claim, turn).await
 }
 
 /// Runs a model call while the previous turn is committed, and waits for both: the session acts
@@ -699,12 +752,12 @@ async fn commit(store: &dyn SessionStore, id: SessionId, turn: Option<TurnRecord
 /// turn as it would lose the call in flight: neither was recorded, and resume asks again.
 async fn beside_commit<T>(
     parties: &Parties,
-    id: SessionId,
+    claim: Claim,
     previous: Option<TurnRecord>,
     call: impl Future<Output = T>,
 ) -> Result<T, Ended> {
-    let (reply, committed) = tokio::join!(call, commit(parties.store.as_ref(), id, previous));
-    committed.map_err(store_failure)?;
+    let (reply, committed) = tokio::join!(call, commit(parties.store.as_ref(), claim, previous));
+    committed.map_err(Ended::commit_failed)?;
     Ok(reply)
 }
 

@@ -1,91 +1,193 @@
-//! Changes to stored sessions after they ran: new score versions and forks.
+//! Changes to stored sessions after they ran: new score versions and forks. Each is one
+//! transaction on the writer's connection.
 
-use parley_core::{Reward, SessionId, StoreError};
+use parley_core::{Reward, RunId, SessionId, StoreError};
+use sqlx::{Connection, QueryBuilder, Sqlite};
 
-use crate::{SqliteStore, db_error};
+use crate::SqliteStore;
+
+/// Score rows per statement: four parameters each, under SQLite's 32,766.
+const SCORES_PER_STATEMENT: usize = 4096;
 
 impl SqliteStore {
-    /// Stores a new version of a session's score beside the old ones and makes it the
-    /// session's current reward. Returns the version written.
+    /// Stores a new version of a session's score beside the old ones (the next after its own
+    /// newest) and makes it the session's current reward. Returns the version written. A re-score
+    /// of a whole run uses [`add_scores`](SqliteStore::add_scores), which lands all its versions
+    /// at once.
     pub async fn add_score(&self, session: SessionId, reward: &Reward) -> Result<i64, StoreError> {
-        let mut tx = self.pool().begin().await.map_err(db_error)?;
-        let version: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(MAX(version), 0) + 1 FROM scores WHERE session_id = ? AND scorer = 'environment'",
-        )
-        .bind(session)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        sqlx::query(
-            "INSERT INTO scores (session_id, scorer, version, value, breakdown) VALUES (?, 'environment', ?, ?, ?)",
-        )
-        .bind(session)
-        .bind(version)
-        .bind(reward.value)
-        .bind(serde_json::Value::Object(reward.breakdown.clone()).to_string())
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        sqlx::query("UPDATE sessions SET reward = ? WHERE id = ?")
-            .bind(reward.value)
-            .bind(session)
-            .execute(&mut *tx)
+        let (value, breakdown) = (reward.value, serde_json::Value::Object(reward.breakdown.clone()).to_string());
+        let error = self.write_error();
+        self.writer
+            .exec(move |conn| {
+                Box::pin(async move {
+                    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(&error)?;
+                    let version: i64 = sqlx::query_scalar(
+                        "SELECT COALESCE(MAX(version), 0) + 1 FROM scores WHERE session_id = ? AND scorer = 'environment'",
+                    )
+                    .bind(session)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(&error)?;
+                    sqlx::query(
+                        "INSERT INTO scores (session_id, scorer, version, value, breakdown)
+                         VALUES (?, 'environment', ?, ?, ?)",
+                    )
+                    .bind(session)
+                    .bind(version)
+                    .bind(value)
+                    .bind(breakdown)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(&error)?;
+                    sqlx::query("UPDATE sessions SET reward = ? WHERE id = ?")
+                        .bind(value)
+                        .bind(session)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(&error)?;
+                    tx.commit().await.map_err(&error)?;
+                    Ok(version)
+                })
+            })
             .await
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(version)
+    }
+
+    /// Stores a re-score of a run: one new version, the same for every session given, written
+    /// with the sessions' current rewards in one transaction. A re-score that is killed or fails
+    /// leaves no version behind, so every session of the run is at the same version or none is
+    /// new. Refuses (writing nothing) a session that is not of `run`. Returns the version.
+    pub async fn add_scores(&self, run: RunId, scores: &[(SessionId, Reward)]) -> Result<i64, StoreError> {
+        let rows: Vec<(SessionId, f64, String)> = scores
+            .iter()
+            .map(|(s, r)| (*s, r.value, serde_json::Value::Object(r.breakdown.clone()).to_string()))
+            .collect();
+        let error = self.write_error();
+        self.writer
+            .exec(move |conn| {
+                Box::pin(async move {
+                    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(&error)?;
+                    // One version for the run: the next after the highest any of its sessions has.
+                    let version: i64 = sqlx::query_scalar(
+                        "SELECT COALESCE(MAX(sc.version), 0) + 1 FROM scores sc JOIN sessions s ON s.id = sc.session_id
+                         WHERE s.run_id = ? AND sc.scorer = 'environment'",
+                    )
+                    .bind(run)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(&error)?;
+                    for chunk in rows.chunks(SCORES_PER_STATEMENT) {
+                        let mut update = QueryBuilder::<Sqlite>::new("WITH v (id, value) AS (");
+                        update.push_values(chunk, |mut b, (session, value, _)| {
+                            b.push_bind(*session).push_bind(*value);
+                        });
+                        update.push(
+                            ") UPDATE sessions SET reward = v.value FROM v WHERE sessions.id = v.id AND run_id = ",
+                        );
+                        update.push_bind(run);
+                        let updated = update.build().execute(&mut *tx).await.map_err(&error)?.rows_affected();
+                        if updated != chunk.len() as u64 {
+                            // Dropping the transaction rolls it back: nothing of this re-score stays.
+                            let ids: Vec<String> = chunk.iter().map(|(s, _, _)| s.to_string()).collect();
+                            return Err(StoreError::NotFound(format!(
+                                "some of sessions {} are not sessions of run {run}; no score was written",
+                                ids.join(", ")
+                            )));
+                        }
+                        let mut insert = QueryBuilder::<Sqlite>::new(
+                            "INSERT INTO scores (session_id, scorer, version, value, breakdown) ",
+                        );
+                        insert.push_values(chunk, |mut b, (session, value, breakdown)| {
+                            b.push_bind(*session)
+                                .push_bind("environment")
+                                .push_bind(version)
+                                .push_bind(*value)
+                                .push_bind(breakdown);
+                        });
+                        insert.build().execute(&mut *tx).await.map_err(&error)?;
+                    }
+                    tx.commit().await.map_err(&error)?;
+                    Ok(version)
+                })
+            })
+            .await
     }
 
     /// Creates a pending session in the same run that shares the first `at` messages of
-    /// `source` (with their model calls and tool calls), and records where it came from.
+    /// `source` (with their model calls and tool calls), and records where it came from. The
+    /// fork is unclaimed.
     pub async fn fork_session(&self, source: SessionId, at: u32) -> Result<SessionId, StoreError> {
-        let mut tx = self.pool().begin().await.map_err(db_error)?;
-        let id: SessionId = sqlx::query_scalar(
-            "INSERT INTO sessions (run_id, task_index, trial, seed, forked_from, fork_at)
-             SELECT run_id, task_index,
-                    (SELECT MAX(trial) + 1 FROM sessions s2 WHERE s2.run_id = s.run_id AND s2.task_index = s.task_index),
-                    seed, id, ?
-             FROM sessions s WHERE id = ? RETURNING id",
-        )
-        .bind(i64::from(at))
-        .bind(source)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?
-        .ok_or_else(|| StoreError::NotFound(format!("session {source}")))?;
-        const COPIES: [&str; 3] = [
-            "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id)
-             SELECT ?, seq, role, content, tool_calls, tool_call_id FROM messages WHERE session_id = ? AND seq < ?",
-            "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, completion_tokens,
-                                      latency_ms, attempts, error)
-             SELECT ?, seq, endpoint, request, response, prompt_tokens, completion_tokens, latency_ms, attempts, error
-             FROM model_calls WHERE session_id = ? AND seq < ?",
-            "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, malformed,
-                                     truncated, duration_us)
-             SELECT ?, seq, party, call_id, name, arguments, output, is_error, is_write, malformed, truncated, duration_us
-             FROM tool_calls WHERE session_id = ? AND seq < ?",
-        ];
-        for copy in COPIES {
-            sqlx::query(copy).bind(id).bind(source).bind(i64::from(at)).execute(&mut *tx).await.map_err(db_error)?;
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(id)
+        let error = self.write_error();
+        self.writer
+            .exec(move |conn| {
+                Box::pin(async move {
+                    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(&error)?;
+                    let id: SessionId = sqlx::query_scalar(
+                        "INSERT INTO sessions (run_id, task_index, trial, seed, forked_from, fork_at)
+                         SELECT run_id, task_index,
+                                (SELECT MAX(trial) + 1 FROM sessions s2
+                                 WHERE s2.run_id = s.run_id AND s2.task_index = s.task_index),
+                                seed, id, ?
+                         FROM sessions s WHERE id = ? RETURNING id",
+                    )
+                    .bind(i64::from(at))
+                    .bind(source)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(&error)?
+                    .ok_or_else(|| StoreError::NotFound(format!("session {source}")))?;
+                    const COPIES: [&str; 3] = [
+                        "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id)
+                         SELECT ?, seq, role, content, tool_calls, tool_call_id FROM messages
+                         WHERE session_id = ? AND seq < ?",
+                        "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens,
+                                                  completion_tokens, latency_ms, attempts, error)
+                         SELECT ?, seq, endpoint, request, response, prompt_tokens, completion_tokens, latency_ms,
+                                attempts, error
+                         FROM model_calls WHERE session_id = ? AND seq < ?",
+                        "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error,
+                                                 is_write, malformed, truncated, duration_us)
+                         SELECT ?, seq, party, call_id, name, arguments, output, is_error, is_write, malformed,
+                                truncated, duration_us
+                         FROM tool_calls WHERE session_id = ? AND seq < ?",
+                    ];
+                    for copy in COPIES {
+                        sqlx::query(copy)
+                            .bind(id)
+                            .bind(source)
+                            .bind(i64::from(at))
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(&error)?;
+                    }
+                    tx.commit().await.map_err(&error)?;
+                    Ok(id)
+                })
+            })
+            .await
     }
 
     /// Makes the finished sessions of a run that failed for a reason outside the agent (an
-    /// infrastructure or environment failure, with its class) pending again, keeping their committed turns, so that a resume
-    /// continues each from its last turn. Returns how many were reopened.
-    pub async fn reopen_failed(&self, run: parley_core::RunId) -> Result<u64, StoreError> {
-        let reopened = sqlx::query(
-            "UPDATE sessions SET status = 'pending', termination = NULL, reward = NULL, error = NULL,
-                                 failure = NULL, finished_at = NULL, attempt = attempt + 1
-             WHERE run_id = ? AND status = 'finished' AND failure IS NOT NULL
-               AND termination IN ('infrastructure_error', 'environment_error')",
-        )
-        .bind(run)
-        .execute(self.pool())
-        .await
-        .map_err(db_error)?;
-        Ok(reopened.rows_affected())
+    /// infrastructure or environment failure, with its class) pending again, keeping their
+    /// committed turns, so that a resume continues each from its last turn. They are left
+    /// unclaimed, for the resume to claim. Returns how many were reopened.
+    pub async fn reopen_failed(&self, run: RunId) -> Result<u64, StoreError> {
+        let error = self.write_error();
+        self.writer
+            .exec(move |conn| {
+                Box::pin(async move {
+                    let reopened = sqlx::query(
+                        "UPDATE sessions SET status = 'pending', termination = NULL, reward = NULL, error = NULL,
+                                             failure = NULL, finished_at = NULL, attempt = attempt + 1
+                         WHERE run_id = ? AND status = 'finished' AND failure IS NOT NULL
+                           AND termination IN ('infrastructure_error', 'environment_error')",
+                    )
+                    .bind(run)
+                    .execute(conn)
+                    .await
+                    .map_err(&error)?;
+                    Ok(reopened.rows_affected())
+                })
+            })
+            .await
     }
 }

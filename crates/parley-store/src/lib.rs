@@ -2,33 +2,40 @@
 //! scores, with the schema in the workspace's `migrations/` folder, applied at open.
 //!
 //! Invariants: one writer task owns the only writing connection and batches the turns of all
-//! sessions into multi-row inserts, one transaction per batch; a caller's turn is acknowledged
-//! only after its transaction commits, and the writer checkpoints the WAL between its
-//! transactions, never inside one. A raw request is stored whole or as a delta against the
-//! previous call of its session and party ([`reconstruct`] gives it back whole). Reads go
-//! through a separate pool and never block the writer (WAL mode).
+//! sessions into multi-row inserts, one transaction per batch; every other write (runs, claims,
+//! scores, forks, verdicts) is sent to the same task. A caller's turn is acknowledged only after
+//! its transaction commits, and the writer checkpoints the WAL between its transactions, never
+//! inside one. A write is made under a claim and refused, whole, once another owner has claimed
+//! the session since (fencing, checked in the writing transaction). A raw request is stored
+//! whole or as a delta against the previous call of its session and party ([`reconstruct`] gives
+//! it back whole). Reads go through a separate pool, opened `query_only`, and never block the
+//! writer (WAL mode).
 
+mod claims;
 mod delta;
 mod edit;
+mod judge;
 mod load;
 mod read;
 mod writer;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use parley_core::{
-    RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task, TurnRecord, Unusable,
+    Claim, Claimed, Owner, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
+    TurnRecord, Unusable,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, QueryBuilder, SqliteConnection, SqlitePool};
+use sqlx::{Connection, SqliteConnection, SqlitePool};
 
 pub use delta::{DELTA_KEY, reconstruct};
+pub use judge::{VerdictCache, request_hash};
 pub use load::{CallFigures, RunRecord, Transcript};
-pub use read::{SessionRow, TokenTotals, Tokens};
+pub use read::{SessionRead, SessionRow, TokenTotals, Tokens};
 use writer::{Writer, WriterHandle};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -121,8 +128,47 @@ async fn check_schema(conn: &mut SqliteConnection, path: &Path) -> Result<(), Ch
 /// An error opening or preparing the file at `path`, in the words of what the user can do
 /// about it.
 fn refusal(path: &Path, error: sqlx::Error) -> StoreError {
-    unusable(&error, &path.display().to_string())
+    unusable_at(&error, path)
         .unwrap_or_else(|| StoreError::Database(format!("cannot open {}: {error}", path.display())))
+}
+
+/// Below this much free space, a disk counts as full: SQLite needs room for a transaction's WAL
+/// frames and its shared-memory file, not only for a row.
+const FULL_BELOW: u64 = 1 << 20;
+
+/// Whether the file system holding `path` is full. SQLite reports a full disk in more ways than
+/// `SQLITE_FULL`: an I/O error growing its shared-memory file (code 4874) when a WAL is
+/// recovered, a busy recovery that cannot finish; so on such errors the disk itself is asked.
+fn disk_full(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        rustix::fs::statvfs(dir).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) < FULL_BELOW)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
+}
+
+/// [`unusable`] for the file at `path`, which can also tell a full disk behind an I/O error or
+/// a lock.
+fn unusable_at(error: &sqlx::Error, path: &Path) -> Option<StoreError> {
+    let what = path.display().to_string();
+    let code = error.as_database_error().and_then(|e| e.code()).and_then(|c| c.parse::<i32>().ok());
+    // Busy, locked, I/O error, full.
+    if code.is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13)) && disk_full(path) {
+        return Some(StoreError::Unusable { problem: Unusable::DiskFull, message: full_disk(&what) });
+    }
+    unusable(error, &what)
+}
+
+fn full_disk(what: &str) -> String {
+    format!(
+        "the disk holding {what} is full (or its quota is used up): {what} could not be written; free space and \
+         run again, or pass --db on another disk"
+    )
 }
 
 /// The answer to a SQLite error the user can act on (a file that is not a database, read-only,
@@ -145,6 +191,14 @@ fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
             ),
         ),
         14 => (Unusable::ReadOnly, format!("cannot open or create {what}: does its folder exist, and is it writable?")),
+        13 => (Unusable::DiskFull, full_disk(what)),
+        11 => (
+            Unusable::Corrupt,
+            format!(
+                "{what} is damaged (SQLite found malformed pages); recover what is readable with `sqlite3 {what} \
+                 .recover | sqlite3 RECOVERED.db` and pass --db RECOVERED.db"
+            ),
+        ),
         5 | 6 => (
             Unusable::Locked,
             format!(
@@ -158,11 +212,18 @@ fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
     Some(StoreError::Unusable { problem, message })
 }
 
+/// A write that failed on the database at `path`, in the words of what the user can do about it
+/// (a full disk names the file it could not write).
+pub(crate) fn write_error(error: sqlx::Error, path: &Path) -> StoreError {
+    unusable_at(&error, path).unwrap_or_else(|| StoreError::Database(format!("writing {}: {error}", path.display())))
+}
+
 /// A SQLite file holding any number of runs.
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
     writer: WriterHandle,
+    path: Arc<PathBuf>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -183,6 +244,16 @@ impl SqliteStore {
     /// Parley, one that cannot be written or one locked by another process is refused with
     /// [`StoreError::Unusable`], untouched.
     pub async fn open(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
+        if path.is_dir() {
+            return Err(StoreError::Unusable {
+                problem: Unusable::Directory,
+                message: format!(
+                    "{} is a directory; pass --db with a database file, such as {}",
+                    path.display(),
+                    path.join("parley.db").display()
+                ),
+            });
+        }
         let busy = busy_timeout();
         let connect = SqliteConnectOptions::from_str("sqlite:")
             .map_err(db_error)?
@@ -203,15 +274,31 @@ impl SqliteStore {
                 CheckError::Refused(e) => e,
             })?;
         }
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(connect.clone()).await.map_err(refused)?;
-        MIGRATOR.run(&pool).await.map_err(|e| match e {
+        // The writer's connection is the only one that writes, migrations included. It
+        // checkpoints the WAL itself, outside its commits (see `writer`).
+        let mut conn = SqliteConnection::connect_with(&connect.clone().pragma("wal_autocheckpoint", "0"))
+            .await
+            .map_err(refused)?;
+        MIGRATOR.run(&mut conn).await.map_err(|e| match e {
             sqlx::migrate::MigrateError::Execute(e) => refused(e),
             e => StoreError::Database(format!("migrating {}: {e}", path.display())),
         })?;
-        // The writer checkpoints the WAL itself, outside its commits (see `writer`).
-        let conn = SqliteConnection::connect_with(&connect.pragma("wal_autocheckpoint", "0")).await.map_err(refused)?;
-        let writer = Writer::spawn(conn, options, turns_persisted());
-        Ok(SqliteStore { pool, writer })
+        // `query_only`: SQLite itself refuses a write on a reading connection.
+        let reading = connect.create_if_missing(false).pragma("query_only", "ON");
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(reading).await.map_err(refused)?;
+        let writer = Writer::spawn(conn, path.to_owned(), options, turns_persisted());
+        Ok(SqliteStore { pool, writer, path: Arc::new(path.to_owned()) })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A write error on this store's file (see [`write_error`]).
+    pub(crate) fn write_error(&self) -> impl Fn(sqlx::Error) -> StoreError + Send + Sync + Clone + 'static {
+        let path = Arc::clone(&self.path);
+        move |e| write_error(e, &path)
     }
 
     /// The pool for reads.
@@ -237,64 +324,62 @@ impl SessionStore for SqliteStore {
         tasks: &[Arc<Task>],
         sessions: &[SessionSpec],
     ) -> Result<(RunId, Vec<SessionId>), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let config = spec.config.to_string();
-        let run: RunId = sqlx::query_scalar("INSERT INTO runs (environment, config) VALUES (?, ?) RETURNING id")
-            .bind(&spec.environment)
-            .bind(config)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        for chunk in tasks.chunks(1000) {
-            let mut insert = QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row) ");
-            insert.push_values(chunk, |mut b, task| {
-                b.push_bind(run).push_bind(task.index as i64).push_bind(&task.id).push_bind(task.row.to_string());
-            });
-            insert.build().execute(&mut *tx).await.map_err(db_error)?;
-        }
-        // Ids are assigned here, inside the transaction, so they are known without reading back.
-        let first: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM sessions")
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let ids: Vec<SessionId> = (0..sessions.len() as i64).map(|i| first + i).collect();
-        for (chunk, id_chunk) in sessions.chunks(1000).zip(ids.chunks(1000)) {
-            let mut insert = QueryBuilder::new("INSERT INTO sessions (id, run_id, task_index, trial, seed) ");
-            insert.push_values(chunk.iter().zip(id_chunk), |mut b, (s, id)| {
-                // SQLite integers are signed: the seed's bits are kept, reinterpreted.
-                b.push_bind(id)
-                    .push_bind(run)
-                    .push_bind(s.task_index as i64)
-                    .push_bind(s.trial as i64)
-                    .push_bind(s.seed as i64);
-            });
-            insert.build().execute(&mut *tx).await.map_err(db_error)?;
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok((run, ids))
+        let (run, claims) = self.insert_run(spec, tasks, sessions, None).await?;
+        Ok((run, claims.into_iter().map(|c| c.session).collect()))
     }
 
-    async fn commit_turn(&self, session: SessionId, turn: TurnRecord) -> Result<(), StoreError> {
-        self.writer.write(session, turn, None).await
+    async fn create_claimed_run(
+        &self,
+        spec: &RunSpec,
+        tasks: &[Arc<Task>],
+        sessions: &[SessionSpec],
+        owner: &Owner,
+    ) -> Result<(RunId, Vec<Claim>), StoreError> {
+        self.insert_run(spec, tasks, sessions, Some(owner)).await
+    }
+
+    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
+        self.claim(run, owner, limit).await
+    }
+
+    async fn renew_claims(&self, owner: &Owner) -> Result<u64, StoreError> {
+        self.renew(owner).await
+    }
+
+    async fn release_claims(&self, owner: &Owner) -> Result<u64, StoreError> {
+        self.release(owner).await
+    }
+
+    async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError> {
+        self.writer.write(claim, turn, None).await
     }
 
     async fn finish_session(
         &self,
-        session: SessionId,
+        claim: Claim,
         last_turn: TurnRecord,
         outcome: &SessionOutcome,
     ) -> Result<(), StoreError> {
-        self.writer.write(session, last_turn, Some(outcome.clone())).await
+        self.writer.write(claim, last_turn, Some(outcome.clone())).await
     }
 
     async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError> {
-        self.writer.flush().await?;
-        sqlx::query("UPDATE runs SET status = ?, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?")
-            .bind(status)
-            .bind(run)
-            .execute(&self.pool)
+        let status = status.to_owned();
+        let error = self.write_error();
+        self.writer
+            .exec(move |conn| {
+                Box::pin(async move {
+                    sqlx::query(
+                        "UPDATE runs SET status = ?, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
+                    )
+                    .bind(status)
+                    .bind(run)
+                    .execute(conn)
+                    .await
+                    .map_err(error)?;
+                    Ok(())
+                })
+            })
             .await
-            .map_err(db_error)?;
-        Ok(())
     }
 }

@@ -3,11 +3,52 @@
 
 use std::time::Duration;
 
-use parley_core::{Message, Party, Role, RunId, SessionId, StoreError, ToolCall, ToolCallRecord, Usage};
+use parley_core::{Message, Party, Role, RunId, SessionId, StoreError, ToolCall, ToolCallRecord, Unusable, Usage};
 use serde_json::Value;
 use sqlx::Row;
+use sqlx::sqlite::{Sqlite, SqliteRow};
 
-use crate::{SqliteStore, db_error};
+use crate::{SqliteStore, unusable};
+
+/// Reads one column of a stored row, or says which table, session and column could not be read,
+/// and how to recover the rest of the file: a decoding error (text that is not UTF-8) is how a
+/// damaged page usually shows.
+pub(crate) fn column<'r, T>(
+    row: &'r SqliteRow,
+    (store, table, session, name): (&SqliteStore, &str, SessionId, &str),
+) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
+{
+    row.try_get(name)
+        .map_err(|e| store.damaged(&format!("column `{name}` of table `{table}` for session {session}"), &e))
+}
+
+impl SqliteStore {
+    /// The error for something of the file that cannot be read, naming it as `what`.
+    pub(crate) fn damaged(&self, what: &str, error: &dyn std::fmt::Display) -> StoreError {
+        let db = self.path().display();
+        StoreError::Unusable {
+            problem: Unusable::Corrupt,
+            message: format!(
+                "{db}: cannot read {what} ({error}); the file may be damaged: recover what is readable with \
+                 `sqlite3 {db} .recover | sqlite3 RECOVERED.db` and pass --db RECOVERED.db"
+            ),
+        }
+    }
+
+    /// A failed read of `what`, in the words of what the user can do about it.
+    pub(crate) fn read_error(&self, error: sqlx::Error, what: &str) -> StoreError {
+        match unusable(&error, &self.path().display().to_string()) {
+            Some(StoreError::Unusable { problem: Unusable::Corrupt, .. }) => self.damaged(what, &error),
+            Some(e) => e,
+            None if matches!(error, sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => {
+                self.damaged(what, &error)
+            }
+            None => StoreError::Database(format!("reading {what}: {error}")),
+        }
+    }
+}
 
 /// One run as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,10 +79,14 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    pub fn usage(&self) -> Usage {
+    /// Tokens of the agent's model calls: those whose answer is an assistant message. The
+    /// simulated user's calls are the user's own (they answer with user messages).
+    pub fn agent_usage(&self) -> Usage {
         let mut usage = Usage::default();
         for c in &self.calls {
-            usage += c.usage;
+            if self.messages.get(c.seq as usize).is_some_and(|m| m.role == Role::Assistant) {
+                usage += c.usage;
+            }
         }
         usage
     }
@@ -53,17 +98,17 @@ impl SqliteStore {
             .bind(run)
             .fetch_optional(self.pool())
             .await
-            .map_err(db_error)?
+            .map_err(|e| self.read_error(e, &format!("run {run}")))?
             .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
-        run_record(&row)
+        self.run_record(&row)
     }
 
     pub async fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         let rows = sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs ORDER BY id")
             .fetch_all(self.pool())
             .await
-            .map_err(db_error)?;
-        rows.iter().map(run_record).collect()
+            .map_err(|e| self.read_error(e, "the table `runs`"))?;
+        rows.iter().map(|r| self.run_record(r)).collect()
     }
 
     /// The run's task rows in task order.
@@ -72,9 +117,32 @@ impl SqliteStore {
             .bind(run)
             .fetch_all(self.pool())
             .await
-            .map_err(db_error)?;
+            .map_err(|e| self.read_error(e, &format!("column `row` of table `tasks` for run {run}")))?;
         rows.iter()
-            .map(|r| serde_json::from_str(r).map_err(|e| StoreError::Database(format!("a stored task row: {e}"))))
+            .map(|r| {
+                serde_json::from_str(r)
+                    .map_err(|e| self.damaged(&format!("column `row` of table `tasks` for run {run}"), &e))
+            })
+            .collect()
+    }
+
+    /// At most `limit` of the run's task rows from task `from` on, with their indexes.
+    pub async fn task_rows_from(&self, run: RunId, from: i64, limit: usize) -> Result<Vec<(i64, Value)>, StoreError> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT task_index, row FROM tasks WHERE run_id = ? AND task_index >= ? ORDER BY task_index LIMIT ?",
+        )
+        .bind(run)
+        .bind(from)
+        .bind(limit as i64)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the tasks of run {run} (table `tasks`)")))?;
+        rows.into_iter()
+            .map(|(index, row): (i64, String)| {
+                let row = serde_json::from_str(&row)
+                    .map_err(|e| StoreError::Database(format!("run {run}'s stored task {index}: {e}")))?;
+                Ok((index, row))
+            })
             .collect()
     }
 
@@ -84,95 +152,117 @@ impl SqliteStore {
             .bind(session)
             .fetch_optional(self.pool())
             .await
-            .map_err(db_error)?
+            .map_err(|e| self.read_error(e, &format!("column `run_id` of table `sessions` for session {session}")))?
             .ok_or_else(|| StoreError::NotFound(format!("session {session}")))
     }
 
-    /// Every committed message, tool call and model call of one session, in order.
+    /// Every committed message, tool call and model call of one session, in order. A row that
+    /// cannot be read is an error naming its table, the session and the column.
     pub async fn transcript(&self, session: SessionId) -> Result<Transcript, StoreError> {
         let pool = self.pool();
+        let at = |table| (self, table, session);
         let rows = sqlx::query(
             "SELECT seq, role, content, tool_calls, tool_call_id FROM messages WHERE session_id = ? ORDER BY seq",
         )
         .bind(session)
         .fetch_all(pool)
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.read_error(e, &format!("the messages of session {session}")))?;
         let mut messages = Vec::with_capacity(rows.len());
         for (i, row) in rows.iter().enumerate() {
-            let seq: i64 = row.get("seq");
+            let get = |name| (self, "messages", session, name);
+            let seq: i64 = column(row, get("seq"))?;
             if seq != i as i64 {
                 return Err(StoreError::Database(format!("session {session} has a gap in its messages at {i}")));
             }
-            let role: String = row.get("role");
-            let calls: Option<String> = row.get("tool_calls");
+            let role: String = column(row, get("role"))?;
+            let calls: Option<String> = column(row, get("tool_calls"))?;
             let tool_calls: Vec<ToolCall> = match calls {
-                Some(json) => serde_json::from_str(&json)
-                    .map_err(|e| StoreError::Database(format!("session {session} message {seq}: {e}")))?,
+                Some(json) => serde_json::from_str(&json).map_err(|e| {
+                    self.damaged(
+                        &format!("column `tool_calls` of table `messages` for session {session} (seq {seq})"),
+                        &e,
+                    )
+                })?,
                 None => Vec::new(),
             };
             messages.push(Message {
                 role: Role::parse(&role)
                     .ok_or_else(|| StoreError::Database(format!("session {session} message {seq}: role {role}")))?,
-                content: row.get("content"),
+                content: column(row, get("content"))?,
                 tool_calls,
-                tool_call_id: row.get("tool_call_id"),
+                tool_call_id: column(row, get("tool_call_id"))?,
             });
         }
-        let tool_calls = sqlx::query(
+        let rows = sqlx::query(
             "SELECT seq, party, call_id, name, arguments, output, is_error, is_write, malformed, truncated, duration_us
              FROM tool_calls WHERE session_id = ? ORDER BY seq",
         )
         .bind(session)
         .fetch_all(pool)
         .await
-        .map_err(db_error)?
-        .iter()
-        .map(|r| ToolCallRecord {
-            seq: r.get::<i64, _>("seq") as u32,
-            party: Party::parse(r.get("party")).unwrap_or_default(),
-            call_id: r.get("call_id"),
-            name: r.get("name"),
-            arguments: r.get("arguments"),
-            output: r.get("output"),
-            is_error: r.get("is_error"),
-            write: r.get("is_write"),
-            malformed: r.get("malformed"),
-            truncated: r.get("truncated"),
-            duration: Duration::from_micros(r.get::<i64, _>("duration_us") as u64),
-        })
-        .collect();
-        let calls = sqlx::query(
+        .map_err(|e| self.read_error(e, &format!("the tool calls of session {session}")))?;
+        let mut tool_calls = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let (s, t, id) = at("tool_calls");
+            let get = |name| (s, t, id, name);
+            let party: String = column(r, get("party"))?;
+            tool_calls.push(ToolCallRecord {
+                seq: column::<i64>(r, get("seq"))? as u32,
+                party: Party::parse(&party).unwrap_or_default(),
+                call_id: column(r, get("call_id"))?,
+                name: column(r, get("name"))?,
+                arguments: column(r, get("arguments"))?,
+                output: column(r, get("output"))?,
+                is_error: column(r, get("is_error"))?,
+                write: column(r, get("is_write"))?,
+                malformed: column(r, get("malformed"))?,
+                truncated: column(r, get("truncated"))?,
+                duration: Duration::from_micros(column::<i64>(r, get("duration_us"))? as u64),
+            });
+        }
+        let rows = sqlx::query(
             "SELECT seq, prompt_tokens, completion_tokens, latency_ms, attempts FROM model_calls
              WHERE session_id = ? ORDER BY seq",
         )
         .bind(session)
         .fetch_all(pool)
         .await
-        .map_err(db_error)?
-        .iter()
-        .map(|r| CallFigures {
-            seq: r.get::<i64, _>("seq") as u32,
-            usage: Usage {
-                prompt_tokens: r.get::<i64, _>("prompt_tokens") as u64,
-                completion_tokens: r.get::<i64, _>("completion_tokens") as u64,
-            },
-            latency_ms: r.get("latency_ms"),
-            attempts: r.get::<i64, _>("attempts") as u32,
-        })
-        .collect();
+        .map_err(|e| self.read_error(e, &format!("the model calls of session {session}")))?;
+        let mut calls = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let get = |name| (self, "model_calls", session, name);
+            calls.push(CallFigures {
+                seq: column::<i64>(r, get("seq"))? as u32,
+                usage: Usage {
+                    prompt_tokens: column::<i64>(r, get("prompt_tokens"))? as u64,
+                    completion_tokens: column::<i64>(r, get("completion_tokens"))? as u64,
+                },
+                latency_ms: column(r, get("latency_ms"))?,
+                attempts: column::<i64>(r, get("attempts"))? as u32,
+            });
+        }
         Ok(Transcript { messages, tool_calls, calls })
     }
 }
 
-fn run_record(row: &sqlx::sqlite::SqliteRow) -> Result<RunRecord, StoreError> {
-    let config: String = row.get("config");
-    Ok(RunRecord {
-        id: row.get("id"),
-        created_at: row.get("created_at"),
-        environment: row.get("environment"),
-        config: serde_json::from_str(&config).map_err(|e| StoreError::Database(format!("a run's config: {e}")))?,
-        status: row.get("status"),
-        finished_at: row.get("finished_at"),
-    })
+impl SqliteStore {
+    fn run_record(&self, row: &SqliteRow) -> Result<RunRecord, StoreError> {
+        let id: RunId = row.try_get("id").map_err(|e| self.damaged("column `id` of table `runs`", &e))?;
+        let field = |name: &str| -> Result<String, StoreError> {
+            row.try_get(name).map_err(|e| self.damaged(&format!("column `{name}` of table `runs` for run {id}"), &e))
+        };
+        let config = field("config")?;
+        Ok(RunRecord {
+            id,
+            created_at: field("created_at")?,
+            environment: field("environment")?,
+            config: serde_json::from_str(&config)
+                .map_err(|e| self.damaged(&format!("column `config` of table `runs` for run {id}"), &e))?,
+            status: field("status")?,
+            finished_at: row
+                .try_get("finished_at")
+                .map_err(|e| self.damaged(&format!("column `finished_at` of table `runs` for run {id}"), &e))?,
+        })
+    }
 }

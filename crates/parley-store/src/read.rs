@@ -1,8 +1,18 @@
 //! Reads for summaries and inspection, checked against the schema at compile time.
 
-use parley_core::{RunId, StoreError};
+use parley_core::{RunId, StoreError, Unusable};
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
 
-use crate::{SqliteStore, db_error};
+use crate::SqliteStore;
+use crate::load::column;
+
+/// One session of a page read past damage: its row, or why it cannot be read.
+#[derive(Debug)]
+pub struct SessionRead {
+    pub id: i64,
+    pub row: Result<SessionRow, StoreError>,
+}
 
 /// One session as stored, without its transcript.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +57,7 @@ impl SqliteStore {
         )
         .fetch_all(self.pool())
         .await
-        .map_err(db_error)
+        .map_err(|e| self.read_error(e, &format!("the sessions of run {run} (table `sessions`)")))
     }
 
     pub async fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError> {
@@ -65,7 +75,7 @@ impl SqliteStore {
         )
         .fetch_all(self.pool())
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
         let mut totals = TokenTotals::default();
         for row in rows {
             let tokens =
@@ -91,11 +101,22 @@ impl SqliteStore {
         )
         .fetch_all(self.pool())
         .await
-        .map_err(db_error)
+        .map_err(|e| self.read_error(e, &format!("the model-call latencies of run {run} (table `model_calls`)")))
     }
 }
 
 impl SqliteStore {
+    /// How many sessions the run has, and how many of them are finished.
+    pub async fn session_counts(&self, run: RunId) -> Result<(u64, u64), StoreError> {
+        let (total, finished): (i64, i64) =
+            sqlx::query_as("SELECT COUNT(*), COALESCE(SUM(status = 'finished'), 0) FROM sessions WHERE run_id = ?")
+                .bind(run)
+                .fetch_one(self.pool())
+                .await
+                .map_err(|e| self.read_error(e, &format!("the sessions of run {run}")))?;
+        Ok((total as u64, finished as u64))
+    }
+
     /// Sessions of a run with ids above `after`, in id order, at most `limit`.
     pub async fn sessions_page(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
         let limit = limit as i64;
@@ -109,7 +130,9 @@ impl SqliteStore {
         )
         .fetch_all(self.pool())
         .await
-        .map_err(db_error)
+        .map_err(|e| {
+            self.read_error(e, &format!("a page of the sessions of run {run} after {after} (table `sessions`)"))
+        })
     }
 
     /// The newest score of a session by its environment's scorer.
@@ -121,10 +144,113 @@ impl SqliteStore {
         )
         .fetch_optional(self.pool())
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.read_error(e, &format!("table `scores` for session {session}")))?;
         Ok(row.map(|r| parley_core::Reward {
             value: r.value,
             breakdown: serde_json::from_str(&r.breakdown).unwrap_or_default(),
         }))
+    }
+}
+
+/// The columns of a [`SessionRow`], as a macro so that statements stay literals.
+macro_rules! session_columns {
+    () => {
+        "id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms"
+    };
+}
+
+impl SqliteStore {
+    /// Like [`sessions_page`](SqliteStore::sessions_page), but a session that cannot be read
+    /// (damaged pages, text that is not UTF-8) is returned as its own error, naming the table,
+    /// the session and the column, and the page goes on past it: an export writes everything
+    /// readable. Fails as a whole only when not even the page's session ids can be read.
+    pub async fn sessions_page_checked(
+        &self,
+        run: RunId,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<SessionRead>, StoreError> {
+        let limit = limit as i64;
+        let page = sqlx::query(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"
+        ))
+        .bind(run)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await;
+        match page {
+            Ok(rows) => Ok(rows.iter().map(|r| self.session_read(r)).collect()),
+            Err(e) => {
+                let what = format!("a page of the sessions of run {run} (table `sessions`)");
+                match self.read_error(e, &what) {
+                    StoreError::Unusable { problem: Unusable::Corrupt, .. } => {}
+                    // Not damage (a lock, a vanished file): reading session by session would not help.
+                    other => return Err(other),
+                }
+                // A damaged page of the table: read the ids alone (from the run's index), then
+                // each session by itself, so one bad page costs only the sessions on it.
+                let ids: Vec<i64> =
+                    sqlx::query_scalar("SELECT id FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?")
+                        .bind(run)
+                        .bind(after)
+                        .bind(limit)
+                        .fetch_all(self.pool())
+                        .await
+                        .map_err(|e| self.read_error(e, &format!("the sessions of run {run}")))?;
+                let mut reads = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let row = sqlx::query(concat!("SELECT ", session_columns!(), " FROM sessions WHERE id = ?"))
+                        .bind(id)
+                        .fetch_one(self.pool())
+                        .await;
+                    reads.push(match row {
+                        Ok(row) => self.session_read(&row),
+                        Err(e) => SessionRead { id, row: Err(self.read_error(e, &format!("session {id}"))) },
+                    });
+                }
+                Ok(reads)
+            }
+        }
+    }
+
+    /// The sessions with these ids, in id order (those that exist).
+    pub async fn sessions_by_id(&self, ids: &[i64]) -> Result<Vec<SessionRow>, StoreError> {
+        let mut rows = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let mut query = sqlx::QueryBuilder::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE id IN ("));
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(id);
+            }
+            query.push(") ORDER BY id");
+            for row in query.build().fetch_all(self.pool()).await.map_err(|e| self.read_error(e, "sessions"))? {
+                rows.push(self.session_read(&row).row?);
+            }
+        }
+        Ok(rows)
+    }
+
+    fn session_read(&self, r: &SqliteRow) -> SessionRead {
+        let id: i64 = r.try_get("id").unwrap_or_default();
+        let get = |name: &'static str| (self, "sessions", id, name);
+        let row = (|| {
+            Ok(SessionRow {
+                id,
+                task_index: column(r, get("task_index"))?,
+                trial: column(r, get("trial"))?,
+                seed: column(r, get("seed"))?,
+                status: column(r, get("status"))?,
+                termination: column(r, get("termination"))?,
+                reward: column(r, get("reward"))?,
+                error: column(r, get("error"))?,
+                failure: column(r, get("failure"))?,
+                retries: column(r, get("retries"))?,
+                duration_ms: column(r, get("duration_ms"))?,
+            })
+        })();
+        SessionRead { id, row }
     }
 }

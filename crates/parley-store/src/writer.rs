@@ -7,15 +7,44 @@
 //! are acknowledged, every [`CHECKPOINT_BYTES`] or so (its connection has SQLite's automatic
 //! checkpoint off, which would run inside a commit, every 1,000 pages); closing the store
 //! checkpoints what is left and truncates the WAL.
+//!
+//! Every other write of the store (creating runs, claims, scores, forks, verdicts) reaches the
+//! same connection as an [`Exec`] command, run in queue order between batches: the writer's
+//! connection is the only one that writes (the read pool is opened `query_only`).
+//!
+//! Fencing: a batch starts with `BEGIN IMMEDIATE`, so it holds the write lock before it reads the
+//! fences of its sessions; a write whose claim is older than its session's fence is answered
+//! [`StoreError::Fenced`] and left out, and the batch's other writes go on. (On PostgreSQL the
+//! same read is `SELECT id, fence FROM sessions WHERE id = ANY($1) FOR UPDATE`.)
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use parley_core::{SessionId, SessionOutcome, StoreError, TurnRecord};
+use parley_core::{Claim, Fence, SessionOutcome, StoreError, TurnRecord};
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 use crate::delta::Deltas;
-use crate::{StoreOptions, db_error};
+use crate::{StoreOptions, write_error};
+
+/// A future that borrows the writer's connection.
+pub(crate) type BoxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
+
+/// A write other than a turn, run on the writer's connection.
+type Exec = Box<dyn for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, ()> + Send>;
+
+/// Gives a closure the higher-ranked type an [`Exec`] needs (a closure passed straight to a
+/// function with this bound has its signature inferred from it).
+fn exec_task<F>(f: F) -> Exec
+where
+    F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, ()> + Send + 'static,
+{
+    Box::new(f)
+}
 
 /// Turns taken into one transaction at most. Large enough to amortise the commit, small enough
 /// to keep a commit's latency low.
@@ -32,16 +61,16 @@ const COMMIT_BYTES: usize = 4 * 4096;
 const ROW_BYTES: usize = 64;
 
 struct Write {
-    session: SessionId,
+    claim: Claim,
     turn: TurnRecord,
     outcome: Option<SessionOutcome>,
-    done: oneshot::Sender<Result<(), String>>,
+    done: oneshot::Sender<Result<(), StoreError>>,
 }
 
 enum Command {
     Write(Write),
-    /// Acknowledged once everything sent before it is committed.
-    Flush(oneshot::Sender<()>),
+    /// Runs after the writes queued before it are committed.
+    Exec(Exec),
     /// A flush that also checkpoints the whole WAL and truncates it: the store is closing.
     Close(oneshot::Sender<()>),
 }
@@ -57,16 +86,19 @@ pub(crate) struct WriterHandle {
 
 pub(crate) struct Writer {
     conn: SqliteConnection,
+    /// The database file, named in the errors of writes that fail.
+    path: PathBuf,
     options: StoreOptions,
     /// An estimate of what was written to the WAL since the last checkpoint.
     unchecked: usize,
 }
 
 impl Writer {
-    pub(crate) fn spawn(conn: SqliteConnection, options: StoreOptions, turns: bool) -> WriterHandle {
+    pub(crate) fn spawn(conn: SqliteConnection, path: PathBuf, options: StoreOptions, turns: bool) -> WriterHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let deltas = options.raw_model_calls.then(Arc::default);
-        tokio::spawn(Writer { conn, options, unchecked: 0 }.run(rx));
+        let span = tracing::info_span!("store_writer", db = %path.display());
+        tokio::spawn(Writer { conn, path, options, unchecked: 0 }.run(rx).instrument(span));
         WriterHandle { tx, turns, deltas }
     }
 
@@ -75,11 +107,17 @@ impl Writer {
         let mut flushes = Vec::new();
         while let Some(command) = rx.recv().await {
             let mut closing = false;
+            let mut exec = None;
             let mut next = Some(command);
             while let Some(command) = next.take() {
                 match command {
                     Command::Write(w) => batch.push(w),
-                    Command::Flush(done) => flushes.push(done),
+                    // It runs after the batch gathered so far, and ends the gathering, so that
+                    // writes keep the order in which they were sent.
+                    Command::Exec(task) => {
+                        exec = Some(task);
+                        break;
+                    }
                     Command::Close(done) => {
                         flushes.push(done);
                         closing = true;
@@ -90,13 +128,28 @@ impl Writer {
                 }
             }
             if !batch.is_empty() {
-                let result = self.write(&batch).await.map_err(|e| e.to_string());
-                if let Err(e) = &result {
-                    tracing::error!(error = %e, turns = batch.len(), "the store could not commit a batch");
+                match self.write(&batch).await {
+                    Ok(refused) => {
+                        for (w, refused) in batch.drain(..).zip(refused) {
+                            let result = match refused {
+                                Some(current) => {
+                                    Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current })
+                                }
+                                None => Ok(()),
+                            };
+                            let _ = w.done.send(result);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, turns = batch.len(), "the store could not commit a batch");
+                        for w in batch.drain(..) {
+                            let _ = w.done.send(Err(e.clone()));
+                        }
+                    }
                 }
-                for w in batch.drain(..) {
-                    let _ = w.done.send(result.clone());
-                }
+            }
+            if let Some(task) = exec {
+                task(&mut self.conn).await;
             }
             // After the acknowledgments: sessions go on while the WAL is copied into the database.
             if closing {
@@ -123,11 +176,32 @@ impl Writer {
         }
     }
 
-    async fn write(&mut self, batch: &[Write]) -> Result<(), StoreError> {
+    /// Writes the batch in one transaction, leaving out the writes whose claim was taken over;
+    /// returns, for each write in order, the session's current fence if it was left out.
+    async fn write(&mut self, batch: &[Write]) -> Result<Vec<Option<Fence>>, StoreError> {
         let raw = self.options.raw_model_calls;
-        let mut tx = self.conn.begin().await.map_err(db_error)?;
+        let path = self.path.clone();
+        let db_error = |e: sqlx::Error| write_error(e, &path);
+        // IMMEDIATE: the write lock is held from here, so no other process can claim a session
+        // between the fence read and the inserts.
+        let mut tx = self.conn.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
 
-        let messages: Vec<_> = batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.session, m))).collect();
+        let ids: Vec<i64> = batch.iter().map(|w| w.claim.session).collect();
+        let fences: Vec<(i64, i64)> =
+            sqlx::query_as("SELECT id, fence FROM sessions WHERE id IN (SELECT value FROM json_each(?))")
+                .bind(serde_json::to_string(&ids).unwrap_or_default())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let current: HashMap<i64, Fence> = fences.into_iter().map(|(id, f)| (id, Fence(f))).collect();
+        // A session missing from the table is not refused here: its insert fails as before.
+        let refused: Vec<Option<Fence>> =
+            batch.iter().map(|w| current.get(&w.claim.session).copied().filter(|&f| f != w.claim.fence)).collect();
+        let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
+        let batch = live.as_slice();
+
+        let messages: Vec<_> =
+            batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.claim.session, m))).collect();
         for chunk in shaped(&messages, MAX_PARAMS / 6) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id) ",
@@ -146,7 +220,8 @@ impl Writer {
         }
 
         let calls: Vec<_> = messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c))).collect();
-        let tools: Vec<_> = batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.session, t))).collect();
+        let tools: Vec<_> =
+            batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.claim.session, t))).collect();
         self.unchecked += COMMIT_BYTES
             + messages
                 .iter()
@@ -205,7 +280,7 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.session, o))).collect();
+        let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.claim.session, o))).collect();
         for chunk in shaped(&finished, MAX_PARAMS / 8) {
             // One statement for all sessions that ended in this batch.
             let mut q = QueryBuilder::<Sqlite>::new(
@@ -224,7 +299,7 @@ impl Writer {
             q.push(
                 ") UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward, \
                  error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries, \
-                 duration_ms = v.duration_ms, \
+                 duration_ms = v.duration_ms, owner = NULL, lease_until = NULL, \
                  finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM v WHERE sessions.id = v.id",
             );
             q.build().execute(&mut *tx).await.map_err(db_error)?;
@@ -244,7 +319,8 @@ impl Writer {
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        Ok(refused)
     }
 }
 
@@ -269,10 +345,11 @@ fn shaped<T>(items: &[T], max_rows: usize) -> impl Iterator<Item = &[T]> {
 impl WriterHandle {
     pub(crate) async fn write(
         &self,
-        session: SessionId,
+        claim: Claim,
         turn: TurnRecord,
         outcome: Option<SessionOutcome>,
     ) -> Result<(), StoreError> {
+        let session = claim.session;
         let mut turn = match (self.turns, outcome.is_some()) {
             (true, _) => turn,
             (false, false) => return Ok(()),
@@ -284,13 +361,10 @@ impl WriterHandle {
         }
         let (done, ack) = oneshot::channel();
         self.tx
-            .send(Command::Write(Write { session, turn, outcome, done }))
+            .send(Command::Write(Write { claim, turn, outcome, done }))
             .map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
-        let result = match ack.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Database(e)),
-            Err(_) => Err(StoreError::WriterGone("the writer task ended before committing".into())),
-        };
+        let result =
+            ack.await.unwrap_or_else(|_| Err(StoreError::WriterGone("the writer task ended before committing".into())));
         if result.is_err()
             && let Some(deltas) = &self.deltas
         {
@@ -300,8 +374,21 @@ impl WriterHandle {
         result
     }
 
-    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
-        self.send_flush(Command::Flush).await
+    /// Runs `f` on the writer's connection, after every write sent before it, and returns its
+    /// result. `f` opens its own transaction when it writes more than one statement.
+    pub(crate) async fn exec<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>> + Send + 'static,
+    {
+        let (done, ack) = oneshot::channel();
+        let task = exec_task(move |conn| {
+            Box::pin(async move {
+                let _ = done.send(f(conn).await);
+            })
+        });
+        self.tx.send(Command::Exec(task)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
+        ack.await.unwrap_or_else(|_| Err(StoreError::WriterGone("the writer task ended before writing".into())))
     }
 
     /// A flush that leaves the database file whole: the WAL is checkpointed and truncated.

@@ -2,14 +2,16 @@
 
 use std::io::Write;
 
+use std::sync::Arc;
+
 use parley_core::Role;
-use parley_engine::{Job, Prior};
+use parley_engine::Job;
+use parley_runtime::{Environments, Runtime, StoredTasks, prior};
 use parley_store::{SqliteStore, StoreOptions};
 
 use crate::cli::{ForkArgs, ReplayArgs, RunRef};
 use crate::commands::inspect::{open, settings_of};
-use crate::commands::run::{Runtime, execute, stored_tasks};
-use crate::environments::Environments;
+use crate::commands::run::execute;
 use crate::error::usage;
 
 /// How a stored session ended, for scorers that look at it.
@@ -17,50 +19,66 @@ fn stored_termination(termination: Option<&str>) -> parley_core::Termination {
     termination.and_then(parley_core::Termination::parse).unwrap_or(parley_core::Termination::AgentStop)
 }
 
+/// Scores every scored session of a run again. The new scores land together, as one version
+/// for the whole run, or not at all (a killed rescore leaves none behind). The judge's verdicts
+/// are kept by the hash of their prompt, so a rescore asks the judge only what it has not
+/// judged before.
 pub async fn rescore(args: RunRef) -> anyhow::Result<()> {
-    let store = open(&args.db.db).await?;
+    let store = Arc::new(open(&args.db.db).await?);
     let settings = settings_of(&store, args.run).await?;
-    let tasks = stored_tasks(&store, args.run).await?;
-    let environments = Environments::open(&settings).await?;
+    let mut tasks = StoredTasks::new(store.clone(), args.run, &settings)?;
+    let environments = Environments::open(&settings, Some(&store)).await?;
     let env = environments.environment.clone();
-    let mut out = std::io::stdout().lock();
-    let (mut scored, mut changed) = (0, 0);
-    for session in store.sessions(args.run).await? {
-        if session.status != "finished" || session.reward.is_none() {
-            continue;
+    let mut scores = Vec::new();
+    let mut changes = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store.sessions_page(args.run, after, 500).await?;
+        let Some(last) = page.last() else { break };
+        after = last.id;
+        for session in page.iter().filter(|s| s.status == "finished" && s.reward.is_some()) {
+            let transcript = store.transcript(session.id).await?;
+            let task = tasks.get(session.task_index as usize).await?;
+            let mut env_session =
+                env.open(&task).await.map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
+            let reward = env_session
+                .score(&transcript.messages, stored_termination(session.termination.as_deref()))
+                .await
+                .map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
+            env_session.close().await;
+            let old = store.latest_score(session.id).await?;
+            if old.as_ref() != Some(&reward) {
+                changes.push((session.id, old, reward.clone()));
+            }
+            scores.push((session.id, reward));
         }
-        let transcript = store.transcript(session.id).await?;
-        let task = &tasks[session.task_index as usize];
-        let mut env_session = env.open(task).await.map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
-        let reward = env_session
-            .score(&transcript.messages, stored_termination(session.termination.as_deref()))
-            .await
-            .map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
-        env_session.close().await;
-        let old = store.latest_score(session.id).await?;
-        let version = store.add_score(session.id, &reward).await?;
-        scored += 1;
-        if old.as_ref() != Some(&reward) {
-            changed += 1;
-            let before = old.as_ref().map_or_else(|| "-".to_owned(), |r| r.value.to_string());
-            writeln!(out, "session {}: reward {before} -> {} (score version {version})", session.id, reward.value)?;
-            if let Some(old) = old {
-                for (key, value) in &reward.breakdown {
-                    if old.breakdown.get(key) != Some(value) {
-                        let was = old.breakdown.get(key).map_or_else(|| "-".to_owned(), ToString::to_string);
-                        writeln!(out, "    {key}: {was} -> {value}")?;
-                    }
+    }
+    let version = store.add_scores(args.run, &scores).await?;
+    let mut out = std::io::stdout().lock();
+    for (session, old, reward) in &changes {
+        let before = old.as_ref().map_or_else(|| "-".to_owned(), |r| r.value.to_string());
+        writeln!(out, "session {session}: reward {before} -> {} (score version {version})", reward.value)?;
+        if let Some(old) = old {
+            for (key, value) in &reward.breakdown {
+                if old.breakdown.get(key) != Some(value) {
+                    let was = old.breakdown.get(key).map_or_else(|| "-".to_owned(), ToString::to_string);
+                    writeln!(out, "    {key}: {was} -> {value}")?;
                 }
             }
         }
     }
-    writeln!(out, "rescored {scored} sessions of run {}: {changed} changed", args.run)?;
+    let judge = environments
+        .judge
+        .as_ref()
+        .map(|j| format!("; {} judge calls, {} verdicts reused", j.calls(), j.reused()))
+        .unwrap_or_default();
+    writeln!(out, "rescored {} sessions of run {}: {} changed{judge}", scores.len(), args.run, changes.len())?;
     environments.shutdown().await;
     Ok(())
 }
 
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let store = open(&args.db.db).await?;
+    let store = Arc::new(open(&args.db.db).await?);
     let (run, sessions) = match (args.session, args.run) {
         (Some(session), _) => {
             let run = store.run_of(session).await.map_err(|e| usage(e.to_string()))?;
@@ -73,19 +91,20 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         }
         (None, None) => return Err(usage("name a SESSION or --run RUN")),
     };
-    let tasks = stored_tasks(&store, run).await?;
+    let settings = settings_of(&store, run).await?;
+    let mut tasks = StoredTasks::new(store.clone(), run, &settings)?;
     let rows = store.sessions(run).await?;
-    let environments = Environments::open(&settings_of(&store, run).await?).await?;
+    let environments = Environments::open(&settings, None).await?;
     let env = environments.environment.clone();
     let mut out = std::io::stdout().lock();
     let (mut drifted, mut reward_changes) = (0, 0);
     for id in &sessions {
         let Some(row) = rows.iter().find(|r| r.id == *id) else { continue };
         let transcript = store.transcript(*id).await?;
-        let task = &tasks[row.task_index as usize];
+        let task = tasks.get(row.task_index as usize).await?;
         let report = parley_engine::replay::replay(
             env.as_ref(),
-            task,
+            &task,
             &transcript.messages,
             &transcript.tool_calls,
             stored_termination(row.termination.as_deref()),
@@ -144,21 +163,23 @@ pub async fn fork(args: ForkArgs) -> anyhow::Result<()> {
     settings.sampling.max_tokens = args.max_tokens.or(settings.sampling.max_tokens);
 
     let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
-    let tasks = stored_tasks(&store, run).await?;
     let id = store.fork_session(args.session, args.at).await?;
     let row = store.sessions(run).await?.into_iter().find(|s| s.id == id).expect("the fork was just created");
     let transcript = store.transcript(id).await?;
-    let prior = Prior { usage: transcript.usage(), messages: transcript.messages, tool_calls: transcript.tool_calls };
+    let runtime = Runtime::start(&settings, store).await?;
+    let mut tasks = StoredTasks::new(runtime.store.clone(), run, &settings)?;
+    // A fork is a new session nobody has claimed; it runs unclaimed (fence 0), which the store
+    // accepts until someone claims it.
     let job = Job {
         id,
-        task: tasks[row.task_index as usize].clone(),
+        fence: parley_core::Fence::UNCLAIMED,
+        task: tasks.get(row.task_index as usize).await?,
         trial: row.trial as u32,
         seed: row.seed as u64,
-        prior: Some(prior),
+        prior: Some(prior(transcript)),
     };
-    let runtime = Runtime::start(&settings, store).await?;
     let mut outcome = None;
-    execute(&runtime, &settings, run, vec![job], |r| {
+    execute(&runtime, &settings, run, 1, futures::stream::iter([job]), |r| {
         outcome = Some((r.outcome.termination, r.outcome.reward.as_ref().map(|r| r.value)));
         Ok(())
     })

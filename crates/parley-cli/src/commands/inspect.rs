@@ -8,13 +8,14 @@ use anyhow::Context;
 use parley_core::Role;
 use parley_store::{SqliteStore, StoreOptions};
 
+use parley_runtime::RunSettings;
+
 use crate::cli::{DbArg, ExportArgs, MetricsArgs, SessionsArgs, ShowArgs};
-use crate::commands::run::stored_tasks;
 use crate::error::usage;
-use crate::settings::RunSettings;
 use crate::summary::Report;
 
 pub async fn open(db: &Path) -> anyhow::Result<SqliteStore> {
+    parley_runtime::settings::check_db(db)?;
     if !db.is_file() {
         return Err(usage(format!("--db {}: no such database", db.display())));
     }
@@ -76,7 +77,7 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
         "session", "task", "trial", "status", "termination", "reward", "ms"
     )?;
     for s in store.sessions(args.run.run).await? {
-        if args.status.as_ref().is_some_and(|st| *st != s.status)
+        if args.status.is_some_and(|st| st.as_str() != s.status)
             || args.termination.as_ref().is_some_and(|t| Some(t) != s.termination.as_ref())
             || args.failure.as_ref().is_some_and(|f| Some(f) != s.failure.as_ref())
         {
@@ -202,16 +203,15 @@ pub async fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
 }
 
 pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
-    let store = open(&args.run.db.db).await?;
+    let store = std::sync::Arc::new(open(&args.run.db.db).await?);
     let settings = settings_of(&store, args.run.run).await?;
-    let tasks = stored_tasks(&store, args.run.run).await?;
     let mut out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    let counts = crate::export::export(&store, args.run.run, &tasks, &settings, args.format, &mut out, None).await?;
+    let counts = crate::export::export(&store, args.run.run, &settings, args.format, &mut out, None).await?;
     out.flush()?;
     eprintln!("exported {} sessions of run {}", counts.rows, args.run.run);
     Ok(())

@@ -4,13 +4,10 @@ use std::io::Write;
 
 use anyhow::Context;
 
-use crate::cli::TasksArgs;
-use crate::error::usage;
+use crate::cli::{Generator, TasksArgs};
 
 pub fn tasks(args: TasksArgs) -> anyhow::Result<()> {
-    if args.env != environment_multi_step::NAME {
-        return Err(usage(format!("no task generator for `{}`; choose: multi-step", args.env)));
-    }
+    let Generator::MultiStep = args.env;
     let mut out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,

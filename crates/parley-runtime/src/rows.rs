@@ -1,0 +1,112 @@
+//! The rows a finished session is written as: a NeMo Gym rollout row when it was scored, a
+//! failure row (NeMo Gym's `_failures.jsonl` sidecar) when it failed outside the agent. One
+//! builder each, whether the session comes from a live run or from the store.
+
+use parley_core::nemo_gym::{response_object, rollout_row};
+use parley_core::{Message, Reward, RunId, Task, Usage};
+use parley_engine::SessionResult;
+use parley_store::{SessionRow, Transcript};
+use serde_json::{Value, json};
+
+/// A scored session, as its rollout row needs it.
+#[derive(Debug)]
+pub struct Rollout<'a> {
+    pub task: &'a Task,
+    pub trial: u32,
+    /// The messages the session produced, after its opening.
+    pub produced: &'a [Message],
+    /// Tokens of the agent's model calls.
+    pub usage: Usage,
+    pub reward: Option<&'a Reward>,
+}
+
+impl Rollout<'_> {
+    /// The NeMo Gym rollout row: the task row, `response` (a Responses object whose output is
+    /// the trajectory), `reward` and the scorer's fields.
+    pub fn row(&self, model: &str) -> Value {
+        let unscored = Reward::new(0.0);
+        let response = response_object(model, self.produced, self.usage);
+        rollout_row(&self.task.row, response, self.reward.unwrap_or(&unscored), self.task.index, self.trial)
+    }
+}
+
+impl<'a> From<&'a SessionResult> for Rollout<'a> {
+    fn from(result: &'a SessionResult) -> Rollout<'a> {
+        Rollout {
+            task: &result.task,
+            trial: result.trial,
+            produced: result.produced(),
+            usage: result.usage,
+            reward: result.outcome.reward.as_ref(),
+        }
+    }
+}
+
+impl<'a> Rollout<'a> {
+    /// A stored session: its transcript after the opening the run's settings gave it.
+    pub fn stored(
+        task: &'a Task,
+        trial: u32,
+        system_prompt: Option<&str>,
+        transcript: &'a Transcript,
+        reward: Option<&'a Reward>,
+    ) -> Rollout<'a> {
+        let from = parley_engine::opening_len(system_prompt, task).min(transcript.messages.len());
+        Rollout { task, trial, produced: &transcript.messages[from..], usage: transcript.agent_usage(), reward }
+    }
+}
+
+/// Where and how a session failed: what a failure row adds to its task row.
+#[derive(Debug)]
+pub struct Failure<'a> {
+    pub run: RunId,
+    pub session: i64,
+    pub task_index: i64,
+    pub trial: i64,
+    pub termination: Option<&'a str>,
+    /// The failure class (`rate_limited`, `server_error`, ...).
+    pub class: Option<&'a str>,
+    pub error: Option<&'a str>,
+}
+
+impl Failure<'_> {
+    /// The task row with NeMo Gym's failure fields (`_ng_failure_class` is the failure class)
+    /// and Parley's own (run, session, termination).
+    pub fn row(&self, task_row: &Value) -> Value {
+        let mut row = task_row.clone();
+        if let Some(map) = row.as_object_mut() {
+            map.insert("_ng_task_index".into(), json!(self.task_index));
+            map.insert("_ng_rollout_index".into(), json!(self.trial));
+            map.insert("_ng_failure_class".into(), json!(self.class));
+            map.insert("_ng_failure_message".into(), json!(self.error));
+            map.insert("_parley_run".into(), json!(self.run));
+            map.insert("_parley_session".into(), json!(self.session));
+            map.insert("_parley_termination".into(), json!(self.termination));
+        }
+        row
+    }
+
+    pub fn of_result(run: RunId, result: &SessionResult) -> Failure<'_> {
+        Failure {
+            run,
+            session: result.id,
+            task_index: result.task.index as i64,
+            trial: i64::from(result.trial),
+            termination: Some(result.outcome.termination.as_str()),
+            class: result.outcome.failure.map(|c| c.as_str()),
+            error: result.outcome.error.as_deref(),
+        }
+    }
+
+    pub fn of_row(run: RunId, session: &SessionRow) -> Failure<'_> {
+        Failure {
+            run,
+            session: session.id,
+            task_index: session.task_index,
+            trial: session.trial,
+            termination: session.termination.as_deref(),
+            class: session.failure.as_deref(),
+            error: session.error.as_deref(),
+        }
+    }
+}

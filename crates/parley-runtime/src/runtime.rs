@@ -1,0 +1,369 @@
+//! The assembly of a run: settings → endpoints → environment → agent → user → store →
+//! scheduler → results. Every front end starts its sessions here, so a session is driven the
+//! same way whoever asked for it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use agent_tool_calling::{ToolCallingAgent, ToolCallingConfig};
+use anyhow::Context;
+use futures::{Stream, StreamExt};
+use parley_core::{Agent, Owner, RunId, RunSpec, SessionSpec, SessionStore, UserSimulator, stable_seed};
+use parley_engine::{Job, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
+use parley_llm::ChatClient;
+use parley_store::{SqliteStore, Transcript};
+use tokio_util::sync::CancellationToken;
+
+use crate::environment::Environments;
+use crate::error::usage;
+use crate::settings::{AgentKind, RunSettings, ToolMode, UserKind};
+use crate::tasks::{StoredTasks, TaskSource};
+
+/// Tasks (with their trials) recorded per store transaction when a run is created.
+const CREATE_BATCH: usize = 1024;
+/// Sessions read from the store at once when they are driven.
+const SESSION_PAGE: usize = 1024;
+
+/// What a run needs while it executes: the store, the three parties, and the built-in stub's
+/// shutdown when it was started.
+pub struct Runtime {
+    pub store: Arc<SqliteStore>,
+    pub parties: Parties,
+    pub base_url: String,
+    /// The agent's system prompt in effect: the settings', or the environment's policy.
+    pub system_prompt: Option<String>,
+    /// Who this process is to the store: every session it drives, it drives under this owner's
+    /// claim, renewed while the runtime lives.
+    pub owner: Owner,
+    renewal: tokio::task::JoinHandle<()>,
+    shutdown: CancellationToken,
+    environments: Environments,
+}
+
+/// A run just recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct Created {
+    pub run: RunId,
+    pub tasks: u64,
+    pub sessions: u64,
+}
+
+impl Runtime {
+    pub async fn start(settings: &RunSettings, store: SqliteStore) -> anyhow::Result<Runtime> {
+        let shutdown = CancellationToken::new();
+        let base_url = match &settings.base_url {
+            Some(url) => url.clone(),
+            None => start_stub(shutdown.clone()).await?,
+        };
+        let environments = Environments::open(settings, Some(&store)).await?;
+        // The oracle needs no prompt; a model agent gets the settings' or the environment's.
+        let system_prompt = match settings.agent {
+            AgentKind::Oracle => None,
+            AgentKind::ToolCalling => settings.system_prompt.clone().or_else(|| environments.policy.clone()),
+        };
+        let agent: Arc<dyn Agent> = match settings.agent {
+            AgentKind::Oracle => Arc::new(agent_oracle::Oracle),
+            AgentKind::ToolCalling => {
+                let client = ChatClient::new(&settings.endpoint(base_url.clone(), settings.api_key_env.clone()))
+                    .map_err(|e| usage(e.to_string()))?;
+                Arc::new(ToolCallingAgent::new(
+                    Arc::new(client),
+                    ToolCallingConfig {
+                        model: settings.model.clone(),
+                        system_prompt: system_prompt.clone(),
+                        sampling: settings.sampling.clone(),
+                        seed_per_session: true,
+                        json_tools: settings.tool_mode == ToolMode::Json,
+                        greeting: settings.greeting.clone(),
+                    },
+                ))
+            }
+        };
+        // A user the environment needs (Gymnasium observations) stands in when none is asked for.
+        let user = match user_simulator(settings, &base_url, &store).await? {
+            Some(user) => Some(user),
+            None => environments.user.clone(),
+        };
+        let store = Arc::new(store);
+        let parties = Parties { agent, user, environment: environments.environment.clone(), store: store.clone() };
+        let owner = Owner::new(lease());
+        let renewal = Renewal::new(store.clone(), owner.clone()).spawn(shutdown.clone());
+        Ok(Runtime { store, parties, base_url, system_prompt, owner, renewal, shutdown, environments })
+    }
+
+    /// Records a new run and every session of it (each task × trial, the trials of a task
+    /// adjacent, as NeMo Gym orders them), a batch of tasks per transaction, so that the tasks
+    /// are never all in memory. The settings stored with the run carry the system prompt in
+    /// effect, which is what every transcript of it starts with. The sessions are claimed as
+    /// they are driven (see [`Runtime::pending`]).
+    pub async fn create_run(&self, settings: &RunSettings, source: TaskSource) -> anyhow::Result<Created> {
+        let mut recorded = settings.clone();
+        recorded.system_prompt.clone_from(&self.system_prompt);
+        let spec = RunSpec { environment: settings.env.to_string(), config: serde_json::to_value(&recorded)? };
+        let mut tasks = source.tasks(self.environments.tasks.as_deref())?;
+        let mut created: Option<Created> = None;
+        loop {
+            let batch: Vec<_> = tasks.by_ref().take(CREATE_BATCH).collect::<anyhow::Result<_>>()?;
+            if batch.is_empty() && created.is_some() {
+                break;
+            }
+            let specs: Vec<SessionSpec> = batch
+                .iter()
+                .flat_map(|t| {
+                    (0..settings.trials).map(|trial| SessionSpec {
+                        task_index: t.index,
+                        trial,
+                        seed: stable_seed(&t.id, trial),
+                    })
+                })
+                .collect();
+            let sessions = specs.len() as u64;
+            match &mut created {
+                None => {
+                    if batch.is_empty() {
+                        return Err(usage("no tasks to run").into());
+                    }
+                    let (run, _) = self.store.create_run(&spec, &batch, &specs).await.context("recording the run")?;
+                    created = Some(Created { run, tasks: batch.len() as u64, sessions });
+                }
+                Some(c) => {
+                    self.store.extend_run(c.run, &batch, &specs, None).await.context("recording the run's sessions")?;
+                    c.tasks += batch.len() as u64;
+                    c.sessions += sessions;
+                }
+            }
+        }
+        Ok(created.expect("the loop records a first batch or returns"))
+    }
+
+    /// The run's unfinished sessions as jobs, claimed and read from the store a page at a time
+    /// as the scheduler takes them, with how many there are. A session is driven only under
+    /// this process's claim: sessions another live process holds are left to it (counted in
+    /// [`Pending::held_elsewhere`]), and a process of this host that no longer runs holds
+    /// nothing, so a resume after a crash takes its sessions at once. `resumed`: the sessions
+    /// may have committed turns, which each job carries as its [`Prior`]; a new run's have none.
+    pub async fn pending(&self, settings: &RunSettings, run: RunId, resumed: bool) -> anyhow::Result<Pending> {
+        let mut held_elsewhere = 0;
+        for (owner, held) in self.store.owners(run).await? {
+            if owner == self.owner.id {
+                continue;
+            }
+            if gone(&owner) {
+                self.store.expire_owner(run, &owner).await?;
+            } else {
+                held_elsewhere += held;
+            }
+        }
+        let (total, finished) = self.store.session_counts(run).await?;
+        let tasks = StoredTasks::new(self.store.clone(), run, settings)?;
+        let failed = Arc::new(Mutex::new(None));
+        let state = JobCursor {
+            store: self.store.clone(),
+            owner: self.owner.clone(),
+            run,
+            tasks,
+            resumed,
+            page: Vec::new().into_iter(),
+            failed: failed.clone(),
+        };
+        let jobs = futures::stream::unfold(state, JobCursor::next).boxed();
+        let count = total.saturating_sub(finished).saturating_sub(held_elsewhere);
+        Ok(Pending { count, held_elsewhere, jobs, failed })
+    }
+
+    /// Drives the jobs, at most `--concurrency` at once, and yields each session's result as it
+    /// ends. `stop` is the caller's: it stops the run (see [`Stop`]).
+    pub fn drive<J>(
+        &self,
+        settings: &RunSettings,
+        jobs: J,
+        stop: Stop,
+    ) -> impl Stream<Item = SessionResult> + Unpin + use<J>
+    where
+        J: Stream<Item = Job> + Send + 'static,
+    {
+        let scheduler = Scheduler {
+            parties: self.parties.clone(),
+            limits: settings.limits(),
+            concurrency: settings.concurrency,
+            stop,
+        };
+        scheduler.run(jobs)
+    }
+
+    /// Marks the run's end: `interrupted` when it was stopped, else `finished`.
+    pub async fn finish_run(&self, run: RunId, stopped: bool) -> anyhow::Result<()> {
+        self.store.finish_run(run, if stopped { "interrupted" } else { "finished" }).await?;
+        Ok(())
+    }
+
+    /// Stops what the runtime started and gives up this process's claims on the sessions it
+    /// did not finish, so that a resume can take them at once.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.environments.shutdown().await;
+        self.shutdown.cancel();
+        let _ = self.renewal.await;
+        self.store.release_claims(&self.owner).await?;
+        self.store.close().await?;
+        Ok(())
+    }
+}
+
+/// A run's unfinished sessions, ready to drive.
+pub struct Pending {
+    /// The unfinished sessions this process may drive (not counting those held elsewhere).
+    pub count: u64,
+    /// Unfinished sessions a live process of another owner holds: left to it.
+    pub held_elsewhere: u64,
+    pub jobs: futures::stream::BoxStream<'static, Job>,
+    failed: Arc<Mutex<Option<anyhow::Error>>>,
+}
+
+impl Pending {
+    /// The jobs, to hand to [`Runtime::drive`]; `self` keeps what [`Pending::error`] reports.
+    pub fn take_jobs(&mut self) -> futures::stream::BoxStream<'static, Job> {
+        std::mem::replace(&mut self.jobs, futures::stream::empty().boxed())
+    }
+
+    /// Why the jobs stopped before the last session, if the store could not give one: its
+    /// session stays pending, for a later resume.
+    pub fn error(&self) -> Option<anyhow::Error> {
+        self.failed.lock().ok()?.take()
+    }
+}
+
+/// Where [`Runtime::pending`]'s stream is in the run's sessions.
+struct JobCursor {
+    store: Arc<SqliteStore>,
+    owner: Owner,
+    run: RunId,
+    tasks: StoredTasks,
+    resumed: bool,
+    page: std::vec::IntoIter<(parley_store::SessionRow, parley_core::Fence)>,
+    failed: Arc<Mutex<Option<anyhow::Error>>>,
+}
+
+impl JobCursor {
+    async fn next(mut self) -> Option<(Job, JobCursor)> {
+        match self.job().await {
+            Ok(Some(job)) => Some((job, self)),
+            Ok(None) => None,
+            Err(e) => {
+                if let Ok(mut slot) = self.failed.lock() {
+                    *slot = Some(e);
+                }
+                None
+            }
+        }
+    }
+
+    /// The next session of this owner's: from the page it claimed last, or from a new claim.
+    async fn job(&mut self) -> anyhow::Result<Option<Job>> {
+        let (session, fence) = match self.page.next() {
+            Some(next) => next,
+            None => {
+                let claimed = self.store.claim_sessions(self.run, &self.owner, SESSION_PAGE).await?;
+                let ids: Vec<i64> = claimed.claims.iter().map(|c| c.session).collect();
+                let rows = self.store.sessions_by_id(&ids).await?;
+                let fences = claimed.claims.iter().map(|c| c.fence);
+                self.page = rows.into_iter().zip(fences).collect::<Vec<_>>().into_iter();
+                match self.page.next() {
+                    Some(next) => next,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let task = self.tasks.get(session.task_index as usize).await?;
+        let prior = if self.resumed { Some(prior(self.store.transcript(session.id).await?)) } else { None };
+        Ok(Some(Job { id: session.id, fence, task, trial: session.trial as u32, seed: session.seed as u64, prior }))
+    }
+}
+
+/// How long a claim lasts without renewal: `PARLEY_LEASE_SECS` (tests shorten it), else
+/// [`Owner::DEFAULT_LEASE`].
+fn lease() -> std::time::Duration {
+    std::env::var("PARLEY_LEASE_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(Owner::DEFAULT_LEASE)
+}
+
+/// Whether an owner is a process of this host that no longer runs. Owners are named
+/// `host:pid:started:n` ([`Owner::new`]); one of another host, or whose process still runs (or
+/// whose name is not of that shape), may be alive, and keeps its claims until its lease ends.
+fn gone(owner: &str) -> bool {
+    let mut parts = owner.rsplitn(4, ':');
+    let (_n, _started, pid, host) = (parts.next(), parts.next(), parts.next(), parts.next());
+    let (Some(pid), Some(host)) = (pid.and_then(|p| p.parse::<u32>().ok()), host) else { return false };
+    let here = Owner::new(std::time::Duration::ZERO).id;
+    let here_host = here.rsplitn(4, ':').nth(3).unwrap_or_default().to_owned();
+    host == here_host && pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// What a stored transcript gives a session that continues it.
+pub fn prior(transcript: Transcript) -> Prior {
+    Prior { usage: transcript.agent_usage(), messages: transcript.messages, tool_calls: transcript.tool_calls }
+}
+
+/// The simulated user the settings ask for.
+async fn user_simulator(
+    settings: &RunSettings,
+    agent_base_url: &str,
+    store: &SqliteStore,
+) -> anyhow::Result<Option<Arc<dyn UserSimulator>>> {
+    let user = &settings.user;
+    Ok(match user.kind {
+        UserKind::None => None,
+        UserKind::Scripted => Some(Arc::new(simulator_scripted::Scripted)),
+        UserKind::Human => Some(Arc::new(simulator_human::Human::stdio())),
+        UserKind::Llm => {
+            let base_url = user.base_url.clone().unwrap_or_else(|| agent_base_url.to_owned());
+            let client = ChatClient::new(&settings.endpoint(base_url, user.api_key_env.clone()))
+                .map_err(|e| usage(format!("the user's endpoint: {e}")))?;
+            let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
+                path.as_ref()
+                    .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+                    .transpose()
+            };
+            let defaults = simulator_llm::Prompt::default();
+            let prompt = simulator_llm::Prompt {
+                template: read(&user.prompt)?.unwrap_or(defaults.template),
+                guidelines: read(&user.guidelines)?.unwrap_or(defaults.guidelines),
+                tool_guidelines: defaults.tool_guidelines,
+                persona: user.persona.clone(),
+            };
+            let config = simulator_llm::LlmUserConfig {
+                model: user.model.clone().unwrap_or_else(|| settings.model.clone()),
+                sampling: user.sampling.clone(),
+                prompt,
+            };
+            Some(Arc::new(simulator_llm::LlmUser::new(Arc::new(client), config)))
+        }
+        UserKind::Replay => {
+            let run = user.replay_run.ok_or_else(|| usage("--user replay needs --user-replay-run RUN"))?;
+            let record = store.run(run).await.map_err(|e| usage(format!("--user-replay-run {run}: {e}")))?;
+            let recorded: RunSettings = serde_json::from_value(record.config).context("reading the recorded run")?;
+            let store = Arc::new(store.clone());
+            let mut tasks = StoredTasks::new(store.clone(), run, &recorded)?;
+            let mut sessions = Vec::new();
+            for s in store.sessions(run).await? {
+                let task = tasks.get(s.task_index as usize).await?;
+                let opening = parley_engine::opening_len(recorded.system_prompt.as_deref(), &task);
+                let transcript = store.transcript(s.id).await?;
+                sessions.push(((s.task_index as usize, s.trial as u32), transcript.messages, opening));
+            }
+            Some(Arc::new(simulator_replay::Replay::new(sessions)))
+        }
+    })
+}
+
+async fn start_stub(shutdown: CancellationToken) -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.context("starting the built-in stub")?;
+    let address = listener.local_addr()?;
+    let serve =
+        parley_stub::serve(listener, parley_stub::StubConfig::default(), async move { shutdown.cancelled().await });
+    tokio::spawn(tracing::Instrument::instrument(serve, tracing::info_span!("stub", %address)));
+    Ok(format!("http://{address}/v1"))
+}

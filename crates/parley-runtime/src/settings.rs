@@ -1,0 +1,511 @@
+//! A run's settings, resolved and typed: what every front end hands the runtime. They are stored
+//! with the run (so `resume`, `rescore`, `replay` and `fork` need only its id), which is why they
+//! never hold a secret: API keys are named by their variable, never read here.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use parley_core::{Limits, Sampling};
+use parley_llm::EndpointConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::environment::EnvKind;
+use crate::error::{UsageError, usage};
+
+/// Everything a run needs, resolved and checked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSettings {
+    pub env: EnvKind,
+    #[serde(default)]
+    pub agent: AgentKind,
+    #[serde(default)]
+    pub tau2: Tau2Settings,
+    #[serde(default)]
+    pub remote: RemoteSettings,
+    pub tasks: Option<PathBuf>,
+    /// At most this many tasks: generated for multi-step without `tasks`, else the first of the
+    /// file or the tau2 split. `None`: all of them ([`defaults::NUM_TASKS`] generated).
+    pub num_tasks: Option<usize>,
+    /// `None`: start the stub in-process.
+    pub base_url: Option<String>,
+    pub model: String,
+    pub api_key_env: Option<String>,
+    pub concurrency: usize,
+    pub endpoint_concurrency: usize,
+    pub trials: u32,
+    pub db: PathBuf,
+    pub out: Option<PathBuf>,
+    pub max_steps: u32,
+    pub max_errors: u32,
+    pub session_timeout_secs: f64,
+    pub call_timeout_secs: f64,
+    pub max_retries: u32,
+    pub system_prompt: Option<String>,
+    pub sampling: Sampling,
+    pub raw_calls: bool,
+    #[serde(default)]
+    pub tool_mode: ToolMode,
+    #[serde(default)]
+    pub greeting: Option<String>,
+    #[serde(default)]
+    pub user: UserSettings,
+    #[serde(default = "defaults::max_turns")]
+    pub max_turns: u32,
+    #[serde(default = "defaults::stop_grace")]
+    pub stop_grace: u32,
+    #[serde(default = "defaults::max_tool_output")]
+    pub max_tool_output: usize,
+    #[serde(default = "defaults::max_response_bytes")]
+    pub max_response_bytes: usize,
+    #[serde(default = "defaults::shutdown_grace")]
+    pub shutdown_grace_secs: f64,
+    #[serde(default)]
+    pub bad_rows: BadRows,
+}
+
+/// The values a setting takes when neither a flag nor the settings file gives it.
+pub mod defaults {
+    use parley_core::Limits;
+
+    pub const MODEL: &str = "parley-stub";
+    pub const DB: &str = "parley.db";
+    pub const NUM_TASKS: usize = 100;
+    pub const CONCURRENCY: usize = 64;
+    pub const TRIALS: u32 = 1;
+    pub const SESSION_TIMEOUT_SECS: f64 = 600.0;
+    pub const CALL_TIMEOUT_SECS: f64 = 120.0;
+    pub const MAX_RETRIES: u32 = 3;
+
+    pub fn max_turns() -> u32 {
+        Limits::default().max_turns
+    }
+
+    pub fn stop_grace() -> u32 {
+        Limits::default().stop_grace
+    }
+
+    pub fn max_tool_output() -> usize {
+        Limits::default().max_tool_output
+    }
+
+    pub fn max_response_bytes() -> usize {
+        16 << 20
+    }
+
+    pub fn shutdown_grace() -> f64 {
+        30.0
+    }
+}
+
+/// Which agent plays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentKind {
+    /// A model with tools.
+    #[default]
+    ToolCalling,
+    /// Plays each tau2 task's gold actions; no model.
+    Oracle,
+}
+
+/// Which of a tau2 domain's tasks run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Every task of the domain.
+    #[default]
+    Base,
+    Test,
+    Train,
+    /// Telecom's one split (its 20 tasks).
+    Small,
+}
+
+impl Split {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Base => "base",
+            Split::Test => "test",
+            Split::Train => "train",
+            Split::Small => "small",
+        }
+    }
+}
+
+/// tau2's data, split and judge.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Tau2Settings {
+    pub split: Option<Split>,
+    pub data_dir: Option<PathBuf>,
+    pub judge_base_url: Option<String>,
+    pub judge_model: Option<String>,
+    pub judge_api_key_env: Option<String>,
+}
+
+/// How an MCP run's final answer is compared with the row's `expected_answer`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerMatch {
+    /// The answer contains the expected text.
+    #[default]
+    Contains,
+    /// The answer is the expected text.
+    Equals,
+}
+
+/// Where a remote environment's servers are.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RemoteSettings {
+    pub gym_config: Option<PathBuf>,
+    pub server: Option<String>,
+    pub server_name: Option<String>,
+    pub gym_venv: Option<PathBuf>,
+    pub gymnasium: bool,
+    pub mcp_stdio: Vec<String>,
+    pub mcp_http: Vec<String>,
+    pub mcp_per_session: bool,
+    pub answer_match: Option<AnswerMatch>,
+}
+
+/// How the agent calls tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum ToolMode {
+    /// The endpoint's tool calling.
+    #[default]
+    Native,
+    /// Tools chosen through a JSON-schema response format, for endpoints without tool calling.
+    Json,
+}
+
+/// Who plays the user.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum UserKind {
+    /// Nobody: the task's first message only.
+    #[default]
+    None,
+    /// An LLM through an OpenAI-compatible endpoint.
+    Llm,
+    /// The row's `follow_ups`.
+    Scripted,
+    /// The user turns of a recorded run.
+    Replay,
+    /// You, on the terminal or through a pipe.
+    Human,
+}
+
+/// What a task file's unreadable rows do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum BadRows {
+    /// The run refuses to start, naming every bad line.
+    #[default]
+    Fail,
+    /// The bad lines are reported and left out; the other rows run.
+    Skip,
+}
+
+/// The simulated user's settings; the model settings matter for `llm` only.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UserSettings {
+    pub kind: UserKind,
+    /// `None`: the agent's endpoint.
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub sampling: Sampling,
+    pub guidelines: Option<PathBuf>,
+    pub prompt: Option<PathBuf>,
+    pub persona: Option<String>,
+    pub replay_run: Option<i64>,
+}
+
+/// The longest time any setting may name: a year. Longer ones are surely mistakes, and every
+/// duration must fit the clocks it is added to.
+const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+/// The most bytes a size setting may name (1 TiB).
+const MAX_BYTES: usize = 1 << 40;
+/// The most sessions or calls in flight at once.
+const MAX_IN_FLIGHT: usize = 1 << 20;
+
+impl RunSettings {
+    /// Checks every value before any work starts; a bad one is a [`UsageError`] naming the
+    /// setting, the value and what is allowed.
+    pub fn check(&self) -> Result<(), UsageError> {
+        let counts = [
+            ("--concurrency", self.concurrency, MAX_IN_FLIGHT),
+            ("--endpoint-concurrency", self.endpoint_concurrency, MAX_IN_FLIGHT),
+            ("--num-tasks", self.num_tasks.unwrap_or(1), usize::MAX),
+            ("--max-tool-output", self.max_tool_output, MAX_BYTES),
+            ("--max-response-bytes", self.max_response_bytes, MAX_BYTES),
+        ];
+        for (flag, value, most) in counts {
+            if !(1..=most).contains(&value) {
+                return Err(usage(format!("{flag} must be between 1 and {most}, not {value}")));
+            }
+        }
+        for (flag, value) in
+            [("--trials", self.trials), ("--max-steps", self.max_steps), ("--max-turns", self.max_turns)]
+        {
+            if value == 0 {
+                return Err(usage(format!("{flag} must be greater than 0, not 0")));
+            }
+        }
+        check_seconds("--session-timeout", self.session_timeout_secs, false)?;
+        check_seconds("--call-timeout", self.call_timeout_secs, false)?;
+        check_seconds("--shutdown-grace", self.shutdown_grace_secs, true)?;
+        if let Some(t) = self.sampling.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(usage(format!("--temperature must be between 0 and 2, not {t}")));
+        }
+        if let Some(p) = self.sampling.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(usage(format!("--top-p must be between 0 and 1, not {p}")));
+        }
+        check_url("--base-url", self.base_url.as_deref(), "http://host:port/v1")?;
+        check_key_env("--api-key-env", self.api_key_env.as_deref())?;
+        let remote = &self.remote;
+        match self.env {
+            EnvKind::NemoGym => {
+                if remote.gym_config.is_some() == remote.server.is_some() {
+                    return Err(usage("--env nemo-gym needs either --config CONFIG.yaml or --server URL"));
+                }
+                if let Some(config) = &remote.gym_config {
+                    check_file("--config", config)?;
+                }
+                check_url("--server", remote.server.as_deref(), "http://host:port")?;
+                if let Some(venv) = &remote.gym_venv
+                    && !venv.join("bin/python").is_file()
+                {
+                    return Err(usage(format!("--gym-venv {}: no bin/python there", venv.display())));
+                }
+            }
+            EnvKind::Mcp if remote.mcp_stdio.is_empty() && remote.mcp_http.is_empty() => {
+                return Err(usage("--env mcp needs at least one --mcp-stdio COMMAND or --mcp-http URL"));
+            }
+            _ => {}
+        }
+        if self.agent == AgentKind::Oracle && self.env.tau2().is_none() {
+            return Err(usage("--agent oracle plays tau2 tasks' gold actions; use it with --env tau2:<domain>"));
+        }
+        if self.env.tau2().is_some() {
+            if let Some(dir) = self.tau2.data_dir.as_deref().filter(|d| d.exists() && !d.is_dir()) {
+                return Err(usage(format!(
+                    "--data-dir {}: is a file, not a folder; name tau2's data/tau2/domains folder",
+                    dir.display()
+                )));
+            }
+            environment_tau2::data_dir(self.tau2.data_dir.as_deref()).map_err(|e| usage(e.to_string()))?;
+            if let Some(tasks) = &self.tasks {
+                return Err(usage(format!(
+                    "--tasks {}: tau2 domains bring their own tasks; choose them with --split and --num-tasks",
+                    tasks.display()
+                )));
+            }
+        } else if self.tau2.split.is_some() {
+            return Err(usage("--split chooses tau2 tasks; use it with --env tau2:<domain>"));
+        }
+        if !self.env.brings_tasks() && self.tasks.is_none() {
+            return Err(usage(format!("--env {} needs --tasks ROWS.jsonl", self.env)));
+        }
+        let user = &self.user;
+        check_url("--user-base-url", user.base_url.as_deref(), "http://host:port/v1")?;
+        check_key_env("--user-api-key-env", user.api_key_env.as_deref())?;
+        check_url("--judge-base-url", self.tau2.judge_base_url.as_deref(), "http://host:port/v1")?;
+        check_key_env("--judge-api-key-env", self.tau2.judge_api_key_env.as_deref())?;
+        for (flag, path) in [("--user-guidelines", &user.guidelines), ("--user-prompt", &user.prompt)] {
+            if let Some(path) = path {
+                check_file(flag, path)?;
+            }
+        }
+        if user.kind == UserKind::Replay && user.replay_run.is_none() {
+            return Err(usage("--user replay needs --user-replay-run RUN, the run whose user turns to say again"));
+        }
+        if let Some(t) = user.sampling.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(usage(format!("--user-temperature must be between 0 and 2, not {t}")));
+        }
+        if let Some(tasks) = &self.tasks {
+            check_file("--tasks", tasks)?;
+        }
+        check_db(&self.db)?;
+        Ok(())
+    }
+
+    /// A session's limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_steps: self.max_steps,
+            max_errors: self.max_errors,
+            timeout: seconds(self.session_timeout_secs),
+            max_turns: self.max_turns,
+            stop_grace: self.stop_grace,
+            max_tool_output: self.max_tool_output,
+        }
+    }
+
+    /// How long sessions in flight may take to finish their turn after a stop signal.
+    pub fn shutdown_grace(&self) -> Duration {
+        seconds(self.shutdown_grace_secs)
+    }
+
+    /// An endpoint of this run (the agent's, the user's or the judge's): every model endpoint
+    /// shares the run's timeout, retries, concurrency and body bound.
+    pub fn endpoint(&self, base_url: String, api_key_env: Option<String>) -> EndpointConfig {
+        EndpointConfig {
+            base_url,
+            api_key_env,
+            timeout: seconds(self.call_timeout_secs),
+            max_retries: self.max_retries,
+            max_concurrency: self.endpoint_concurrency,
+            max_response_bytes: self.max_response_bytes,
+        }
+    }
+
+    /// The rollouts file: `--out`, or `rollouts-<run>.jsonl`.
+    pub fn out_path(&self, run: i64) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| PathBuf::from(format!("rollouts-{run}.jsonl")))
+    }
+}
+
+/// `out.jsonl` → `out_failures.jsonl`, as NeMo Gym names its sidecar.
+pub fn failures_path(out: &Path) -> PathBuf {
+    let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "rollouts".into());
+    out.with_file_name(format!("{stem}_failures.jsonl"))
+}
+
+/// Checks, before any work, that an output file can be created where it is named: its folder
+/// exists and it is not a folder itself.
+pub fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
+    if path.is_dir() {
+        return Err(usage(format!("{flag} {}: is a directory; name a file in it", path.display())));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(usage(format!(
+            "{flag} {}: the folder {} does not exist; create it first",
+            path.display(),
+            parent.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A duration already checked by [`RunSettings::check`]; a value that was not (a stored run
+/// from an older Parley) saturates rather than panics.
+fn seconds(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value.clamp(0.0, MAX_SECONDS)).unwrap_or(Duration::ZERO)
+}
+
+fn check_seconds(flag: &str, value: f64, zero_allowed: bool) -> Result<(), UsageError> {
+    let low_ok = if zero_allowed { value >= 0.0 } else { value > 0.0 };
+    if low_ok && value <= MAX_SECONDS {
+        return Ok(());
+    }
+    let low = if zero_allowed { "from 0" } else { "more than 0" };
+    Err(usage(format!("{flag} must be {low} up to {MAX_SECONDS} seconds (a year), not {value}")))
+}
+
+fn check_url(flag: &str, url: Option<&str>, example: &str) -> Result<(), UsageError> {
+    match url {
+        Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+            Err(usage(format!("{flag} `{url}` is not a URL; use {example}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_key_env(flag: &str, var: Option<&str>) -> Result<(), UsageError> {
+    match var {
+        Some(var) if std::env::var_os(var).is_none() => {
+            Err(usage(format!("{flag} names `{var}`, which is not set; export {var}=... first")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// An input file: it must exist and be a regular file with something in it to read.
+pub fn check_file(flag: &str, path: &Path) -> Result<(), UsageError> {
+    match std::fs::metadata(path) {
+        Err(_) => Err(usage(format!("{flag} {}: no such file", path.display()))),
+        Ok(m) if m.is_dir() => Err(usage(format!("{flag} {}: is a directory; name a file", path.display()))),
+        Ok(m) if !m.is_file() => {
+            Err(usage(format!("{flag} {}: not a regular file (a device or a pipe); name a file", path.display())))
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+/// The database path: a file, or a place one can be created.
+pub fn check_db(path: &Path) -> Result<(), UsageError> {
+    if path.is_dir() {
+        return Err(usage(format!("--db {}: is a directory; name a database file (e.g. parley.db)", path.display())));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> RunSettings {
+        serde_json::from_value(serde_json::json!({
+            "env": "multi-step", "tasks": null, "num_tasks": 10, "base_url": null, "model": "m",
+            "api_key_env": null, "concurrency": 4, "endpoint_concurrency": 4, "trials": 1, "db": "x.db",
+            "out": null, "max_steps": 5, "max_errors": 5, "session_timeout_secs": 10.0,
+            "call_timeout_secs": 10.0, "max_retries": 1, "system_prompt": null,
+            "sampling": {}, "raw_calls": true
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn huge_durations_are_refused_by_name_not_panicked_on() {
+        for (set, flag) in [
+            (
+                Box::new(|s: &mut RunSettings| s.session_timeout_secs = 1e20) as Box<dyn Fn(&mut RunSettings)>,
+                "--session-timeout",
+            ),
+            (Box::new(|s: &mut RunSettings| s.call_timeout_secs = f64::INFINITY), "--call-timeout"),
+            (Box::new(|s: &mut RunSettings| s.shutdown_grace_secs = 1e300), "--shutdown-grace"),
+            (Box::new(|s: &mut RunSettings| s.session_timeout_secs = f64::NAN), "--session-timeout"),
+        ] {
+            let mut s = settings();
+            set(&mut s);
+            let err = s.check().unwrap_err();
+            assert!(err.to_string().starts_with(flag), "{err}");
+            // Unchecked values (a run stored by an older Parley) saturate instead.
+            let _ = s.limits();
+            let _ = s.shutdown_grace();
+            let _ = s.endpoint("http://x".into(), None);
+        }
+    }
+
+    #[test]
+    fn stored_settings_keep_their_shape() {
+        let s = settings();
+        let value = serde_json::to_value(&s).unwrap();
+        assert_eq!(value["env"], "multi-step");
+        let back: RunSettings = serde_json::from_value(value).unwrap();
+        assert_eq!(back.env, EnvKind::MultiStep);
+    }
+
+    #[test]
+    fn outputs_in_missing_folders_or_naming_folders_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_output("--out", &dir.path().join("a.jsonl")).is_ok());
+        let err = check_output("--out", dir.path()).unwrap_err();
+        assert!(err.to_string().contains("is a directory"), "{err}");
+        let err = check_output("--out", &dir.path().join("missing/a.jsonl")).unwrap_err();
+        assert!(err.to_string().contains("does not exist"), "{err}");
+    }
+
+    #[test]
+    fn failures_sit_beside_the_rollouts() {
+        assert_eq!(failures_path(Path::new("a/out.jsonl")), Path::new("a/out_failures.jsonl"));
+    }
+}
