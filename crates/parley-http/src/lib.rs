@@ -21,4 +21,4 @@ pub mod secrets;
 
 pub use body::{Answer, TooLarge, WholeBody, WholeBodyLayer};
 pub use excerpt::{excerpt, excerpt_bytes};
-pub use retry::{Attempt, GaveUp, Retry, RetryPolicy, Unaccepted, class_of_error, track};
+pub use retry::{Attempt, GaveUp, Retry, RetryPolicy, Unaccepted, backoff, class_of_error, track};

@@ -84,14 +84,19 @@ impl RetryPolicy {
         RetryPolicy { max_retries, base_backoff, max_backoff, attempts: 0 }
     }
 
-    /// Exponential backoff with jitter: between half and all of `base * 2^(attempt - 1)`,
-    /// capped, so that sessions failing together do not retry together.
     fn backoff(&self) -> Duration {
-        let doubled = 2u32.saturating_pow(self.attempts.saturating_sub(1));
-        let ceiling = self.base_backoff.saturating_mul(doubled).min(self.max_backoff);
-        // `mul_f64` panics when the product overflows (a ceiling near `Duration::MAX`).
-        Duration::try_from_secs_f64(ceiling.as_secs_f64() * (0.5 + fastrand::f64() / 2.0)).unwrap_or(ceiling)
+        backoff(self.base_backoff, self.max_backoff, self.attempts)
     }
+}
+
+/// The one backoff: after failed attempt `attempt` (from 1), a random wait between half and all
+/// of `base * 2^(attempt - 1)`, capped at `max`, so that sessions failing together do not retry
+/// together. Never panics, whatever the durations.
+pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
+    let doubled = 2u32.saturating_pow(attempt.saturating_sub(1));
+    let ceiling = base.saturating_mul(doubled).min(max);
+    // `mul_f64` panics when the product overflows (a ceiling near `Duration::MAX`).
+    Duration::try_from_secs_f64(ceiling.as_secs_f64() * (0.5 + fastrand::f64() / 2.0)).unwrap_or(ceiling)
 }
 
 impl<R: Attempt> Policy<R, Answer, BoxError> for RetryPolicy {

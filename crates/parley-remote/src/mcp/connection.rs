@@ -84,7 +84,10 @@ impl Connection {
                                 other => other,
                             });
                         }
-                        Err(_) => tokio::time::sleep(options.backoff.saturating_mul(1 << attempt.min(6))).await,
+                        Err(_) => {
+                            let wait = parley_http::backoff(options.backoff, Duration::from_secs(5), attempt);
+                            tokio::time::sleep(wait).await;
+                        }
                     }
                 }
             }
