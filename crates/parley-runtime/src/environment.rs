@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use parley_core::{Environment, Task, UserSimulator};
 use parley_llm::ChatClient;
+use parley_store::{SqliteStore, VerdictCache};
 use parley_remote::{
     ExactMatch, GymnasiumEnvironment, GymnasiumUser, LaunchOptions, MatchMode, McpEnvironment, McpServerSpec,
     NemoGymEnvironment, NemoGymServers, ServerOptions,
 };
-use parley_store::{SqliteStore, VerdictCache};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{UsageError, usage};

@@ -71,14 +71,14 @@ impl SqliteStore {
                     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(&error)?;
                     let run: RunId = match run {
                         Ok(run) => run,
-                        Err(spec) => {
-                            sqlx::query_scalar("INSERT INTO runs (environment, config) VALUES (?, ?) RETURNING id")
-                                .bind(spec.environment)
-                                .bind(spec.config.to_string())
-                                .fetch_one(&mut *tx)
-                                .await
-                                .map_err(&error)?
-                        }
+                        Err(spec) => sqlx::query_scalar(
+                            "INSERT INTO runs (environment, config) VALUES (?, ?) RETURNING id",
+                        )
+                        .bind(spec.environment)
+                        .bind(spec.config.to_string())
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(&error)?,
                     };
                     for chunk in tasks.chunks(1000) {
                         let mut insert = QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row) ");

@@ -220,8 +220,7 @@ impl SqliteStore {
     pub async fn sessions_by_id(&self, ids: &[i64]) -> Result<Vec<SessionRow>, StoreError> {
         let mut rows = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
-            let mut query =
-                sqlx::QueryBuilder::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE id IN ("));
+            let mut query = sqlx::QueryBuilder::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE id IN ("));
             let mut list = query.separated(", ");
             for id in chunk {
                 list.push_bind(id);

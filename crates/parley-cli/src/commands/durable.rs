@@ -39,7 +39,8 @@ pub async fn rescore(args: RunRef) -> anyhow::Result<()> {
         for session in page.iter().filter(|s| s.status == "finished" && s.reward.is_some()) {
             let transcript = store.transcript(session.id).await?;
             let task = tasks.get(session.task_index as usize).await?;
-            let mut env_session = env.open(&task).await.map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
+            let mut env_session =
+                env.open(&task).await.map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
             let reward = env_session
                 .score(&transcript.messages, stored_termination(session.termination.as_deref()))
                 .await
