@@ -3,9 +3,11 @@
 
 mod crash;
 mod durable;
+mod endpoint;
 mod faults;
 mod harness;
 mod llama;
+mod net_faults;
 mod owners;
 mod reliability;
 mod remote;
