@@ -12,6 +12,7 @@ mod owners;
 mod reliability;
 mod remote;
 mod run;
+mod serve;
 mod tau2;
 mod tau2_export;
 mod usage;

@@ -20,6 +20,9 @@ pub struct Cli {
 pub enum Command {
     /// Run rollouts: every task × trial is a session; each turn is stored, each trajectory scored.
     Run(Box<RunOptions>),
+    /// Serve rollouts to RL trainers: NeMo Gym's `/run` (a task row in, its verify response out),
+    /// every session recorded like a run's.
+    Serve(Box<ServeArgs>),
     /// Serve the deterministic stub model (a test double, not a model) on loopback.
     Stub(StubArgs),
     /// Finish every unfinished session of a run from its last committed turn.
@@ -45,6 +48,25 @@ pub enum Command {
     Tasks(TasksArgs),
     /// List the environments, with their tools and task counts.
     Envs(EnvsArgs),
+}
+
+/// `parley serve`: every run setting (the environment, the agent's endpoint, the user, limits),
+/// and how the service listens and admits requests. Tasks arrive with requests.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub run: RunOptions,
+    /// Address to listen on. Off loopback, `--token-env` is required.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", help_heading = "Service")]
+    pub listen: std::net::SocketAddr,
+    /// Requests that may wait for a free slot beyond `--concurrency`; more are answered 503
+    /// with `Retry-After` [default: the concurrency].
+    #[arg(long, value_name = "N", help_heading = "Service")]
+    pub queue: Option<usize>,
+    /// The variable holding the bearer token every request must carry (`Authorization: Bearer
+    /// TOKEN`).
+    #[arg(long, value_name = "VAR", help_heading = "Service")]
+    pub token_env: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -4,5 +4,6 @@ pub mod durable;
 pub mod envs;
 pub mod inspect;
 pub mod run;
+pub mod serve;
 pub mod stub;
 pub mod tasks;

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use parley_core::Sampling;
-use parley_runtime::settings::{RemoteSettings, Tau2Settings, UserSettings, defaults};
+use parley_runtime::settings::{Need, RemoteSettings, Tau2Settings, UserSettings, defaults};
 use parley_runtime::{EnvKind, RunSettings};
 use serde::Deserialize;
 
@@ -69,6 +69,11 @@ impl RunOptions {
     /// The settings these flags ask for, over the settings file (`--settings`, or
     /// `./parley.toml` when it exists), with defaults for what neither gives; checked.
     pub fn resolve(self) -> anyhow::Result<RunSettings> {
+        self.resolve_for(Need::Tasks)
+    }
+
+    /// As [`RunOptions::resolve`], for a front end whose tasks come later (a service).
+    pub fn resolve_for(self, need: Need) -> anyhow::Result<RunSettings> {
         let file = load_file(self.settings.as_deref())?;
         let o = self.combine(file.run);
         let concurrency = o.concurrency.unwrap_or(defaults::CONCURRENCY);
@@ -136,7 +141,7 @@ impl RunOptions {
             shutdown_grace_secs: o.shutdown_grace.unwrap_or_else(defaults::shutdown_grace),
             bad_rows: o.bad_rows.unwrap_or_default(),
         };
-        settings.check()?;
+        settings.check_for(need)?;
         Ok(settings)
     }
 }

@@ -16,6 +16,6 @@ pub mod tasks;
 pub use environment::{EnvKind, Environments, Judged, Tau2Domain};
 pub use error::{UsageError, usage};
 pub use rows::{Failure, Rollout};
-pub use runtime::{Created, Pending, Runtime, prior};
+pub use runtime::{Created, Front, Pending, Runtime, prior};
 pub use settings::RunSettings;
 pub use tasks::{StoredTasks, TaskSource};

@@ -50,8 +50,20 @@ pub struct Created {
     pub sessions: u64,
 }
 
+/// How a front end wants its sessions driven, beyond the run's settings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Front {
+    /// The agent takes each task row's sampling settings over the run's (a trainer sets them
+    /// per request).
+    pub sampling_from_row: bool,
+}
+
 impl Runtime {
     pub async fn start(settings: &RunSettings, store: SqliteStore) -> anyhow::Result<Runtime> {
+        Runtime::start_for(settings, store, Front::default()).await
+    }
+
+    pub async fn start_for(settings: &RunSettings, store: SqliteStore, front: Front) -> anyhow::Result<Runtime> {
         let shutdown = CancellationToken::new();
         let base_url = match &settings.base_url {
             Some(url) => url.clone(),
@@ -77,6 +89,7 @@ impl Runtime {
                         seed_per_session: true,
                         json_tools: settings.tool_mode == ToolMode::Json,
                         greeting: settings.greeting.clone(),
+                        sampling_from_row: front.sampling_from_row,
                     },
                 ))
             }

@@ -227,6 +227,15 @@ pub struct UserSettings {
     pub replay_run: Option<i64>,
 }
 
+/// What a front end needs of the settings beyond their values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The run's tasks, from a file or the environment.
+    Tasks,
+    /// No tasks up front: they arrive with requests.
+    Nothing,
+}
+
 /// The longest time any setting may name: a year. Longer ones are surely mistakes, and every
 /// duration must fit the clocks it is added to.
 const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
@@ -239,6 +248,12 @@ impl RunSettings {
     /// Checks every value before any work starts; a bad one is a [`UsageError`] naming the
     /// setting, the value and what is allowed.
     pub fn check(&self) -> Result<(), UsageError> {
+        self.check_for(Need::Tasks)
+    }
+
+    /// Checks the settings for a front end that may not need tasks up front (a service is
+    /// sent its tasks one request at a time).
+    pub fn check_for(&self, need: Need) -> Result<(), UsageError> {
         let counts = [
             ("--concurrency", self.concurrency, MAX_IN_FLIGHT),
             ("--endpoint-concurrency", self.endpoint_concurrency, MAX_IN_FLIGHT),
@@ -310,7 +325,7 @@ impl RunSettings {
         } else if self.tau2.split.is_some() {
             return Err(usage("--split chooses tau2 tasks; use it with --env tau2:<domain>"));
         }
-        if !self.env.brings_tasks() && self.tasks.is_none() {
+        if need == Need::Tasks && !self.env.brings_tasks() && self.tasks.is_none() {
             return Err(usage(format!("--env {} needs --tasks ROWS.jsonl", self.env)));
         }
         let user = &self.user;
