@@ -243,3 +243,24 @@ fn sigterm_stops_taking_requests_and_lets_the_sessions_in_flight_finish() {
     assert!(exit.success(), "{}", std::fs::read_to_string(work.path("serve.log")).unwrap_or_default());
     assert!(TcpStream::connect(&serve.address).is_err(), "no longer listening");
 }
+
+#[test]
+fn aggregate_metrics_answers_in_nemo_gyms_shape() {
+    let work = Workdir::new();
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let body = r#"{"verify_responses": [
+        {"reward": 1.0, "accuracy": true, "_ng_task_index": 0, "_ng_rollout_index": 0},
+        {"reward": 0.0, "accuracy": false, "_ng_task_index": 0, "_ng_rollout_index": 1},
+        {"reward": 1.0, "accuracy": true, "_ng_task_index": 1, "_ng_rollout_index": 0}]}"#;
+    let (status, _, answer) = request(&serve.address, "POST", "/aggregate_metrics", body, &[]);
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    let mean = answer["agent_metrics"]["mean/reward"].as_f64().unwrap();
+    assert!((mean - 2.0 / 3.0).abs() < 1e-9, "{answer}");
+    assert_eq!(answer["agent_metrics"]["max/accuracy"], 1.0);
+    assert_eq!(answer["key_metrics"]["mean/reward"], answer["agent_metrics"]["mean/reward"]);
+    assert_eq!(answer["group_level_metrics"][0]["mean/reward"], 0.5, "task 0's two repeats");
+    assert_eq!(answer["repeat_level_metrics"][1]["mean/reward"], 0.0, "repeat 1");
+    assert_eq!(request(&serve.address, "POST", "/aggregate_metrics", "[]", &[]).0, 400);
+}
