@@ -264,3 +264,23 @@ fn aggregate_metrics_answers_in_nemo_gyms_shape() {
     assert_eq!(answer["repeat_level_metrics"][1]["mean/reward"], 0.0, "repeat 1");
     assert_eq!(request(&serve.address, "POST", "/aggregate_metrics", "[]", &[]).0, 400);
 }
+
+/// A policy on several ranks (one base URL each): every session stays on one rank, and the
+/// sessions spread over them.
+#[test]
+fn each_session_stays_on_one_rank_of_the_policy() {
+    let work = Workdir::new();
+    work.tasks(12);
+    let (first, second) = (Stub::start(&[]), Stub::start(&[]));
+    let serve = Serve::start(&work, &first, &["--base-url", &second.url]);
+    for row in std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines() {
+        let (status, _, body) = post_run(&serve.address, row);
+        assert_eq!(status, 200, "{body}");
+    }
+    let conversations =
+        |stub: &Stub| -> Vec<String> { stub.stats()["conversations"].as_object().unwrap().keys().cloned().collect() };
+    let (a, b) = (conversations(&first), conversations(&second));
+    assert!(!a.is_empty() && !b.is_empty(), "both ranks served sessions: {a:?} {b:?}");
+    assert!(a.iter().all(|c| !b.contains(c)), "no session on both ranks");
+    assert_eq!(a.len() + b.len(), 12);
+}

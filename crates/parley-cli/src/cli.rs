@@ -277,9 +277,12 @@ crate::settings::options! {
         #[arg(long, value_name = "N")]
         pub num_tasks: Option<usize>,
         /// Base URL of the OpenAI-compatible endpoint, up to `/v1`. Without it, Parley starts its
-        /// stub model in-process: a dry run that exercises everything but a real model.
+        /// stub model in-process: a dry run that exercises everything but a real model. Given
+        /// several times (the data-parallel ranks of one policy, as a trainer serves it), each
+        /// session stays on one of them, chosen by hashing it.
         #[arg(long, value_name = "URL")]
-        pub base_url: Option<String>,
+        #[serde(default, deserialize_with = "crate::settings::one_or_many")]
+        pub base_url: Vec<String>,
         /// Model name sent to the endpoint [default: parley-stub].
         #[arg(long)]
         pub model: Option<String>,

@@ -57,6 +57,20 @@ macro_rules! options {
 }
 pub(crate) use options;
 
+/// A key that takes one value or a list of them (`base_url = "..."` or `base_url = [...]`).
+pub fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
+}
+
 /// `parley.toml`: one `[run]` table of [`RunOptions`]; unknown keys are refused by name.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -100,7 +114,8 @@ impl RunOptions {
             },
             tasks: o.tasks,
             num_tasks: o.num_tasks,
-            base_url: o.base_url,
+            base_url: o.base_url.first().cloned(),
+            ranks: o.base_url.iter().skip(1).cloned().collect(),
             model: o.model.unwrap_or_else(|| defaults::MODEL.into()),
             api_key_env: o.api_key_env,
             concurrency,

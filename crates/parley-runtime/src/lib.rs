@@ -8,6 +8,7 @@
 
 pub mod environment;
 pub mod error;
+pub mod ranks;
 pub mod rows;
 pub mod runtime;
 pub mod settings;

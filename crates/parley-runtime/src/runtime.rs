@@ -78,10 +78,16 @@ impl Runtime {
         let agent: Arc<dyn Agent> = match settings.agent {
             AgentKind::Oracle => Arc::new(agent_oracle::Oracle),
             AgentKind::ToolCalling => {
-                let client = ChatClient::new(&settings.endpoint(base_url.clone(), settings.api_key_env.clone()))
-                    .map_err(|e| usage(e.to_string()))?;
+                let mut ranks: Vec<Arc<dyn parley_core::ModelClient>> = Vec::new();
+                for url in std::iter::once(&base_url).chain(&settings.ranks) {
+                    let client = ChatClient::new(&settings.endpoint(url.clone(), settings.api_key_env.clone()))
+                        .map_err(|e| usage(format!("--base-url {url}: {e}")))?;
+                    ranks.push(Arc::new(client));
+                }
+                let client: Arc<dyn parley_core::ModelClient> =
+                    if ranks.len() == 1 { ranks.remove(0) } else { Arc::new(crate::ranks::Ranked::new(ranks)) };
                 Arc::new(ToolCallingAgent::new(
-                    Arc::new(client),
+                    client,
                     ToolCallingConfig {
                         model: settings.model.clone(),
                         system_prompt: system_prompt.clone(),

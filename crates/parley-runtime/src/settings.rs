@@ -28,6 +28,10 @@ pub struct RunSettings {
     pub num_tasks: Option<usize>,
     /// `None`: start the stub in-process.
     pub base_url: Option<String>,
+    /// More base URLs of the same policy (its data-parallel ranks): each session stays on one of
+    /// `base_url` and these, chosen by hashing the session.
+    #[serde(default)]
+    pub ranks: Vec<String>,
     pub model: String,
     pub api_key_env: Option<String>,
     pub concurrency: usize,
@@ -283,6 +287,9 @@ impl RunSettings {
             return Err(usage(format!("--top-p must be between 0 and 1, not {p}")));
         }
         check_url("--base-url", self.base_url.as_deref(), "http://host:port/v1")?;
+        for rank in &self.ranks {
+            check_url("--base-url", Some(rank), "http://host:port/v1")?;
+        }
         check_key_env("--api-key-env", self.api_key_env.as_deref())?;
         let remote = &self.remote;
         match self.env {
