@@ -5,6 +5,7 @@ mod crash;
 mod durable;
 mod endpoint;
 mod faults;
+mod gym_agent;
 mod harness;
 mod llama;
 mod net_faults;
