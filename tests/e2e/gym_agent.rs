@@ -16,13 +16,15 @@ use crate::remote::peer;
 const HEAD_PORT: u16 = 11_317;
 
 /// Kills `gym env start` and everything it started (its process group) when dropped.
-struct Group(i32);
+struct Group(std::process::Child);
 
 impl Drop for Group {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &format!("-{}", self.0)]).status();
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-TERM", &group]).status();
         std::thread::sleep(Duration::from_millis(500));
-        let _ = Command::new("kill").args(["-KILL", &format!("-{}", self.0)]).status();
+        let _ = Command::new("kill").args(["-KILL", &group]).status();
+        let _ = self.0.wait();
     }
 }
 
@@ -73,8 +75,7 @@ fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(work.path("env_start.err")).unwrap());
-    let start = std::os::unix::process::CommandExt::process_group(&mut start, 0).spawn().unwrap();
-    let _group = Group(start.id() as i32);
+    let _group = Group(std::os::unix::process::CommandExt::process_group(&mut start, 0).spawn().unwrap());
     let begun = Instant::now();
     while !std::fs::read_to_string(&log).unwrap_or_default().contains("servers ready") {
         let err = std::fs::read_to_string(work.path("env_start.err")).unwrap_or_default();
