@@ -112,6 +112,7 @@ impl RunOptions {
             sampling: Sampling { temperature: o.temperature, top_p: o.top_p, max_tokens: o.max_tokens, seed: None },
             raw_calls: o.raw_calls.unwrap_or(true),
             tool_mode: o.tool_mode.unwrap_or_default(),
+            reasoning: o.reasoning.unwrap_or_default(),
             greeting: o.greeting,
             user: UserSettings {
                 kind: o.user.unwrap_or_default(),

@@ -11,7 +11,9 @@ use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::ReqwestService;
 use async_trait::async_trait;
-use parley_core::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson};
+use parley_core::{
+    ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningReplay,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::Semaphore;
@@ -37,6 +39,8 @@ pub struct EndpointConfig {
     pub max_concurrency: usize,
     /// Bytes of one response body read at most; a larger answer fails the attempt.
     pub max_response_bytes: usize,
+    /// Whether earlier turns' reasoning goes back to the endpoint.
+    pub reasoning: ReasoningReplay,
 }
 
 impl Default for EndpointConfig {
@@ -48,6 +52,7 @@ impl Default for EndpointConfig {
             max_retries: 3,
             max_concurrency: 256,
             max_response_bytes: 16 << 20,
+            reasoning: ReasoningReplay::default(),
         }
     }
 }
@@ -70,6 +75,7 @@ pub struct ChatClient {
     client: Client<OpenAIConfig>,
     endpoint: Arc<str>,
     max_retries: u32,
+    reasoning: ReasoningReplay,
 }
 
 impl std::fmt::Debug for ChatClient {
@@ -105,7 +111,7 @@ impl ChatClient {
             .layer(WholeBodyLayer { limit: config.max_response_bytes })
             .service(ReqwestService::new(http.clone()));
         let client = Client::build(http, openai).with_http_service(service);
-        Ok(ChatClient { client, endpoint: base.into(), max_retries: config.max_retries })
+        Ok(ChatClient { client, endpoint: base.into(), max_retries: config.max_retries, reasoning: config.reasoning })
     }
 
     /// Sends the body's bytes as they are and takes the answer as text: it is parsed once to read
@@ -122,7 +128,7 @@ impl ModelClient for ChatClient {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
-        let body = wire::request_body(&request);
+        let body = wire::request_body(&request, self.reasoning);
         let started = Instant::now();
         ATTEMPTS
             .scope(Cell::new(0), async {
