@@ -6,6 +6,7 @@ mod durable;
 mod faults;
 mod harness;
 mod llama;
+mod messages;
 mod owners;
 mod reliability;
 mod remote;

@@ -442,6 +442,11 @@ pub struct StubArgs {
     /// under test, 1 leaves it more of the CPU: one thread answers thousands of requests a second.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Answer like a reasoning model: every answer carries a thought, in Chat Completions as
+    /// `reasoning_content`, `reasoning`, or `rotate` (the two in turn, step by step); on
+    /// `/v1/responses` always as a `reasoning` item with `encrypted_content`.
+    #[arg(long, value_name = "FIELD")]
+    pub reasoning: Option<parley_stub::StubReasoning>,
 }
 
 /// The environments whose tasks Parley can generate.

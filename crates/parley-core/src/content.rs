@@ -207,6 +207,15 @@ pub enum ReasoningSpelling {
 }
 
 impl ReasoningSpelling {
+    /// Where it came from, for people: `reasoning_content`, `reasoning` or `responses`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningSpelling::ReasoningContent => "reasoning_content",
+            ReasoningSpelling::Reasoning => "reasoning",
+            ReasoningSpelling::Responses => "responses",
+        }
+    }
+
     /// The Chat Completions field it goes back in; Responses reasoning goes back as
     /// `reasoning_content`, the field chat templates read.
     pub fn chat_field(self) -> &'static str {
