@@ -316,6 +316,11 @@ mod tests {
             Just("usage".to_owned()),
             Just("prompt_tokens".to_owned()),
             Just("finish_reason".to_owned()),
+            Just("reasoning".to_owned()),
+            Just("reasoning_content".to_owned()),
+            Just("type".to_owned()),
+            Just("text".to_owned()),
+            Just("image_url".to_owned()),
             "[a-z]{1,8}",
         ];
         let leaf = prop_oneof![

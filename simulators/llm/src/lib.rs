@@ -52,6 +52,14 @@ pub fn flipped(system: String, view: &[Message]) -> Vec<Message> {
     for m in view {
         messages.push(match m.role {
             Role::Assistant => Message::user(m.text_content()),
+            // Its own words as the user model wrote them; parts become their text, since an
+            // assistant message cannot carry images.
+            Role::User if !m.parts.is_empty() => Message {
+                role: Role::Assistant,
+                content: Some(m.text_content().into_owned()),
+                parts: Vec::new(),
+                ..m.clone()
+            },
             Role::User => Message { role: Role::Assistant, ..m.clone() },
             Role::Tool => m.clone(),
             Role::System => continue,
