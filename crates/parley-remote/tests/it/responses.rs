@@ -86,7 +86,7 @@ async fn encrypted_reasoning_is_kept_and_sent_back() {
     assert_eq!(reasoning.text, "Step 0: the task needs get_synonym_value, so I call it.");
     assert!(reasoning.encrypted());
     let item = first.call.response.as_ref().unwrap().to_value()["output"][0].clone();
-    assert_eq!(reasoning.items, [item.clone()]);
+    assert_eq!(reasoning.items, std::slice::from_ref(&item));
     let call_id = first.message.tool_calls[0].id.clone();
     messages.push(first.message);
     messages.push(Message::tool_result(call_id, "407"));
