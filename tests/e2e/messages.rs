@@ -197,6 +197,10 @@ async fn an_image_row_runs_end_to_end_and_its_image_is_stored_once_per_session()
     eprintln!("database: {size} bytes, {copies:.2} times the image's data URL");
     assert!(copies < 3.5, "{size} bytes: {copies:.2} copies of the image");
 
+    // Replayed against a fresh environment, the session's tool calls give what they gave.
+    let replay = ok(&work.parley(&["replay", "1", "--db", "parley.db"]));
+    assert!(replay.contains("0 tool outputs drifted"), "{replay}");
+
     // `show` names the parts by type and size; it never prints the data.
     let show = ok(&work.parley(&["show", "1", "--db", "parley.db"]));
     assert!(show.contains("[image (image/png data URL, 1.0 MiB)]"), "{show}");

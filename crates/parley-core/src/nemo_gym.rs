@@ -268,6 +268,46 @@ mod tests {
         assert_eq!(items[2]["content"][0]["text"], "A pixel.");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// A row whose input items hold any content and any item types reads as a task or a
+        /// reason, and the task's messages write back as Responses items, never a panic.
+        #[test]
+        fn any_row_content_reads_and_writes_back(
+            contents in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::prelude::Just(json!("text")),
+                    proptest::prelude::Just(json!(null)),
+                    proptest::prelude::Just(json!([{"type": "input_image", "image_url": "data:image/png;base64,@"}])),
+                    proptest::prelude::Just(json!([{"type": "input_image"}, {"type": "input_audio", "input_audio": {}}])),
+                    proptest::prelude::Just(json!({"type": "input_text", "text": "x"})),
+                    proptest::prelude::Just(json!(7)),
+                ],
+                0..5,
+            ),
+            kinds in proptest::collection::vec(
+                proptest::sample::select(vec!["user", "assistant", "reasoning", "system", "alien"]),
+                5,
+            ),
+        ) {
+            let input: Vec<Value> = contents
+                .into_iter()
+                .zip(kinds)
+                .map(|(content, kind)| match kind {
+                    "reasoning" => json!({"type": "reasoning", "summary": content}),
+                    role => json!({"role": role, "content": content}),
+                })
+                .collect();
+            if let Ok(task) = task_from_row(0, json!({"responses_create_params": {"input": input}})) {
+                let _ = output_items(&task.messages);
+                for m in &task.messages {
+                    let _ = (m.text_content(), m.part_problems());
+                }
+            }
+        }
+    }
+
     #[test]
     fn rejects_a_row_without_params() {
         let err = task_from_row(0, json!({"input": "x"})).unwrap_err();
