@@ -8,6 +8,7 @@ mod faults;
 mod gym_agent;
 mod harness;
 mod llama;
+mod messages;
 mod net_faults;
 mod owners;
 mod reliability;

@@ -80,7 +80,7 @@ impl Player {
 
     async fn call(&mut self, party: Party, call: ToolCall) {
         let role = if party == Party::User { Role::User } else { Role::Assistant };
-        self.messages.push(Message { role, content: None, tool_calls: vec![call.clone()], tool_call_id: None });
+        self.messages.push(Message { tool_calls: vec![call.clone()], ..Message::empty(role) });
         let arguments: Value = serde_json::from_str(&call.arguments).unwrap();
         let started = Instant::now();
         let output = self.session.call(party, &call.name, &arguments).await.unwrap();

@@ -60,7 +60,8 @@ pub fn rewrite(messages: &[Message], tools: &[ToolSpec]) -> Vec<Message> {
                 }
             }
             Role::Tool => out.push(Message::user(format!("Tool result: {}", m.content_str()))),
-            _ => out.push(Message::text(m.role, m.content_str())),
+            // Other messages go as they are, with their image parts and reasoning.
+            _ => out.push(m.clone()),
         }
     }
     if !system_seen {

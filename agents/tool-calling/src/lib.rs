@@ -71,7 +71,9 @@ impl Agent for ToolCallingAgent {
             };
             let reply = self.client.chat(request).await?;
             let steps = view.messages.iter().filter(|m| m.role == Role::Assistant).count();
-            let message = json_mode::read(reply.message.content_str(), format!("call_{steps}"));
+            let mut message = json_mode::read(reply.message.content_str(), format!("call_{steps}"));
+            // The reasoning behind a JSON answer is the model's all the same: keep it.
+            message.reasoning = reply.message.reasoning;
             return Ok(AgentTurn { message, call: Some(reply.call) });
         }
         let request = ChatRequest {

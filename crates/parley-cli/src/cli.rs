@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use parley_runtime::EnvKind;
-use parley_runtime::settings::{AgentKind, AnswerMatch, BadRows, Split, ToolMode, UserKind};
+use parley_runtime::settings::{AgentKind, AnswerMatch, BadRows, ReasoningMode, Split, ToolMode, UserKind};
 use serde::Deserialize;
 
 /// Parley runs multi-turn, multi-step conversations between an LLM agent, a simulated user and
@@ -359,6 +359,11 @@ crate::settings::options! {
         /// The agent opens the conversation with this text when the task has no opening.
         #[arg(long, value_name = "TEXT")]
         pub greeting: Option<String>,
+        /// Whether the model's reasoning from earlier turns goes back to it [default: auto:
+        /// left out of Chat Completions requests, as vLLM and OpenAI expect]. `keep` sends it as
+        /// the field it came in, for endpoints whose template reads it. It is stored either way.
+        #[arg(long, value_enum, value_name = "MODE")]
+        pub reasoning: Option<ReasoningMode>,
 
         /// Who plays the user [default: none].
         #[arg(long, value_enum, value_name = "KIND", help_heading = "User simulation")]
@@ -462,6 +467,11 @@ pub struct StubArgs {
     /// under test, 1 leaves it more of the CPU: one thread answers thousands of requests a second.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Answer like a reasoning model: every answer carries a thought, in Chat Completions as
+    /// `reasoning_content`, `reasoning`, or `rotate` (the two in turn, step by step); on
+    /// `/v1/responses` always as a `reasoning` item with `encrypted_content`.
+    #[arg(long, value_name = "FIELD")]
+    pub reasoning: Option<parley_stub::StubReasoning>,
 }
 
 /// The environments whose tasks Parley can generate.

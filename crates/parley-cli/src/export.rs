@@ -151,8 +151,17 @@ pub async fn export(
     Ok(counts)
 }
 
+/// One message in the OpenAI chat fine-tuning form: content parts as Chat Completions parts, and
+/// the reasoning as `reasoning_content`, the field chat templates and trainers read, whichever
+/// field the endpoint wrote it in.
 fn chat_message(m: &parley_core::Message) -> Value {
     let mut v = json!({"role": m.role.as_str(), "content": m.content});
+    if !m.parts.is_empty() {
+        v["content"] = m.parts.iter().map(parley_core::Part::to_chat_json).collect();
+    }
+    if let Some(reasoning) = &m.reasoning {
+        v["reasoning_content"] = json!(reasoning.text);
+    }
     if !m.tool_calls.is_empty() {
         v["tool_calls"] = m
             .tool_calls

@@ -132,6 +132,7 @@ impl RunOptions {
             sampling: Sampling { temperature: o.temperature, top_p: o.top_p, max_tokens: o.max_tokens, seed: None },
             raw_calls: o.raw_calls.unwrap_or(true),
             tool_mode: o.tool_mode.unwrap_or_default(),
+            reasoning: o.reasoning.unwrap_or_default(),
             greeting: o.greeting,
             user: UserSettings {
                 kind: o.user.unwrap_or_default(),
@@ -214,7 +215,7 @@ mod tests {
              tool_mode = \"json\"\ngreeting = \"hi\"\nuser = \"scripted\"\nuser_model = \"um\"\nuser_temperature = 0.1\n\
              user_max_tokens = 5\nuser_seed = 11\nuser_persona = \"p\"\nmax_turns = 3\nstop_grace = 0\n\
              max_tool_output = 100\nmax_response_bytes = 1000\nshutdown_grace = 2\nbad_rows = \"skip\"\n\
-             answer_match = \"equals\"\nmcp_per_session = true\ngymnasium = true\n",
+             answer_match = \"equals\"\nmcp_per_session = true\ngymnasium = true\nreasoning = \"keep\"\n",
         )
         .unwrap();
         assert_eq!(s.num_tasks, Some(7));
@@ -222,6 +223,8 @@ mod tests {
         assert_eq!((s.session_timeout_secs, s.call_timeout_secs, s.shutdown_grace_secs), (12.5, 3.5, 2.0));
         assert!(!s.raw_calls && s.remote.mcp_per_session && s.remote.gymnasium);
         assert_eq!(s.tool_mode, parley_runtime::settings::ToolMode::Json);
+        assert_eq!(s.reasoning, parley_runtime::settings::ReasoningMode::Keep);
+        assert_eq!(s.endpoint("http://h:1/v1".into(), None).reasoning, parley_core::ReasoningReplay::Keep);
         assert_eq!(s.user.kind, parley_runtime::settings::UserKind::Scripted);
         assert_eq!(s.bad_rows, parley_runtime::settings::BadRows::Skip);
         assert_eq!(s.remote.answer_match, Some(parley_runtime::settings::AnswerMatch::Equals));
@@ -249,7 +252,7 @@ mod tests {
                     proptest::sample::select(vec![
                         "concurrency", "trials", "max_steps", "session_timeout", "call_timeout", "temperature",
                         "top_p", "env", "user", "tool_mode", "bad_rows", "max_tool_output", "shutdown_grace",
-                        "base_url", "stop_grace", "num_tasks",
+                        "base_url", "stop_grace", "num_tasks", "reasoning",
                     ]),
                     proptest::prop_oneof![
                         proptest::prelude::any::<i64>().prop_map(|n| n.to_string()),

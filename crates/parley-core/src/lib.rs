@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod deadline;
+pub mod content;
 pub mod environment;
 pub mod message;
 pub mod model;
@@ -23,6 +24,7 @@ pub mod view;
 
 pub use agent::{Agent, AgentFailure, AgentTurn, AgentView};
 pub use deadline::Deadline;
+pub use content::{Part, Reasoning, ReasoningReplay, ReasoningSpelling};
 pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
 pub use message::{Message, Role, ToolCall, ToolSpec};
 pub use model::{

@@ -1,7 +1,13 @@
-//! Messages, tool calls and tool specs, in the shape of OpenAI Chat Completions.
+//! Messages, tool calls and tool specs, in the shape of OpenAI Chat Completions, with the two
+//! things models and datasets write beside plain text: content parts (images, audio, and parts
+//! of types Parley does not know) and the model's reasoning.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use crate::content::{Part, Reasoning, ReasoningSpelling};
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -44,21 +50,47 @@ pub struct ToolCall {
 }
 
 /// One message of a transcript.
+///
+/// Its content is either plain text (`content`, the usual case, and `parts` empty) or a list of
+/// parts (`parts`, and `content` `None`) when it holds anything but text: an image, audio, or a
+/// part of a type Parley does not know. A list of text parts only is read as its joined text,
+/// so text-only code never meets parts; [`Message::text_content`] gives the text of either.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub role: Role,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// The content as parts, in order, text parts included; empty for a text message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     /// For a tool result: the id of the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// What a reasoning model thought before it answered; assistant messages only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
 }
 
 impl Message {
+    /// A message of `role` with no content yet: the base the constructors fill in.
+    pub fn empty(role: Role) -> Message {
+        Message { role, content: None, parts: Vec::new(), tool_calls: Vec::new(), tool_call_id: None, reasoning: None }
+    }
+
     pub fn text(role: Role, content: impl Into<String>) -> Message {
-        Message { role, content: Some(content.into()), tool_calls: Vec::new(), tool_call_id: None }
+        Message { content: Some(content.into()), ..Message::empty(role) }
+    }
+
+    /// A message written as content parts. Parts that are all text become a text message (their
+    /// text joined), so a dataset that wraps every text in a part reads like one that does not.
+    pub fn with_parts(role: Role, parts: Vec<Part>) -> Message {
+        if parts.iter().all(|p| matches!(p, Part::Text { .. })) {
+            let text: String = parts.iter().filter_map(Part::as_text).collect();
+            return Message::text(role, text);
+        }
+        Message { parts, ..Message::empty(role) }
     }
 
     pub fn system(content: impl Into<String>) -> Message {
@@ -74,20 +106,35 @@ impl Message {
     }
 
     pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Message {
-        Message {
-            role: Role::Tool,
-            content: Some(content.into()),
-            tool_calls: Vec::new(),
-            tool_call_id: Some(call_id.into()),
-        }
+        Message { tool_call_id: Some(call_id.into()), ..Message::text(Role::Tool, content) }
     }
 
     pub fn assistant_calls(content: Option<String>, tool_calls: Vec<ToolCall>) -> Message {
-        Message { role: Role::Assistant, content, tool_calls, tool_call_id: None }
+        Message { content, tool_calls, ..Message::empty(Role::Assistant) }
     }
 
+    /// A user message that made tool calls (dual control).
+    pub fn user_calls(tool_calls: Vec<ToolCall>) -> Message {
+        Message { tool_calls, ..Message::empty(Role::User) }
+    }
+
+    /// The text of a text message (empty for one written as parts: see [`Message::text_content`]).
     pub fn content_str(&self) -> &str {
         self.content.as_deref().unwrap_or("")
+    }
+
+    /// The message's text, whichever way it was written: `content`, or its text parts joined.
+    pub fn text_content(&self) -> Cow<'_, str> {
+        if self.parts.is_empty() {
+            return Cow::Borrowed(self.content_str());
+        }
+        Cow::Owned(self.parts.iter().filter_map(Part::as_text).collect())
+    }
+
+    /// What is wrong with the message's parts (unknown types, broken data URLs), one line per
+    /// part, for a warning. The parts are kept as given either way.
+    pub fn part_problems(&self) -> Vec<String> {
+        self.parts.iter().enumerate().filter_map(|(i, p)| p.problem().map(|why| format!("part {i}: {why}"))).collect()
     }
 }
 

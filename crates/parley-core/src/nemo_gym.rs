@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use crate::content::{Part, Reasoning};
 use crate::message::{Message, Role, ToolCall, ToolSpec};
 use crate::task::Task;
 
@@ -28,6 +29,7 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
             for (i, item) in items.iter().enumerate() {
                 messages.push(message_from_item(item).map_err(|e| RowError(format!("input item {i}: {e}")))?);
             }
+            messages = attach_reasoning(messages);
         }
         _ => {
             return Err(RowError("`responses_create_params.input` must be a string or a list of items".into()));
@@ -54,6 +56,12 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
 
 fn message_from_item(item: &Value) -> Result<Message, String> {
     match item.get("type").and_then(Value::as_str) {
+        // A prior turn's reasoning, kept with the assistant message that follows it (see
+        // `task_from_row`'s caller); it is carried here as an assistant message of its own.
+        Some("reasoning") => {
+            let reasoning = Reasoning::from_responses_items(vec![item.clone()]);
+            return Ok(Message { reasoning, ..Message::empty(Role::Assistant) });
+        }
         Some("function_call") => {
             let call = ToolCall {
                 id: str_field(item, "call_id")?.to_owned(),
@@ -69,14 +77,46 @@ fn message_from_item(item: &Value) -> Result<Message, String> {
     }
     let role = item.get("role").and_then(Value::as_str).ok_or("an input message needs a `role`")?;
     let role = Role::parse(role).ok_or_else(|| format!("unknown role `{role}`"))?;
-    let content = match item.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => {
-            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("")
+    // Text parts become plain text; a row with an image or audio part keeps every part, and a
+    // part of a type Parley does not know is kept raw rather than dropped.
+    Ok(match item.get("content") {
+        Some(Value::String(s)) => Message::text(role, s.clone()),
+        Some(content @ Value::Array(_)) => Message::with_parts(role, Part::list_from_json(content)),
+        _ => Message::text(role, String::new()),
+    })
+}
+
+/// Joins each reasoning-only assistant message read from a row onto the assistant message after
+/// it, where the reasoning belongs (Responses lists reasoning as an item before the answer).
+fn attach_reasoning(messages: Vec<Message>) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::with_capacity(messages.len());
+    let mut pending: Option<Reasoning> = None;
+    for mut m in messages {
+        let reasoning_only =
+            m.role == Role::Assistant && m.content.is_none() && m.parts.is_empty() && m.tool_calls.is_empty();
+        if reasoning_only && let Some(r) = m.reasoning.take() {
+            pending = Some(match pending.take() {
+                Some(mut before) => {
+                    before.items.extend(r.items);
+                    before.text = [before.text, r.text].join("\n");
+                    before
+                }
+                None => r,
+            });
+            continue;
         }
-        _ => String::new(),
-    };
-    Ok(Message::text(role, content))
+        if m.role == Role::Assistant
+            && let Some(r) = pending.take()
+        {
+            m.reasoning = Some(r);
+        }
+        out.push(m);
+    }
+    // Reasoning with no answer after it stays an assistant message of its own.
+    if let Some(r) = pending {
+        out.push(Message { reasoning: Some(r), ..Message::empty(Role::Assistant) });
+    }
+    out
 }
 
 fn str_field<'a>(item: &'a Value, key: &str) -> Result<&'a str, String> {
@@ -89,10 +129,23 @@ pub fn output_items(messages: &[Message]) -> Vec<Value> {
     for (i, m) in messages.iter().enumerate() {
         match m.role {
             Role::Assistant => {
-                if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty() || m.tool_calls.is_empty()) {
+                // Reasoning comes first, as a Responses model writes it: the provider's own items
+                // when it gave them (with their `encrypted_content`), else one made from the text.
+                if let Some(reasoning) = &m.reasoning {
+                    items.extend(reasoning.responses_items(&format!("rs_{i}")));
+                }
+                let content: Option<Vec<Value>> = if m.parts.is_empty() {
+                    m.content
+                        .as_deref()
+                        .filter(|t| !t.is_empty() || (m.tool_calls.is_empty() && m.reasoning.is_none()))
+                        .map(|text| vec![json!({"type": "output_text", "text": text, "annotations": []})])
+                } else {
+                    Some(m.parts.iter().map(|p| p.to_responses_json(true)).collect())
+                };
+                if let Some(content) = content {
                     items.push(json!({
                         "type": "message", "role": "assistant", "id": format!("msg_{i}"), "status": "completed",
-                        "content": [{"type": "output_text", "text": text, "annotations": []}],
+                        "content": content,
                     }));
                 }
                 for call in &m.tool_calls {
@@ -107,11 +160,20 @@ pub fn output_items(messages: &[Message]) -> Vec<Value> {
                 "call_id": m.tool_call_id.as_deref().unwrap_or_default(),
                 "output": m.content_str(),
             })),
-            Role::User => items.push(json!({"type": "message", "role": "user", "content": m.content_str()})),
-            Role::System => items.push(json!({"type": "message", "role": "system", "content": m.content_str()})),
+            Role::User | Role::System => items.push(json!({"type": "message", "role": m.role.as_str(),
+                "content": responses_content(m)})),
         }
     }
     items
+}
+
+/// A user or system message's Responses `content`: its text, or its parts as input parts
+/// (`input_text`, `input_image`, `input_audio`).
+pub fn responses_content(m: &Message) -> Value {
+    if m.parts.is_empty() {
+        return Value::from(m.content_str());
+    }
+    Value::Array(m.parts.iter().map(|p| p.to_responses_json(false)).collect())
 }
 
 /// A `NeMoGymResponse` for a finished session: the produced items and the summed usage.
@@ -131,6 +193,8 @@ pub fn response_object(model: &str, produced: &[Message], usage: crate::model::U
             "output_tokens": usage.completion_tokens,
             "total_tokens": usage.total(),
             "input_tokens_details": {"cached_tokens": 0},
+            // Endpoints report reasoning tokens inside the completion tokens, and Parley does not
+            // count them apart.
             "output_tokens_details": {"reasoning_tokens": 0},
         },
     })
@@ -177,6 +241,71 @@ mod tests {
         assert_eq!(task.messages, vec![Message::system("sys"), Message::user("hi")]);
         assert_eq!(task.tools[0].name, "get_synonym_value");
         assert!(task.tools[0].strict);
+    }
+
+    #[test]
+    fn a_row_with_an_image_keeps_every_part_and_prior_reasoning() {
+        let image = "data:image/png;base64,iVBORw0KGgo=";
+        let row = json!({"responses_create_params": {"input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "what is this?"},
+                {"type": "input_image", "image_url": image, "detail": "low"}, {"type": "hologram"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "a png"}],
+                "encrypted_content": "gAAA"},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "A pixel."}]},
+            {"role": "user", "content": "thanks"}]}});
+        let task = task_from_row(0, row).unwrap();
+        assert_eq!(task.messages.len(), 3);
+        let user = &task.messages[0];
+        assert_eq!(user.parts[1], Part::Image { url: image.into(), detail: Some("low".into()) });
+        assert_eq!(user.text_content(), "what is this?");
+        assert_eq!(user.part_problems().len(), 1);
+        let answer = &task.messages[1];
+        assert_eq!((answer.content_str(), answer.reasoning.as_ref().unwrap().text.as_str()), ("A pixel.", "a png"));
+        // Written back, the reasoning item and the image part are what the row held.
+        let items = output_items(&task.messages);
+        assert_eq!(items[0]["content"][1], json!({"type": "input_image", "image_url": image, "detail": "low"}));
+        assert_eq!(items[1]["encrypted_content"], "gAAA");
+        assert_eq!(items[2]["content"][0]["text"], "A pixel.");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// A row whose input items hold any content and any item types reads as a task or a
+        /// reason, and the task's messages write back as Responses items, never a panic.
+        #[test]
+        fn any_row_content_reads_and_writes_back(
+            contents in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::prelude::Just(json!("text")),
+                    proptest::prelude::Just(json!(null)),
+                    proptest::prelude::Just(json!([{"type": "input_image", "image_url": "data:image/png;base64,@"}])),
+                    proptest::prelude::Just(json!([{"type": "input_image"}, {"type": "input_audio", "input_audio": {}}])),
+                    proptest::prelude::Just(json!({"type": "input_text", "text": "x"})),
+                    proptest::prelude::Just(json!(7)),
+                ],
+                0..5,
+            ),
+            kinds in proptest::collection::vec(
+                proptest::sample::select(vec!["user", "assistant", "reasoning", "system", "alien"]),
+                5,
+            ),
+        ) {
+            let input: Vec<Value> = contents
+                .into_iter()
+                .zip(kinds)
+                .map(|(content, kind)| match kind {
+                    "reasoning" => json!({"type": "reasoning", "summary": content}),
+                    role => json!({"role": role, "content": content}),
+                })
+                .collect();
+            if let Ok(task) = task_from_row(0, json!({"responses_create_params": {"input": input}})) {
+                let _ = output_items(&task.messages);
+                for m in &task.messages {
+                    let _ = (m.text_content(), m.part_problems());
+                }
+            }
+        }
     }
 
     #[test]

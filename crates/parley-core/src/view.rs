@@ -55,7 +55,7 @@ pub fn agent_view(messages: &[Message]) -> Cow<'_, [Message]> {
         .filter_map(|m| {
             if m.role == Role::User && !m.tool_calls.is_empty() {
                 // Text the user wrote beside its calls still reaches the agent.
-                m.content.as_deref().filter(|t| !t.is_empty()).map(Message::user)
+                Some(m.text_content()).filter(|t| !t.is_empty()).map(|t| Message::user(t.into_owned()))
             } else {
                 Some(m.clone())
             }
@@ -65,7 +65,7 @@ pub fn agent_view(messages: &[Message]) -> Cow<'_, [Message]> {
 }
 
 /// The transcript as the user sees it: the agent's text and the user's own messages, calls and
-/// results; never system prompts, the agent's tool calls or their results.
+/// results; never system prompts, the agent's reasoning, its tool calls or their results.
 pub fn user_view(messages: &[Message]) -> Vec<Message> {
     let user_calls = user_call_ids(messages);
     messages
@@ -74,7 +74,10 @@ pub fn user_view(messages: &[Message]) -> Vec<Message> {
             Role::System => None,
             Role::User => Some(m.clone()),
             Role::Tool => answers_user(m, &user_calls).then(|| m.clone()),
-            Role::Assistant => m.content.as_deref().filter(|t| !t.is_empty()).map(Message::assistant),
+            // A new message with the text alone: the reasoning and any parts stay with the agent.
+            Role::Assistant => {
+                Some(m.text_content()).filter(|t| !t.is_empty()).map(|t| Message::assistant(t.into_owned()))
+            }
         })
         .collect()
 }
@@ -95,7 +98,7 @@ mod tests {
             Message::assistant_calls(Some("Let me look.".into()), vec![call("a1")]),
             Message::tool_result("a1", "line active"),
             Message::assistant("Please turn airplane mode off."),
-            Message { role: Role::User, content: None, tool_calls: vec![call("u1")], tool_call_id: None },
+            Message::user_calls(vec![call("u1")]),
             Message::tool_result("u1", "airplane mode off"),
             Message::user("Done, it works."),
         ]
@@ -123,5 +126,15 @@ mod tests {
         assert_eq!(roles, [Role::User, Role::Assistant, Role::Assistant, Role::User, Role::Tool, Role::User]);
         assert_eq!(view[1], Message::assistant("Let me look."));
         assert!(view.iter().all(|m| m.tool_call_id.as_deref() != Some("a1")));
+    }
+
+    #[test]
+    fn the_user_never_sees_the_agents_reasoning() {
+        let mut thinking = Message::assistant("The answer is 4.");
+        thinking.reasoning = Some(crate::Reasoning { text: "2 + 2 is 4".into(), ..Default::default() });
+        let view = user_view(&[Message::user("2 + 2?"), thinking.clone()]);
+        assert_eq!(view[1], Message::assistant("The answer is 4."));
+        assert!(view.iter().all(|m| m.reasoning.is_none()));
+        assert_eq!(agent_view(&[thinking.clone()])[0], thinking);
     }
 }

@@ -402,7 +402,7 @@ fn restore(state: &mut State<'_>, prior: &Prior, produced_from: usize) {
     state.usage = prior.usage;
     // A committed user stop with the agent still to answer means the grace turn was under way.
     if let Some(last) = state.messages.last().filter(|m| m.role == Role::User) {
-        state.stopping = UserStop::find(last.content_str());
+        state.stopping = UserStop::find(&last.text_content());
         if state.stopping.is_some() {
             state.grace = state.grace.saturating_sub(1);
         }

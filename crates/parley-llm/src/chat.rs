@@ -11,7 +11,9 @@ use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use async_trait::async_trait;
-use parley_core::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson};
+use parley_core::{
+    ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningReplay,
+};
 use parley_http::{
     Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, excerpt, excerpt_bytes, secrets,
 };
@@ -38,6 +40,8 @@ pub struct EndpointConfig {
     pub max_concurrency: usize,
     /// Bytes of one response body read at most; a larger answer fails the attempt.
     pub max_response_bytes: usize,
+    /// Whether earlier turns' reasoning goes back to the endpoint.
+    pub reasoning: ReasoningReplay,
 }
 
 impl Default for EndpointConfig {
@@ -49,6 +53,7 @@ impl Default for EndpointConfig {
             max_retries: 3,
             max_concurrency: 256,
             max_response_bytes: 16 << 20,
+            reasoning: ReasoningReplay::default(),
         }
     }
 }
@@ -70,6 +75,7 @@ pub enum ClientConfigError {
 pub struct ChatClient {
     client: Client<OpenAIConfig>,
     endpoint: Arc<str>,
+    reasoning: ReasoningReplay,
 }
 
 impl std::fmt::Debug for ChatClient {
@@ -105,7 +111,7 @@ impl ChatClient {
             .layer(WholeBodyLayer { limit: config.max_response_bytes })
             .service(ReqwestService::new(http.clone()));
         let client = Client::build(http, openai).with_http_service(service);
-        Ok(ChatClient { client, endpoint: base.into() })
+        Ok(ChatClient { client, endpoint: base.into(), reasoning: config.reasoning })
     }
 
     /// Sends the body's bytes as they are and takes the answer as text: the stack checks that it
@@ -123,7 +129,7 @@ impl ModelClient for ChatClient {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
-        let body = wire::request_body(&request);
+        let body = wire::request_body(&request, self.reasoning);
         let started = Instant::now();
         // Every kind of failed attempt, a 200 that is not a completion included, is retried by
         // the one policy inside the stack, within one budget.

@@ -1,7 +1,7 @@
 //! The Chat Completions wire format: requests built from borrowed transcripts, replies read
 //! from whatever the endpoint sent.
 
-use parley_core::{ChatRequest, Message, RawJson, Role, ToolCall, ToolSpec, Usage};
+use parley_core::{ChatRequest, Message, Part, RawJson, Reasoning, ReasoningReplay, Role, ToolCall, ToolSpec, Usage};
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
@@ -9,11 +9,15 @@ use serde_json::Value;
 /// The request body, serialized once, straight from the borrowed transcript: no JSON tree is
 /// built. Keys are written in sorted order, as a `serde_json::Value` would write them, so the
 /// bytes (and a stub's answers that depend on them) are what they have always been.
-pub(crate) fn request_body(request: &ChatRequest<'_>) -> RawJson {
+///
+/// `replay` decides whether earlier assistant turns carry their reasoning. Each message is
+/// written the same way on every turn, so a request is the previous one plus its new messages,
+/// which the store's request deltas rely on.
+pub(crate) fn request_body(request: &ChatRequest<'_>, replay: ReasoningReplay) -> RawJson {
     let sampling = request.sampling;
     let body = Body {
         max_tokens: sampling.max_tokens,
-        messages: Seq(request.messages),
+        messages: Messages(request.messages, replay),
         model: request.model,
         response_format: request.response_format,
         seed: sampling.seed,
@@ -29,7 +33,7 @@ pub(crate) fn request_body(request: &ChatRequest<'_>) -> RawJson {
 struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
-    messages: Seq<'a, Message>,
+    messages: Messages<'a>,
     model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<&'a Value>,
@@ -58,11 +62,39 @@ where
 /// One item in its Chat Completions form.
 struct Wire<'a, T>(&'a T);
 
-impl Serialize for Wire<'_, Message> {
+/// The transcript, each message with or without its reasoning as `replay` says.
+struct Messages<'a>(&'a [Message], ReasoningReplay);
+
+impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let m = self.0;
+        serializer.collect_seq(self.0.iter().map(|m| ChatMessage(m, self.1)))
+    }
+}
+
+struct ChatMessage<'a>(&'a Message, ReasoningReplay);
+
+/// A message's content parts in their Chat Completions form.
+struct Parts<'a>(&'a [Part]);
+
+impl Serialize for Parts<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(Part::to_chat_json))
+    }
+}
+
+impl Serialize for ChatMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ChatMessage(m, replay) = *self;
         let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("content", &m.content)?;
+        if m.parts.is_empty() {
+            map.serialize_entry("content", &m.content)?;
+        } else {
+            map.serialize_entry("content", &Parts(&m.parts))?;
+        }
+        // Keys stay in sorted order: `reasoning` and `reasoning_content` sort before `role`.
+        if let Some(reasoning) = m.reasoning.as_ref().filter(|r| replay.sends(r, false)) {
+            map.serialize_entry(reasoning.spelling.chat_field(), &reasoning.text)?;
+        }
         map.serialize_entry("role", m.role.as_str())?;
         if let Some(id) = &m.tool_call_id {
             map.serialize_entry("tool_call_id", id)?;
@@ -114,10 +146,16 @@ impl Serialize for Wire<'_, ToolSpec> {
 pub(crate) fn parse_reply(body: &Value) -> Result<(Message, Option<String>, Usage), String> {
     let choice = body.get("choices").and_then(|c| c.get(0)).ok_or("the response has no `choices[0]`")?;
     let message = choice.get("message").ok_or("`choices[0]` has no `message`")?;
-    let content = match message.get("content") {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Null) | None => None,
-        Some(other) => Some(other.to_string()),
+    // A list of parts is kept as parts (text-only lists become text); any other value is kept
+    // as its JSON text, as before.
+    let (content, parts) = match message.get("content") {
+        Some(Value::String(s)) => (Some(s.clone()), Vec::new()),
+        Some(Value::Null) | None => (None, Vec::new()),
+        Some(list @ Value::Array(_)) => {
+            let m = Message::with_parts(Role::Assistant, Part::list_from_json(list));
+            (m.content, m.parts)
+        }
+        Some(other) => (Some(other.to_string()), Vec::new()),
     };
     let mut tool_calls = Vec::new();
     if let Some(Value::Array(calls)) = message.get("tool_calls") {
@@ -141,7 +179,8 @@ pub(crate) fn parse_reply(body: &Value) -> Result<(Message, Option<String>, Usag
         prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
         completion_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
     });
-    Ok((Message { role: Role::Assistant, content, tool_calls, tool_call_id: None }, finish_reason, usage))
+    let reasoning = Reasoning::from_chat_message(message);
+    Ok((Message { content, parts, tool_calls, reasoning, ..Message::empty(Role::Assistant) }, finish_reason, usage))
 }
 
 #[cfg(test)]
@@ -226,7 +265,7 @@ mod tests {
         {
             let request =
                 ChatRequest { model: "m", messages: &messages, tools, sampling: &sampling, response_format: format };
-            assert_eq!(request_body(&request).get(), request_json(&request).to_string());
+            assert_eq!(request_body(&request, ReasoningReplay::Auto).get(), request_json(&request).to_string());
         }
     }
 
@@ -239,13 +278,10 @@ mod tests {
         ];
         let tools = [ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}), strict: false }];
         let sampling = Sampling { temperature: Some(0.5), seed: Some(9), ..Sampling::default() };
-        let body = request_body(&ChatRequest {
-            model: "m",
-            messages: &messages,
-            tools: &tools,
-            sampling: &sampling,
-            response_format: None,
-        })
+        let body = request_body(
+            &ChatRequest { model: "m", messages: &messages, tools: &tools, sampling: &sampling, response_format: None },
+            ReasoningReplay::Auto,
+        )
         .to_value();
         assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["name"], "f");
         assert_eq!(body["messages"][2]["tool_call_id"], "c");
@@ -280,6 +316,11 @@ mod tests {
             Just("usage".to_owned()),
             Just("prompt_tokens".to_owned()),
             Just("finish_reason".to_owned()),
+            Just("reasoning".to_owned()),
+            Just("reasoning_content".to_owned()),
+            Just("type".to_owned()),
+            Just("text".to_owned()),
+            Just("image_url".to_owned()),
             "[a-z]{1,8}",
         ];
         let leaf = prop_oneof![
@@ -309,6 +350,51 @@ mod tests {
                 Err(why) => proptest::prop_assert!(!why.is_empty()),
             }
         }
+    }
+
+    #[test]
+    fn reasoning_is_read_in_either_spelling_and_sent_back_as_configured() {
+        for field in ["reasoning_content", "reasoning"] {
+            let body = json!({"choices": [{"message": {"role": "assistant", "content": "4", field: "2 + 2"}}]});
+            let (m, _, _) = parse_reply(&body).unwrap();
+            assert_eq!(m.reasoning.as_ref().unwrap().text, "2 + 2");
+            let messages = [Message::user("2 + 2?"), m, Message::user("and 3 + 3?")];
+            let sampling = Sampling::default();
+            let request =
+                ChatRequest { model: "m", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
+            let sent = |replay| request_body(&request, replay).to_value()["messages"][1].clone();
+            assert_eq!(sent(ReasoningReplay::Keep)[field], "2 + 2", "{field}");
+            assert_eq!(sent(ReasoningReplay::Keep)["content"], "4");
+            for replay in [ReasoningReplay::Auto, ReasoningReplay::Drop] {
+                assert_eq!(sent(replay), json!({"role": "assistant", "content": "4"}), "{field} {replay:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn content_parts_go_out_in_the_chat_form_and_come_back() {
+        let image = "data:image/png;base64,iVBORw0KGgo=";
+        let user = Message::with_parts(
+            Role::User,
+            vec![
+                Part::Text { text: "what is this?".into() },
+                Part::Image { url: image.into(), detail: None },
+                Part::Raw { value: json!({"type": "hologram", "x": 1}) },
+            ],
+        );
+        let sampling = Sampling::default();
+        let messages = [user];
+        let request =
+            ChatRequest { model: "m", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
+        let body = request_body(&request, ReasoningReplay::Auto).to_value();
+        assert_eq!(
+            body["messages"][0]["content"],
+            json!([{"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": image}}, {"type": "hologram", "x": 1}])
+        );
+        let reply = json!({"choices": [{"message": {"role": "assistant",
+            "content": [{"type": "text", "text": "a "}, {"type": "text", "text": "pixel"}]}}]});
+        assert_eq!(parse_reply(&reply).unwrap().0.content.as_deref(), Some("a pixel"));
     }
 
     #[test]

@@ -13,7 +13,9 @@ pub mod wire;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use parley_core::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson};
+use parley_core::{
+    ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningReplay,
+};
 use serde_json::Value;
 
 use crate::error::RemoteError;
@@ -30,6 +32,8 @@ pub struct ResponsesConfig {
     pub timeout: Duration,
     pub max_retries: u32,
     pub max_concurrency: usize,
+    /// Whether earlier turns' reasoning items go back to the endpoint.
+    pub reasoning: ReasoningReplay,
 }
 
 impl Default for ResponsesConfig {
@@ -40,6 +44,7 @@ impl Default for ResponsesConfig {
             timeout: Duration::from_secs(120),
             max_retries: 3,
             max_concurrency: 256,
+            reasoning: ReasoningReplay::default(),
         }
     }
 }
@@ -48,6 +53,7 @@ impl Default for ResponsesConfig {
 #[derive(Debug, Clone)]
 pub struct ResponsesClient {
     server: HttpServer,
+    reasoning: ReasoningReplay,
 }
 
 impl ResponsesClient {
@@ -68,7 +74,7 @@ impl ResponsesClient {
             ..ServerOptions::default()
         };
         let server = HttpServer::with_bearer("responses endpoint", &config.base_url, &options, key.as_deref())?;
-        Ok(ResponsesClient { server })
+        Ok(ResponsesClient { server, reasoning: config.reasoning })
     }
 }
 
@@ -79,7 +85,7 @@ impl ModelClient for ResponsesClient {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
-        let body = wire::request_json(&request);
+        let body = wire::request_json(&request, self.reasoning);
         let started = Instant::now();
         let mut call =
             ModelCall { endpoint: self.endpoint().to_owned(), request: RawJson::from(&body), ..ModelCall::default() };

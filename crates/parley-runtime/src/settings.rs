@@ -65,6 +65,9 @@ pub struct RunSettings {
     pub shutdown_grace_secs: f64,
     #[serde(default)]
     pub bad_rows: BadRows,
+    /// Whether earlier turns' reasoning goes back to the model.
+    #[serde(default)]
+    pub reasoning: ReasoningMode,
 }
 
 /// The values a setting takes when neither a flag nor the settings file gives it.
@@ -202,6 +205,33 @@ pub enum UserKind {
     Replay,
     /// You, on the terminal or through a pipe.
     Human,
+}
+
+/// Whether the model's reasoning from earlier turns is sent back on later ones. It is stored
+/// with every message either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningMode {
+    /// What vLLM and OpenAI expect: left out of Chat Completions requests; sent back to a
+    /// Responses endpoint that gave it as `encrypted_content`.
+    #[default]
+    Auto,
+    /// Always sent back (`reasoning_content`, or `reasoning` when the endpoint wrote that),
+    /// for endpoints whose chat template reads it.
+    Keep,
+    /// Never sent back.
+    Drop,
+}
+
+impl From<ReasoningMode> for parley_core::ReasoningReplay {
+    fn from(mode: ReasoningMode) -> parley_core::ReasoningReplay {
+        match mode {
+            ReasoningMode::Auto => parley_core::ReasoningReplay::Auto,
+            ReasoningMode::Keep => parley_core::ReasoningReplay::Keep,
+            ReasoningMode::Drop => parley_core::ReasoningReplay::Drop,
+        }
+    }
 }
 
 /// What a task file's unreadable rows do.
@@ -385,6 +415,7 @@ impl RunSettings {
             max_retries: self.max_retries,
             max_concurrency: self.endpoint_concurrency,
             max_response_bytes: self.max_response_bytes,
+            reasoning: self.reasoning.into(),
         }
     }
 

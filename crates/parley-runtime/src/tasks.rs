@@ -36,6 +36,9 @@ pub enum TaskSource {
 pub struct FileCheck {
     /// `file:line: why` for every row that cannot be read.
     pub bad: Vec<String>,
+    /// `file:line: message i: part j: why` for every content part that may not reach the model
+    /// as meant (an unknown type, a broken data URL). Such rows run, their parts kept as given.
+    pub warnings: Vec<String>,
 }
 
 impl TaskSource {
@@ -59,7 +62,14 @@ impl TaskSource {
                 break;
             }
             match row.and_then(|row| parse(good, row, multi_step)) {
-                Ok(_) => good += 1,
+                Ok(task) => {
+                    good += 1;
+                    for (i, m) in task.messages.iter().enumerate() {
+                        for problem in m.part_problems() {
+                            check.warnings.push(format!("{}:{line}: message {i}: {problem}", path.display()));
+                        }
+                    }
+                }
                 Err(why) => {
                     skip.push(line);
                     check.bad.push(format!("{}:{line}: {why}", path.display()));

@@ -8,6 +8,10 @@
 //! {"messages": [<the new messages>], "model": "m", ..., "parley_delta": {"base": 4, "same": ["tools"]}}
 //! ```
 //!
+//! A Responses request carries its transcript in `input` instead; its marker then names the list,
+//! `"parley_delta": {"base": 4, "same": [], "list": "input"}`, and `input` is read wherever
+//! `messages` is said below.
+//!
 //! Reconstruction (see [`reconstruct`]): take the request stored at seq `base` of the same session
 //! (reconstructed the same way first), append this row's `messages` to its `messages`, take the
 //! keys listed in `same` from it, and every other key from this row; drop `parley_delta`. The
@@ -70,7 +74,8 @@ impl Deltas {
                 last.remove(&key);
                 continue;
             };
-            let Some(messages) = fields.get("messages").map(|m| m.get()).filter(|m| m.ends_with(']')) else {
+            let list = if fields.contains_key("messages") { "messages" } else { "input" };
+            let Some(messages) = fields.get(list).map(|m| m.get()).filter(|m| m.ends_with(']')) else {
                 last.remove(&key);
                 continue;
             };
@@ -79,7 +84,7 @@ impl Deltas {
             let (delta, open_hash) = match last.get(&key) {
                 Some(prev) if open.is_char_boundary(prev.open_len) => {
                     let (same, whole) = extends(open, prev.open_len, prev.open_hash);
-                    (same.then(|| delta(&fields, &open[prev.open_len..], prev, tools_hash)), whole)
+                    (same.then(|| delta(&fields, list, &open[prev.open_len..], prev, tools_hash)), whole)
                 }
                 _ => (None, hash(open)),
             };
@@ -102,6 +107,7 @@ impl Deltas {
 /// `messages` (empty, or `,` and the new messages).
 fn delta(
     fields: &BTreeMap<&str, &RawValue>,
+    list: &str,
     rest: &str,
     prev: &Last,
     tools_hash: Option<u64>,
@@ -116,7 +122,7 @@ fn delta(
         // Keys come out of a JSON object as they were written there: plain, or escaped.
         out.push_str(&serde_json::to_string(key)?);
         out.push(':');
-        if *key == "messages" {
+        if *key == list {
             out.push('[');
             out.push_str(rest.strip_prefix(',').unwrap_or(rest));
             out.push(']');
@@ -127,7 +133,11 @@ fn delta(
     }
     let same: &[&str] = if same_tools { &["tools"] } else { &[] };
     out.push_str(&format!("\"{DELTA_KEY}\":"));
-    out.push_str(&serde_json::to_string(&serde_json::json!({"base": prev.seq, "same": same}))?);
+    let mut marker = serde_json::json!({"base": prev.seq, "same": same});
+    if list != "messages" {
+        marker["list"] = serde_json::json!(list);
+    }
+    out.push_str(&serde_json::to_string(&marker)?);
     out.push('}');
     RawJson::from_string(out)
 }
@@ -143,9 +153,10 @@ pub fn reconstruct(stored: &Value, by_seq: &impl Fn(u32) -> Option<Value>) -> Op
     for key in marker.get("same").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
         out.insert(key.to_owned(), base.get(key)?.clone());
     }
-    let mut messages = base.get("messages")?.as_array()?.clone();
-    messages.extend(out.get("messages").and_then(Value::as_array).cloned().unwrap_or_default());
-    out.insert("messages".into(), Value::Array(messages));
+    let list = marker.get("list").and_then(Value::as_str).unwrap_or("messages");
+    let mut messages = base.get(list)?.as_array()?.clone();
+    messages.extend(out.get(list).and_then(Value::as_array).cloned().unwrap_or_default());
+    out.insert(list.into(), Value::Array(messages));
     Some(Value::Object(out))
 }
 
@@ -197,6 +208,25 @@ mod tests {
         for (seq, _, request) in &requests {
             assert_eq!(reconstruct(&stored[seq], &by_seq).as_ref(), Some(request), "seq {seq}");
         }
+        // Responses requests grow their `input` list the same way.
+        let item = |i: u32| {
+            json!({"type": "message", "role": "user", "content": [{"type": "input_image",
+            "image_url": format!("data:image/png;base64,{}", "A".repeat(4 * i as usize + 4))}]})
+        };
+        let responses = vec![
+            (20, json!({"model": "r", "input": [item(0)], "store": false})),
+            (22, json!({"model": "r", "input": [item(0), item(1)], "store": false})),
+        ];
+        for (seq, request) in &responses {
+            let mut t = turn(*seq, Role::Assistant, request.clone());
+            deltas.encode(2, &mut t, false);
+            stored.insert(*seq, t.messages[0].call.as_ref().unwrap().request.to_value());
+        }
+        assert_eq!(stored[&22][DELTA_KEY], json!({"base": 20, "same": [], "list": "input"}));
+        assert_eq!(stored[&22]["input"], json!([item(1)]), "the first item is not stored again");
+        let by_seq = |seq: u32| stored.get(&seq).cloned();
+        assert_eq!(reconstruct(&stored[&22], &by_seq).as_ref(), Some(&responses[1].1));
+        deltas.forget(2);
         // A finished session is forgotten.
         deltas.encode(1, &mut TurnRecord::default(), true);
         assert!(deltas.last.lock().unwrap().is_empty());

@@ -136,8 +136,9 @@ impl SqliteStore {
                     .map_err(&error)?
                     .ok_or_else(|| StoreError::NotFound(format!("session {source}")))?;
                     const COPIES: [&str; 3] = [
-                        "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id)
-                         SELECT ?, seq, role, content, tool_calls, tool_call_id FROM messages
+                        "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts,
+                                               reasoning)
+                         SELECT ?, seq, role, content, tool_calls, tool_call_id, parts, reasoning FROM messages
                          WHERE session_id = ? AND seq < ?",
                         "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens,
                                                   completion_tokens, latency_ms, attempts, error)

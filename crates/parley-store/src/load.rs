@@ -162,7 +162,8 @@ impl SqliteStore {
         let pool = self.pool();
         let at = |table| (self, table, session);
         let rows = sqlx::query(
-            "SELECT seq, role, content, tool_calls, tool_call_id FROM messages WHERE session_id = ? ORDER BY seq",
+            "SELECT seq, role, content, tool_calls, tool_call_id, parts, reasoning FROM messages
+             WHERE session_id = ? ORDER BY seq",
         )
         .bind(session)
         .fetch_all(pool)
@@ -186,12 +187,27 @@ impl SqliteStore {
                 })?,
                 None => Vec::new(),
             };
+            let damaged = |name: &str, e: serde_json::Error| {
+                self.damaged(&format!("column `{name}` of table `messages` for session {session} (seq {seq})"), &e)
+            };
+            let parts_json: Option<String> = column(row, get("parts"))?;
+            let reasoning_json: Option<String> = column(row, get("reasoning"))?;
+            let parts = match parts_json {
+                Some(json) => serde_json::from_str(&json).map_err(|e| damaged("parts", e))?,
+                None => Vec::new(),
+            };
+            let reasoning = match reasoning_json {
+                Some(json) => Some(serde_json::from_str(&json).map_err(|e| damaged("reasoning", e))?),
+                None => None,
+            };
             messages.push(Message {
                 role: Role::parse(&role)
                     .ok_or_else(|| StoreError::Database(format!("session {session} message {seq}: role {role}")))?,
                 content: column(row, get("content"))?,
+                parts,
                 tool_calls,
                 tool_call_id: column(row, get("tool_call_id"))?,
+                reasoning,
             });
         }
         let rows = sqlx::query(

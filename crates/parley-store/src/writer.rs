@@ -202,19 +202,25 @@ impl Writer {
 
         let messages: Vec<_> =
             batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.claim.session, m))).collect();
-        for chunk in shaped(&messages, MAX_PARAMS / 6) {
+        for chunk in shaped(&messages, MAX_PARAMS / 8) {
             let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id) ",
+                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning) ",
             );
             q.push_values(chunk, |mut b, (session, m)| {
+                // Parts and reasoning are plain data (strings and JSON values): they serialize.
                 let calls = (!m.message.tool_calls.is_empty())
                     .then(|| serde_json::to_string(&m.message.tool_calls).unwrap_or_default());
+                let parts =
+                    (!m.message.parts.is_empty()).then(|| serde_json::to_string(&m.message.parts).unwrap_or_default());
+                let reasoning = m.message.reasoning.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
                 b.push_bind(*session)
                     .push_bind(m.seq as i64)
                     .push_bind(m.message.role.as_str())
                     .push_bind(m.message.content.as_deref())
                     .push_bind(calls)
-                    .push_bind(m.message.tool_call_id.as_deref());
+                    .push_bind(m.message.tool_call_id.as_deref())
+                    .push_bind(parts)
+                    .push_bind(reasoning);
             });
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
@@ -223,10 +229,7 @@ impl Writer {
         let tools: Vec<_> =
             batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.claim.session, t))).collect();
         self.unchecked += COMMIT_BYTES
-            + messages
-                .iter()
-                .map(|(_, m)| ROW_BYTES + m.message.content.as_ref().map_or(0, String::len))
-                .sum::<usize>()
+            + messages.iter().map(|(_, m)| ROW_BYTES + message_bytes(&m.message)).sum::<usize>()
             + calls
                 .iter()
                 .map(|(_, _, c)| match raw {
@@ -401,6 +404,24 @@ impl WriterHandle {
         self.tx.send(command(done)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
         ack.await.map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
     }
+}
+
+/// About the bytes a message row takes: its text, its parts (an image's data URL is most of a
+/// row that has one) and its reasoning.
+fn message_bytes(m: &parley_core::Message) -> usize {
+    let parts: usize = m
+        .parts
+        .iter()
+        .map(|p| match p {
+            parley_core::Part::Text { text } => text.len(),
+            parley_core::Part::Image { url, .. } => url.len(),
+            parley_core::Part::Audio { data, .. } => data.len(),
+            parley_core::Part::Raw { value } => value.to_string().len(),
+        })
+        .sum();
+    let reasoning =
+        m.reasoning.as_ref().map_or(0, |r| r.text.len() + r.items.iter().map(|i| i.to_string().len()).sum::<usize>());
+    m.content.as_ref().map_or(0, String::len) + parts + reasoning
 }
 
 #[cfg(test)]

@@ -24,6 +24,45 @@ pub struct StubConfig {
     pub user_turns: u32,
     /// The size of a `huge` fault's body, in bytes (default 32 MiB).
     pub huge_bytes: usize,
+    /// Whether answers carry reasoning, and in which Chat Completions field (default: none).
+    pub reasoning: Option<StubReasoning>,
+}
+
+/// The Chat Completions field a reasoning model's thoughts come in. On `/v1/responses` every
+/// choice gives one `reasoning` output item with a summary and `encrypted_content`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StubReasoning {
+    /// `message.reasoning_content`, as vLLM before 0.11, DeepSeek and SGLang write it.
+    ReasoningContent,
+    /// `message.reasoning`, as newer vLLM writes it.
+    Reasoning,
+    /// `reasoning_content` on even steps of a turn (0, 2, …), `reasoning` on odd ones.
+    Rotate,
+}
+
+impl StubReasoning {
+    /// The field for step `k` of a turn (the tool results so far).
+    pub(crate) fn chat_field(self, k: u32) -> &'static str {
+        match self {
+            StubReasoning::ReasoningContent => "reasoning_content",
+            StubReasoning::Reasoning => "reasoning",
+            StubReasoning::Rotate if k.is_multiple_of(2) => "reasoning_content",
+            StubReasoning::Rotate => "reasoning",
+        }
+    }
+}
+
+impl std::str::FromStr for StubReasoning {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<StubReasoning, String> {
+        match s {
+            "reasoning_content" | "reasoning-content" => Ok(StubReasoning::ReasoningContent),
+            "reasoning" => Ok(StubReasoning::Reasoning),
+            "rotate" => Ok(StubReasoning::Rotate),
+            other => Err(format!("`{other}` is not a reasoning field: use reasoning_content, reasoning or rotate")),
+        }
+    }
 }
 
 impl Default for StubConfig {
@@ -38,6 +77,7 @@ impl Default for StubConfig {
             final_text: None,
             user_turns: 2,
             huge_bytes: 32 << 20,
+            reasoning: None,
         }
     }
 }

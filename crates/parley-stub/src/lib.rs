@@ -52,6 +52,15 @@
 //! a structured-output request with tools makes its tool calls first and ends with the JSON.
 //! `json_object` response formats are not special: they get the plain final text.
 //!
+//! **Reasoning.** With [`StubConfig::reasoning`] set, every answer also carries a thought:
+//! `Step k: the task needs NAME, so I call it.` before a tool call, `Step k: I have what I
+//! need, so I answer.` before a text. In Chat Completions it is the message's
+//! `reasoning_content` or `reasoning` field (see [`StubReasoning`]); in Responses it is a
+//! `reasoning` item before the answer, `{"type": "reasoning", "id": "rs_…", "summary":
+//! [{"type": "summary_text", "text": THOUGHT}], "encrypted_content": "enc_…"}`, where both ids
+//! follow from the thought's FNV-1a. Reasoning sent back in a request is read as nothing more
+//! than text to count.
+//!
 //! The text of a message (or tool result) is its `content` (or `output`) string, or the
 //! concatenated `text` fields of its content parts.
 //!
@@ -157,6 +166,6 @@ mod stats;
 mod synth;
 mod turn;
 
-pub use config::{ConfigError, Faults, StubConfig};
+pub use config::{ConfigError, Faults, StubConfig, StubReasoning};
 pub use server::{router, serve};
 pub use stats::{Stats, conversation_key};

@@ -15,12 +15,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::config::StubConfig;
+use crate::config::{StubConfig, StubReasoning};
 use crate::error::ApiError;
 use crate::fault::{Fault, FaultDice};
-use crate::hash::fnv;
+use crate::hash::{fnv, hex};
 use crate::stats::Stats;
-use crate::turn::{Answer, Turn};
+use crate::turn::{Answer, Turn, thought};
 use crate::{chat, responses};
 
 /// Long agent conversations are bigger than axum's default 2 MiB body limit.
@@ -42,6 +42,9 @@ trait Api {
     const MALFORMED: &'static str;
     fn parse(body: &Value) -> Result<Turn<'_>, ApiError>;
     fn render(turn: &Turn<'_>, answer: &Answer<'_>, body_hash: u64) -> Value;
+
+    /// Adds the thought behind the answer to a rendered answer.
+    fn add_reasoning(rendered: &mut Value, mode: StubReasoning, turn: &Turn<'_>, answer: &Answer<'_>);
 }
 
 struct Chat;
@@ -54,6 +57,10 @@ impl Api for Chat {
     fn render(turn: &Turn<'_>, answer: &Answer<'_>, body_hash: u64) -> Value {
         chat::render(turn, answer, body_hash)
     }
+    fn add_reasoning(rendered: &mut Value, mode: StubReasoning, turn: &Turn<'_>, answer: &Answer<'_>) {
+        let field = mode.chat_field(turn.tool_results);
+        rendered["choices"][0]["message"][field] = Value::from(thought(answer, turn.tool_results));
+    }
 }
 
 struct Responses;
@@ -65,6 +72,15 @@ impl Api for Responses {
     }
     fn render(turn: &Turn<'_>, answer: &Answer<'_>, body_hash: u64) -> Value {
         responses::render(turn, answer, body_hash)
+    }
+    fn add_reasoning(rendered: &mut Value, _: StubReasoning, turn: &Turn<'_>, answer: &Answer<'_>) {
+        let text = thought(answer, turn.tool_results);
+        let digits = hex(fnv(text.as_bytes()));
+        let item = serde_json::json!({"type": "reasoning", "id": format!("rs_{digits}"),
+            "summary": [{"type": "summary_text", "text": text}], "encrypted_content": format!("enc_{digits}")});
+        if let Some(output) = rendered["output"].as_array_mut() {
+            output.insert(0, item);
+        }
     }
 }
 
@@ -227,5 +243,9 @@ fn decide<A: Api>(shared: &Shared, body: &[u8]) -> Decision {
         Some(Fault::Huge) => return huge::<A>(&turn, shared.config.huge_bytes, body_hash).into(),
     };
     let answer = turn.answer(&shared.config, bad_arguments);
-    Decision { response: Json(A::render(&turn, &answer, body_hash)).into_response(), hang: fault == Some(Fault::Hang) }
+    let mut rendered = A::render(&turn, &answer, body_hash);
+    if let Some(mode) = shared.config.reasoning {
+        A::add_reasoning(&mut rendered, mode, &turn, &answer);
+    }
+    Decision { response: Json(rendered).into_response(), hang: fault == Some(Fault::Hang) }
 }

@@ -66,6 +66,14 @@ pub(crate) enum Answer<'a> {
     Text(String),
 }
 
+/// A reasoning model's thought before `answer`, at step `k` of its turn.
+pub(crate) fn thought(answer: &Answer<'_>, k: u32) -> String {
+    match answer {
+        Answer::ToolCall { name, .. } => format!("Step {k}: the task needs {name}, so I call it."),
+        Answer::Text(_) => format!("Step {k}: I have what I need, so I answer."),
+    }
+}
+
 impl Answer<'_> {
     /// Characters of the generated output, for the usage estimate.
     pub(crate) fn output_chars(&self) -> usize {

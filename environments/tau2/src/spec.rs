@@ -147,8 +147,8 @@ pub fn convert_message(m: &Value) -> Result<Message, String> {
         })
         .unwrap_or_default();
     Ok(match role {
-        "user" => Message { role: Role::User, content, tool_calls: calls, tool_call_id: None },
-        "assistant" => Message { role: Role::Assistant, content, tool_calls: calls, tool_call_id: None },
+        "user" => Message { content, tool_calls: calls, ..Message::empty(Role::User) },
+        "assistant" => Message { content, tool_calls: calls, ..Message::empty(Role::Assistant) },
         "tool" => {
             Message::tool_result(m.get("id").and_then(Value::as_str).unwrap_or_default(), content.unwrap_or_default())
         }

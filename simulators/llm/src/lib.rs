@@ -51,7 +51,15 @@ pub fn flipped(system: String, view: &[Message]) -> Vec<Message> {
     messages.push(Message::system(system));
     for m in view {
         messages.push(match m.role {
-            Role::Assistant => Message::user(m.content_str()),
+            Role::Assistant => Message::user(m.text_content()),
+            // Its own words as the user model wrote them; parts become their text, since an
+            // assistant message cannot carry images.
+            Role::User if !m.parts.is_empty() => Message {
+                role: Role::Assistant,
+                content: Some(m.text_content().into_owned()),
+                parts: Vec::new(),
+                ..m.clone()
+            },
             Role::User => Message { role: Role::Assistant, ..m.clone() },
             Role::Tool => m.clone(),
             Role::System => continue,
@@ -83,11 +91,11 @@ impl UserSimulator for LlmUser {
             });
         }
         let stop = UserStop::find(&text);
+        // The user's words and calls only: a reasoning user model's thoughts stay in its call record.
         let message = Message {
-            role: Role::User,
             content: (!text.is_empty()).then_some(text),
             tool_calls: reply.message.tool_calls,
-            tool_call_id: None,
+            ..Message::empty(Role::User)
         };
         Ok(UserTurn { message, stop, call: Some(reply.call) })
     }

@@ -40,7 +40,7 @@ impl UserSimulator for Replay {
         })?;
         Ok(match recorded.get(said) {
             Some(message) => {
-                let stop = UserStop::find(message.content_str());
+                let stop = UserStop::find(&message.text_content());
                 UserTurn { message: message.clone(), stop, call: None }
             }
             None => {

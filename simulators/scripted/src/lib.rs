@@ -66,11 +66,7 @@ impl UserSimulator for Scripted {
             }
             let made = view.messages.iter().filter(|m| m.role == Role::User).map(|m| m.tool_calls.len()).sum::<usize>();
             return Ok(match user_actions(row).into_iter().nth(made) {
-                Some(call) => UserTurn {
-                    message: Message { role: Role::User, content: None, tool_calls: vec![call], tool_call_id: None },
-                    stop: None,
-                    call: None,
-                },
+                Some(call) => UserTurn { message: Message::user_calls(vec![call]), stop: None, call: None },
                 None => stop(),
             });
         }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use environment_tau2::{DomainOptions, load};
 use parley_core::{
     Agent, AgentView, ChatReply, ChatRequest, EnvSession, Message, ModelCall, ModelClient, ModelFailure, Party, Reward,
-    Role, Task, Termination,
+    Task, Termination,
 };
 
 fn data() -> Option<PathBuf> {
@@ -60,12 +60,7 @@ pub async fn play(env: &dyn parley_core::Environment, task: &Task) -> (Reward, V
                 transcript.push(turn.message);
             }
             Party::User => {
-                transcript.push(Message {
-                    role: Role::User,
-                    content: None,
-                    tool_calls: vec![call.clone()],
-                    tool_call_id: None,
-                });
+                transcript.push(Message::user_calls(vec![call.clone()]));
             }
         }
         let result = execute(session.as_mut(), party, &call).await;

@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use anyhow::Context;
-use parley_core::Role;
+use parley_core::{Part, Role};
 use parley_store::{SqliteStore, StoreOptions};
 
 use parley_runtime::RunSettings;
@@ -153,6 +153,30 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
         if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty()) {
             for line in text.lines() {
                 writeln!(out, "    {line}")?;
+            }
+        }
+        // Parts by type and size, never their data: an image is a line, not a megabyte of base64.
+        for part in &m.parts {
+            match part {
+                Part::Text { text } => {
+                    for line in text.lines() {
+                        writeln!(out, "    {line}")?;
+                    }
+                }
+                other => writeln!(out, "    {}", paint.wrap("36", &format!("[{}]", other.describe())))?,
+            }
+        }
+        // Reasoning folded under the answer: marked off, so that it never reads as what was said.
+        if let Some(reasoning) = &m.reasoning {
+            let encrypted = if reasoning.encrypted() { ", encrypted content kept" } else { "" };
+            let head = format!(
+                "┆ reasoning ({}, {} chars{encrypted})",
+                reasoning.spelling.as_str(),
+                reasoning.text.chars().count()
+            );
+            writeln!(out, "    {}", paint.wrap("2", &head))?;
+            for line in reasoning.text.lines() {
+                writeln!(out, "    {}", paint.wrap("2", &format!("┆   {line}")))?;
             }
         }
         for call in &m.tool_calls {

@@ -94,6 +94,9 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     for line in &check.bad {
         eprintln!("skipping {line}");
     }
+    for line in &check.warnings {
+        eprintln!("warning: {line}");
+    }
     if let (false, Some(path)) = (check.bad.is_empty(), &settings.tasks) {
         eprintln!("skipped {} unreadable rows of {} (--bad-rows skip)", check.bad.len(), path.display());
     }

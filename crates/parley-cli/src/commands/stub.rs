@@ -27,6 +27,7 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
         final_text: None,
         user_turns: args.user_turns,
         huge_bytes: args.huge_bytes,
+        reasoning: args.reasoning,
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     Ok(config)

@@ -469,12 +469,7 @@ mod tests {
             ),
             Message::tool_result("a1", "{\"name\":\"u\"}"),
             Message::tool_result("a2", "{\"error\":\"arguments are not JSON\"}"),
-            Message {
-                role: Role::User,
-                content: None,
-                tool_calls: vec![call("u1", "toggle", "{}")],
-                tool_call_id: None,
-            },
+            Message::user_calls(vec![call("u1", "toggle", "{}")]),
             Message::tool_result("u1", "Error: no such thing"),
             Message::assistant_calls(None, vec![call("a3", "unknown_tool", "{}")]),
             Message::tool_result("a3", "{\"error\":\"unknown tool\"}"),

@@ -322,16 +322,9 @@ impl UserSimulator for ScriptedUser {
             Line::Say(text) => {
                 Ok(UserTurn { message: Message::user(text), stop: parley_core::UserStop::find(text), call: record })
             }
-            Line::Call(name, args) => Ok(UserTurn {
-                message: Message {
-                    role: parley_core::Role::User,
-                    content: None,
-                    tool_calls: vec![call(name, args)],
-                    tool_call_id: None,
-                },
-                stop: None,
-                call: record,
-            }),
+            Line::Call(name, args) => {
+                Ok(UserTurn { message: Message::user_calls(vec![call(name, args)]), stop: None, call: record })
+            }
             Line::Fail => Err(UserFailure::User { message: "the script ran dry".into(), call: None }),
         }
     }

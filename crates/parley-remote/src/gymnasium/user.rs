@@ -48,11 +48,7 @@ impl UserSimulator for GymnasiumUser {
                     name: STEP_TOOL.into(),
                     arguments: json!({ "text": last.content_str() }).to_string(),
                 };
-                Ok(UserTurn {
-                    message: Message { role: Role::User, content: None, tool_calls: vec![call], tool_call_id: None },
-                    stop: None,
-                    call: None,
-                })
+                Ok(UserTurn { message: Message::user_calls(vec![call]), stop: None, call: None })
             }
             Role::User | Role::System => Err(failure("the Gymnasium user speaks only after the agent".into())),
         }

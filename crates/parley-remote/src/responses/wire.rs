@@ -1,15 +1,19 @@
 //! Parley's messages and tools as an OpenAI Responses request, and a Responses object back as
 //! an assistant message.
 
-use parley_core::{ChatRequest, Message, Role, ToolCall, Usage};
+use parley_core::nemo_gym::responses_content;
+use parley_core::{ChatRequest, Message, Reasoning, ReasoningReplay, Role, ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
 /// The request body for `POST /responses`. Never sets `previous_response_id` or `store`:
 /// every call carries the whole transcript, so a session can resume anywhere.
-pub fn request_json(request: &ChatRequest<'_>) -> Value {
+///
+/// `replay` decides whether earlier turns' reasoning items go back (by default only those with
+/// `encrypted_content`, which the provider needs to continue its reasoning).
+pub fn request_json(request: &ChatRequest<'_>, replay: ReasoningReplay) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
-    body.insert("input".into(), Value::Array(input_items(request.messages)));
+    body.insert("input".into(), Value::Array(input_items(request.messages, replay)));
     if !request.tools.is_empty() {
         let tools = request
             .tools
@@ -62,15 +66,21 @@ fn text_format(format: &Value) -> Value {
 }
 
 /// The transcript as Responses input items.
-pub fn input_items(messages: &[Message]) -> Vec<Value> {
+pub fn input_items(messages: &[Message], replay: ReasoningReplay) -> Vec<Value> {
     let mut items = Vec::with_capacity(messages.len());
-    for m in messages {
+    for (i, m) in messages.iter().enumerate() {
         match m.role {
             Role::System | Role::User => {
-                items.push(json!({"type": "message", "role": m.role.as_str(), "content": m.content_str()}));
+                items.push(json!({"type": "message", "role": m.role.as_str(), "content": responses_content(m)}));
             }
             Role::Assistant => {
-                if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty()) {
+                if let Some(reasoning) = m.reasoning.as_ref().filter(|r| replay.sends(r, true)) {
+                    items.extend(reasoning.responses_items(&format!("rs_{i}")));
+                }
+                if !m.parts.is_empty() {
+                    let content: Vec<Value> = m.parts.iter().map(|p| p.to_responses_json(true)).collect();
+                    items.push(json!({"type": "message", "role": "assistant", "content": content}));
+                } else if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty()) {
                     items.push(json!({"type": "message", "role": "assistant",
                         "content": [{"type": "output_text", "text": text, "annotations": []}]}));
                 }
@@ -94,8 +104,11 @@ pub fn parse_reply(response: &Value) -> Result<(Message, Option<String>, Usage),
     let output = response.get("output").and_then(Value::as_array).ok_or("no `output` list")?;
     let mut text = String::new();
     let mut calls = Vec::new();
+    let mut reasoning = Vec::new();
     for item in output {
         match item.get("type").and_then(Value::as_str) {
+            // Kept whole, so that `encrypted_content` and ids go back exactly as they came.
+            Some("reasoning") => reasoning.push(item.clone()),
             Some("message") => match item.get("content") {
                 Some(Value::String(s)) => text.push_str(s),
                 Some(Value::Array(parts)) => {
@@ -115,7 +128,7 @@ pub fn parse_reply(response: &Value) -> Result<(Message, Option<String>, Usage),
                     arguments: field("arguments").unwrap_or_else(|| "{}".into()),
                 });
             }
-            // Reasoning and other items are not part of the transcript.
+            // Other items (web searches, images generated) are not part of the transcript.
             _ => {}
         }
     }
@@ -133,8 +146,9 @@ pub fn parse_reply(response: &Value) -> Result<(Message, Option<String>, Usage),
         Some(_) => Some("stop".into()),
         None => None,
     };
-    let content = (!text.is_empty() || calls.is_empty()).then_some(text);
-    Ok((Message::assistant_calls(content, calls), finish, usage))
+    let reasoning = Reasoning::from_responses_items(reasoning);
+    let content = (!text.is_empty() || (calls.is_empty() && reasoning.is_none())).then_some(text);
+    Ok((Message { reasoning, ..Message::assistant_calls(content, calls) }, finish, usage))
 }
 
 #[cfg(test)]
@@ -155,7 +169,7 @@ mod tests {
         let sampling = Sampling { temperature: Some(0.0), ..Sampling::default() };
         let request =
             ChatRequest { model: "m", messages: &messages, tools: &tools, sampling: &sampling, response_format: None };
-        let body = request_json(&request);
+        let body = request_json(&request, ReasoningReplay::Auto);
         assert_eq!(body["input"][2]["type"], "function_call");
         assert_eq!(body["input"][3]["output"], "ok");
         assert_eq!(body["tools"][0]["strict"], true);
@@ -170,5 +184,36 @@ mod tests {
         assert_eq!(message.content, None);
         assert_eq!(finish.as_deref(), Some("tool_calls"));
         assert_eq!(usage.total(), 7);
+    }
+
+    #[test]
+    fn encrypted_reasoning_goes_back_by_default_and_images_as_input_images() {
+        let item = json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA",
+            "summary": [{"type": "summary_text", "text": "think"}]});
+        let reply = json!({"status": "completed", "output": [item,
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]});
+        let (answer, _, _) = parse_reply(&reply).unwrap();
+        assert_eq!(answer.reasoning.as_ref().unwrap().text, "think");
+        let user = Message::with_parts(
+            Role::User,
+            vec![
+                parley_core::Part::Text { text: "see".into() },
+                parley_core::Part::Image { url: "https://x/a.png".into(), detail: None },
+            ],
+        );
+        let messages = [user, answer];
+        let auto = input_items(&messages, ReasoningReplay::Auto);
+        assert_eq!(
+            auto[0]["content"][1],
+            json!({"type": "input_image", "image_url": "https://x/a.png", "detail": "auto"})
+        );
+        assert_eq!(auto[1], item);
+        assert_eq!(auto[2]["content"][0]["text"], "hi");
+        assert_eq!(input_items(&messages, ReasoningReplay::Drop).len(), 2);
+        // Reasoning without `encrypted_content` is left out unless kept.
+        let mut plain = messages[1].clone();
+        plain.reasoning.as_mut().unwrap().items[0].as_object_mut().unwrap().remove("encrypted_content");
+        assert_eq!(input_items(std::slice::from_ref(&plain), ReasoningReplay::Auto).len(), 1);
+        assert_eq!(input_items(&[plain], ReasoningReplay::Keep).len(), 2);
     }
 }

@@ -56,6 +56,46 @@ async fn a_tool_call_then_a_text() {
     let _ = stop.send(());
 }
 
+/// A reasoning model's item comes back with the answer, `encrypted_content` and all, and by
+/// default goes back on the next turn exactly as it came.
+#[tokio::test]
+async fn encrypted_reasoning_is_kept_and_sent_back() {
+    let config =
+        StubConfig { tool_calls: 1, reasoning: Some(parley_stub::StubReasoning::Reasoning), ..StubConfig::default() };
+    let (base, stop) = peers::stub(config).await;
+    let client = ResponsesClient::new(&ResponsesConfig { base_url: base, ..ResponsesConfig::default() }).unwrap();
+    let (tools, sampling) = (tools(), Sampling::default());
+    let mut messages = vec![Message::user("hi")];
+    let chat = |messages: &[Message]| {
+        let messages = messages.to_vec();
+        let client = client.clone();
+        let (tools, sampling) = (tools.clone(), sampling.clone());
+        async move {
+            let request = ChatRequest {
+                model: "stub",
+                messages: &messages,
+                tools: &tools,
+                sampling: &sampling,
+                response_format: None,
+            };
+            client.chat(request).await.unwrap()
+        }
+    };
+    let first = chat(&messages).await;
+    let reasoning = first.message.reasoning.clone().expect("the reasoning item");
+    assert_eq!(reasoning.text, "Step 0: the task needs get_synonym_value, so I call it.");
+    assert!(reasoning.encrypted());
+    let item = first.call.response.as_ref().unwrap().to_value()["output"][0].clone();
+    assert_eq!(reasoning.items, std::slice::from_ref(&item));
+    let call_id = first.message.tool_calls[0].id.clone();
+    messages.push(first.message);
+    messages.push(Message::tool_result(call_id, "407"));
+    let second = chat(&messages).await;
+    assert_eq!(second.call.request.to_value()["input"][1], item, "sent back before its call");
+    assert_eq!(second.message.content.as_deref(), Some("Result: 407"));
+    let _ = stop.send(());
+}
+
 #[tokio::test]
 async fn rate_limits_are_retried_and_failures_are_bounded() {
     let faults = Faults { rate_limit: 0.5, ..Faults::default() };

@@ -145,3 +145,43 @@ async fn a_batch_that_fails_keeps_nothing_and_the_writer_goes_on() {
     assert_eq!(store.transcript(ids[0]).await.unwrap().messages.len(), 4, "the next batch is written");
     store.close().await.unwrap();
 }
+
+/// Parts (an image, a part of unknown type) and reasoning (with a provider's opaque item) come
+/// back exactly, from the session and from a fork of it.
+#[tokio::test]
+async fn parts_and_reasoning_come_back_exactly_and_forks_keep_them() {
+    use parley_core::{Part, Reasoning, ReasoningSpelling, Role};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, ids) = store_with_sessions(&dir, 1).await;
+    let user = Message::with_parts(
+        Role::User,
+        vec![
+            Part::Text { text: "what is \"this\"?".into() },
+            Part::Image { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: Some("low".into()) },
+            Part::Image { url: "data:image/png;base64,@@broken".into(), detail: None },
+            Part::Raw { value: json!({"type": "hologram", "depth": [1, 2]}) },
+        ],
+    );
+    let mut answer = Message::assistant("A pixel.");
+    answer.reasoning = Some(Reasoning {
+        text: "It is a 1x1 png.".into(),
+        spelling: ReasoningSpelling::Responses,
+        items: vec![json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA=="})],
+    });
+    let messages = vec![
+        MessageRecord { seq: 0, message: user, call: None },
+        MessageRecord { seq: 1, message: answer, call: None },
+    ];
+    let sent: Vec<Message> = messages.iter().map(|m| m.message.clone()).collect();
+    store.commit_turn(Claim::unclaimed(ids[0]), TurnRecord { messages, tool_calls: Vec::new() }).await.unwrap();
+    assert_eq!(store.transcript(ids[0]).await.unwrap().messages, sent);
+    let fork = store.fork_session(ids[0], 2).await.unwrap();
+    assert_eq!(store.transcript(fork).await.unwrap().messages, sent);
+    // Each row holds its parts or its reasoning in the new columns, not folded into `content`.
+    let empty: (i64,) = sqlx::query_as("SELECT count(*) FROM messages WHERE parts IS NULL AND reasoning IS NULL")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(empty.0, 0);
+    store.close().await.unwrap();
+}

@@ -165,3 +165,34 @@ async fn latency_delays_every_answer() {
     assert_eq!(reply.status, 400);
     assert!(started.elapsed() >= latency);
 }
+
+#[tokio::test]
+async fn reasoning_comes_in_the_configured_field_and_as_a_responses_item() {
+    use parley_stub::StubReasoning;
+    let (rotating, _) =
+        router(StubConfig { tool_calls: 1, reasoning: Some(StubReasoning::Rotate), ..StubConfig::default() });
+    let mut request = chat_request(USER);
+    let first = post(&rotating, "/v1/chat/completions", &request).await.json();
+    let message = &first["choices"][0]["message"];
+    assert_eq!(message["reasoning_content"], "Step 0: the task needs get_synonym_value, so I call it.");
+    assert!(message.get("reasoning").is_none());
+    let messages = request["messages"].as_array_mut().unwrap();
+    messages.push(message.clone());
+    messages.push(json!({"role": "tool", "tool_call_id": "x", "content": "1"}));
+    let second = post(&rotating, "/v1/chat/completions", &request).await.json();
+    assert_eq!(second["choices"][0]["message"]["reasoning"], "Step 1: I have what I need, so I answer.");
+    assert!(second["choices"][0]["message"].get("reasoning_content").is_none());
+
+    // Without the setting, no field at all: the answers are what they always were.
+    let (plain, _) = router(StubConfig::default());
+    let reply = post(&plain, "/v1/chat/completions", &chat_request(USER)).await.json();
+    assert!(reply["choices"][0]["message"].get("reasoning_content").is_none());
+
+    let (reasoning, _) = router(StubConfig { reasoning: Some(StubReasoning::Reasoning), ..StubConfig::default() });
+    let request = json!({"model": "m", "input": USER, "tools": responses_tools()});
+    let reply = post(&reasoning, "/v1/responses", &request).await.json();
+    assert_eq!(reply["output"][0]["type"], "reasoning");
+    assert!(reply["output"][0]["encrypted_content"].as_str().unwrap().starts_with("enc_"));
+    assert_eq!(reply["output"][1]["type"], "function_call");
+    assert!("sideways".parse::<StubReasoning>().unwrap_err().contains("rotate"));
+}

@@ -29,7 +29,7 @@ async fn trajectory(
     for (i, (party, name, args)) in calls.iter().enumerate() {
         let call = ToolCall { id: format!("c{i}"), name: (*name).into(), arguments: args.to_string() };
         let role = if *party == "user" { Role::User } else { Role::Assistant };
-        messages.push(Message { role, content: None, tool_calls: vec![call], tool_call_id: None });
+        messages.push(Message { tool_calls: vec![call], ..Message::empty(role) });
         let out = crate::common::call(&mut session, party, name, args.clone()).await;
         messages.push(Message::tool_result(format!("c{i}"), out.content));
     }
