@@ -216,3 +216,27 @@ async fn an_image_row_runs_end_to_end_and_its_image_is_stored_once_per_session()
     assert_eq!(chat["messages"][1]["content"][1]["image_url"]["url"], image);
     assert_eq!(chat["messages"][1]["content"][2]["type"], "hologram");
 }
+
+#[tokio::test]
+async fn the_simulated_user_never_sees_the_agents_reasoning() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let agent = Stub::start(&["--reasoning", "reasoning_content"]);
+    let user = Stub::start(&["--user-turns", "2"]);
+    let args = ["--user", "llm", "--user-base-url", &user.url, "--user-model", "user-model", "--reasoning", "keep"];
+    ok(&run(&work, &agent, &args));
+    let db = work.db().await;
+    let requests: Vec<(String, String)> = sqlx::query_as(
+        "SELECT msg.role, c.request FROM model_calls c
+         JOIN messages msg ON msg.session_id = c.session_id AND msg.seq = c.seq WHERE c.session_id = 1",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    let (users, agents): (Vec<_>, Vec<_>) = requests.iter().partition(|(role, _)| role == "user");
+    assert_eq!(users.len(), 2);
+    // The agent's own later requests carry its kept reasoning; the user's never do.
+    assert!(agents.iter().any(|(_, r)| r.contains("Step 0: the task needs")), "{agents:?}");
+    assert!(users.iter().all(|(_, r)| !r.contains("Step ") && !r.contains("reasoning")), "{users:?}");
+    db.close().await;
+}
