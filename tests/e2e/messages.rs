@@ -76,6 +76,8 @@ async fn reasoning_is_stored_shown_exported_and_sent_back_only_when_kept() {
     let show = ok(&keep.parley(&["show", "1", "--db", "parley.db"]));
     assert!(show.contains("┆ reasoning (reasoning_content, 55 chars)"), "{show}");
     assert!(show.contains(&format!("┆   {STEP_0}")), "{show}");
+    let call = show.find("→ get_synonym_value(").expect("the first call");
+    assert!(call < show.find("┆ reasoning (reasoning_content, 55 chars)").unwrap(), "under the call: {show}");
     let answer = show.find("Result: ").expect("the final answer");
     assert!(show[answer..].contains("┆ reasoning (reasoning_content"), "the reasoning follows its answer: {show}");
 
