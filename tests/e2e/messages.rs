@@ -76,6 +76,8 @@ async fn reasoning_is_stored_shown_exported_and_sent_back_only_when_kept() {
     let show = ok(&keep.parley(&["show", "1", "--db", "parley.db"]));
     assert!(show.contains("┆ reasoning (reasoning_content, 55 chars)"), "{show}");
     assert!(show.contains(&format!("┆   {STEP_0}")), "{show}");
+    let call = show.find("→ get_synonym_value(").expect("the first call");
+    assert!(call < show.find("┆ reasoning (reasoning_content, 55 chars)").unwrap(), "under the call: {show}");
     let answer = show.find("Result: ").expect("the final answer");
     assert!(show[answer..].contains("┆ reasoning (reasoning_content"), "the reasoning follows its answer: {show}");
 
@@ -215,4 +217,28 @@ async fn an_image_row_runs_end_to_end_and_its_image_is_stored_once_per_session()
     let chat = &read_jsonl(&work.path("chat.jsonl"))[0];
     assert_eq!(chat["messages"][1]["content"][1]["image_url"]["url"], image);
     assert_eq!(chat["messages"][1]["content"][2]["type"], "hologram");
+}
+
+#[tokio::test]
+async fn the_simulated_user_never_sees_the_agents_reasoning() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let agent = Stub::start(&["--reasoning", "reasoning_content"]);
+    let user = Stub::start(&["--user-turns", "2"]);
+    let args = ["--user", "llm", "--user-base-url", &user.url, "--user-model", "user-model", "--reasoning", "keep"];
+    ok(&run(&work, &agent, &args));
+    let db = work.db().await;
+    let requests: Vec<(String, String)> = sqlx::query_as(
+        "SELECT msg.role, c.request FROM model_calls c
+         JOIN messages msg ON msg.session_id = c.session_id AND msg.seq = c.seq WHERE c.session_id = 1",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    let (users, agents): (Vec<_>, Vec<_>) = requests.iter().partition(|(role, _)| role == "user");
+    assert_eq!(users.len(), 2);
+    // The agent's own later requests carry its kept reasoning; the user's never do.
+    assert!(agents.iter().any(|(_, r)| r.contains("Step 0: the task needs")), "{agents:?}");
+    assert!(users.iter().all(|(_, r)| !r.contains("Step ") && !r.contains("reasoning")), "{users:?}");
+    db.close().await;
 }

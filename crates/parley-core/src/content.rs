@@ -200,7 +200,7 @@ pub enum ReasoningSpelling {
     /// Chat Completions `message.reasoning_content` (vLLM before 0.11, DeepSeek, SGLang).
     #[default]
     ReasoningContent,
-    /// Chat Completions `message.reasoning` (newer vLLM, OpenRouter).
+    /// Chat Completions `message.reasoning` (vLLM from 0.11, OpenRouter).
     Reasoning,
     /// Responses `reasoning` output items.
     Responses,
@@ -239,10 +239,12 @@ pub struct Reasoning {
 }
 
 impl Reasoning {
-    /// Chat Completions reasoning: `reasoning_content`, else `reasoning`, when either is a
-    /// non-empty string.
+    /// Chat Completions reasoning: `reasoning`, else `reasoning_content`, when either is a
+    /// non-empty string. `reasoning` wins when a server writes both (vLLM did while it renamed
+    /// the field), because that server reads `reasoning` back from assistant messages and, in
+    /// some versions, ignores `reasoning_content` there.
     pub fn from_chat_message(message: &Value) -> Option<Reasoning> {
-        [("reasoning_content", ReasoningSpelling::ReasoningContent), ("reasoning", ReasoningSpelling::Reasoning)]
+        [("reasoning", ReasoningSpelling::Reasoning), ("reasoning_content", ReasoningSpelling::ReasoningContent)]
             .into_iter()
             .find_map(|(field, spelling)| {
                 let text = message.get(field)?.as_str().filter(|t| !t.is_empty())?;
@@ -367,6 +369,8 @@ mod tests {
         let new = Reasoning::from_chat_message(&json!({"reasoning": "b"})).unwrap();
         assert_eq!((new.text.as_str(), new.spelling.chat_field()), ("b", "reasoning"));
         assert!(Reasoning::from_chat_message(&json!({"reasoning": null, "reasoning_content": ""})).is_none());
+        let both = Reasoning::from_chat_message(&json!({"reasoning": "b", "reasoning_content": "b"})).unwrap();
+        assert_eq!(both.spelling, ReasoningSpelling::Reasoning, "the newer field is the one sent back");
         let item = json!({"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "c"}],
             "encrypted_content": "gAAA"});
         let responses = Reasoning::from_responses_items(vec![item.clone()]).unwrap();

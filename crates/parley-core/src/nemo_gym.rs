@@ -56,8 +56,8 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
 
 fn message_from_item(item: &Value) -> Result<Message, String> {
     match item.get("type").and_then(Value::as_str) {
-        // A prior turn's reasoning, kept with the assistant message that follows it (see
-        // `task_from_row`'s caller); it is carried here as an assistant message of its own.
+        // A prior turn's reasoning, carried here as an assistant message of its own until
+        // `attach_reasoning` joins it to the answer that follows it.
         Some("reasoning") => {
             let reasoning = Reasoning::from_responses_items(vec![item.clone()]);
             return Ok(Message { reasoning, ..Message::empty(Role::Assistant) });

@@ -166,7 +166,11 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
                 other => writeln!(out, "    {}", paint.wrap("36", &format!("[{}]", other.describe())))?,
             }
         }
-        // Reasoning folded under the answer: marked off, so that it never reads as what was said.
+        for call in &m.tool_calls {
+            writeln!(out, "    → {}({})", paint.wrap("1", &call.name), call.arguments)?;
+        }
+        // Reasoning folded under the answer (its text and calls): marked off, so that it never reads
+        // as what was said.
         if let Some(reasoning) = &m.reasoning {
             let encrypted = if reasoning.encrypted() { ", encrypted content kept" } else { "" };
             let head = format!(
@@ -178,9 +182,6 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
             for line in reasoning.text.lines() {
                 writeln!(out, "    {}", paint.wrap("2", &format!("┆   {line}")))?;
             }
-        }
-        for call in &m.tool_calls {
-            writeln!(out, "    → {}({})", paint.wrap("1", &call.name), call.arguments)?;
         }
         if let Some(record) = transcript.tool_calls.iter().find(|t| t.seq as usize == seq) {
             if record.is_error {

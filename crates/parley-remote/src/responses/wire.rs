@@ -186,6 +186,40 @@ mod tests {
         assert_eq!(usage.total(), 7);
     }
 
+    fn item() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let text = prop_oneof![Just(json!("t")), Just(json!(null)), Just(json!(3)), Just(json!([{"text": "s"}]))];
+        (
+            proptest::sample::select(vec!["message", "function_call", "reasoning", "web_search_call", "x"]),
+            text.clone(),
+            text,
+            any::<bool>(),
+        )
+            .prop_map(|(kind, content, summary, encrypted)| {
+                let mut item = json!({"type": kind, "content": content, "summary": summary, "call_id": "c",
+                    "name": "f", "arguments": "{}"});
+                if encrypted {
+                    item["encrypted_content"] = json!("gAAA");
+                }
+                item
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1000))]
+
+        /// Any output list reads as a message or a reason; a message with reasoning goes back
+        /// as input items under every setting, without a panic.
+        #[test]
+        fn any_output_reads_and_goes_back(output in proptest::collection::vec(item(), 0..5)) {
+            if let Ok((message, _, _)) = parse_reply(&json!({"status": "completed", "output": output})) {
+                for replay in [ReasoningReplay::Auto, ReasoningReplay::Keep, ReasoningReplay::Drop] {
+                    let _ = input_items(std::slice::from_ref(&message), replay);
+                }
+            }
+        }
+    }
+
     #[test]
     fn encrypted_reasoning_goes_back_by_default_and_images_as_input_images() {
         let item = json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA",
