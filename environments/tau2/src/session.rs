@@ -80,6 +80,13 @@ impl EnvSession for Tau2Session {
         &self.user_tools
     }
 
+    /// tau2 has no schema check: its tools answer unknown names and bad arguments themselves
+    /// (`Tool 'x' not found.`, Python's `TypeError`, pydantic's errors), and those answers are
+    /// what its transcripts and its replay hold.
+    fn answers_malformed_calls(&self) -> bool {
+        true
+    }
+
     async fn call(&mut self, party: Party, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
         let requestor = match party {
             Party::Agent => Requestor::Assistant,

@@ -187,8 +187,32 @@ impl World {
 
 /// The engine's answer to a malformed call (bad JSON, unknown tool, schema violation) is a JSON
 /// object with one `error` key; tau2's tools never answer that way.
-fn engine_rejection(content: &str) -> bool {
+pub(crate) fn engine_rejection(content: &str) -> bool {
     matches!(serde_json::from_str::<Value>(content), Ok(Value::Object(m)) if m.len() == 1 && m.contains_key("error"))
+}
+
+/// The messages of a transcript that a tau2 trajectory of it holds: a call the engine answered
+/// itself (its arguments are not JSON, which tau2's agent cannot even parse) is left out with
+/// its result, and so is a message left with neither text nor calls, as Parley's tau2 export
+/// writes it.
+pub(crate) fn tau2_messages(transcript: &[Message]) -> Vec<&Message> {
+    let mut keep = vec![true; transcript.len()];
+    for (i, message) in transcript.iter().enumerate() {
+        if !matches!(message.role, Role::Assistant | Role::User) || message.tool_calls.is_empty() {
+            continue;
+        }
+        let mut rejected = 0;
+        for j in i + 1..(i + 1 + message.tool_calls.len()).min(transcript.len()) {
+            if transcript[j].role == Role::Tool && engine_rejection(transcript[j].content_str()) {
+                keep[j] = false;
+                rejected += 1;
+            }
+        }
+        if rejected == message.tool_calls.len() && message.content.as_deref().is_none_or(|c| c.trim().is_empty()) {
+            keep[i] = false;
+        }
+    }
+    transcript.iter().zip(keep).filter(|(_, kept)| *kept).map(|(m, _)| m).collect()
 }
 
 /// Each call with the tool message at its place after the calling message, as tau2's `set_state`
