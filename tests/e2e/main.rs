@@ -11,5 +11,6 @@ mod remote;
 mod run;
 mod tau2;
 mod tau2_export;
+mod tau2_fidelity;
 mod usage;
 mod users;
