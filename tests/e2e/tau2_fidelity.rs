@@ -1,7 +1,8 @@
 //! Parley's tau2 scores against tau2's own evaluator, session by session: `parley stub` plays the
-//! agent and the user (`--user llm`) on all four domains, clean, with broken tool arguments, and
-//! in long conversations; each run is exported (`parley export --format tau2`) and
-//! `tests/e2e/tau2_peer.py` re-scores every session with `evaluate_simulation` from tau2's source
+//! agent and the user (`--user llm`) on all four domains, clean, with broken tool arguments, with
+//! the same call id on every turn (the stub in-process, `parley_stub::CallIds::Repeated`), and in
+//! long conversations, and the oracle with the scripted user plays every task; each run is
+//! exported (`parley export --format tau2`) and `tests/e2e/tau2_peer.py` re-scores every session with `evaluate_simulation` from tau2's source
 //! (`../shared/peers/tau2-bench`) and replays every tool call against a fresh tau2 environment.
 //! A deterministic NL judge (served by the same script) answers both sides. The reward, every
 //! component, every replayed tool output and the final database hashes must agree; sessions
@@ -114,6 +115,30 @@ struct Tally {
     disagreements: Vec<String>,
 }
 
+/// The agent's model: `parley stub` with some flags, or the stub in-process giving every call
+/// the same id (an option the CLI does not expose).
+enum Agent {
+    Cli(&'static [&'static str]),
+    RepeatedIds,
+    /// `--agent oracle --user scripted` on every task: the gold trajectories.
+    Oracle,
+}
+
+/// The stub in-process, stopped with its runtime when dropped.
+struct InProcess {
+    _runtime: tokio::runtime::Runtime,
+    url: String,
+}
+
+fn repeated_ids_stub() -> InProcess {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let listener = runtime.block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0))).unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let config = parley_stub::StubConfig::default();
+    runtime.spawn(parley_stub::serve_with(listener, config, parley_stub::CallIds::Repeated, std::future::pending()));
+    InProcess { _runtime: runtime, url }
+}
+
 /// Runs one domain in one variant, exports it, has tau2 re-score it, and tallies.
 #[allow(clippy::too_many_arguments)]
 fn cross_check(
@@ -124,26 +149,33 @@ fn cross_check(
     domain: &str,
     split: Option<&str>,
     label: &str,
-    agent_args: &[&str],
+    agent: &Agent,
     user_args: &[&str],
     tally: &mut Tally,
 ) {
-    let agent = Stub::start(agent_args);
+    let (_cli, _in_process, agent_url) = match agent {
+        Agent::Cli(args) => {
+            let stub = Stub::start(args);
+            let url = stub.url.clone();
+            (Some(stub), None, Some(url))
+        }
+        Agent::RepeatedIds => {
+            let stub = repeated_ids_stub();
+            let url = stub.url.clone();
+            (None, Some(stub), Some(url))
+        }
+        Agent::Oracle => (None, None, None),
+    };
     let user = Stub::start(user_args);
     let db = format!("{label}.db");
     let data = shared().join("data/tau2");
-    let mut args = vec![
-        "run",
-        "--env",
-        &format!("tau2:{domain}"),
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--base-url",
-        &agent.url,
-        "--user",
-        "llm",
-        "--user-base-url",
-        &user.url,
+    let domain_arg = format!("tau2:{domain}");
+    let mut args = vec!["run", "--env", &domain_arg, "--data-dir", data.to_str().unwrap()];
+    match &agent_url {
+        Some(url) => args.extend(["--base-url", url, "--user", "llm", "--user-base-url", &user.url]),
+        None => args.extend(["--agent", "oracle", "--user", "scripted"]),
+    }
+    args.extend([
         "--judge-base-url",
         &judge.url,
         "--judge-model",
@@ -154,10 +186,8 @@ fn cross_check(
         "out.jsonl",
         "-c",
         "4",
-    ]
-    .into_iter()
-    .map(str::to_owned)
-    .collect::<Vec<_>>();
+    ]);
+    let mut args: Vec<String> = args.into_iter().map(str::to_owned).collect();
     if let Some(split) = split {
         args.extend(["--split".to_owned(), split.to_owned()]);
     }
@@ -171,6 +201,18 @@ fn cross_check(
         .expect("run tau2_peer.py rescore");
     assert!(out.status.success(), "tau2_peer.py rescore failed: {}", text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).expect("the rescore report is JSON");
+    if matches!(agent, Agent::RepeatedIds) {
+        let document: Value = serde_json::from_str(&std::fs::read_to_string(work.path(&results)).unwrap()).unwrap();
+        let ids: std::collections::BTreeSet<&str> = document["simulations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["messages"].as_array().unwrap())
+            .filter(|m| m["role"] == "tool" && m["requestor"] == "assistant")
+            .filter_map(|m| m["id"].as_str())
+            .collect();
+        assert_eq!(ids.into_iter().collect::<Vec<_>>(), ["call_0000000000000000"], "{label}: one id for every call");
+    }
     for session in report["sessions"].as_array().unwrap() {
         tally.sessions += 1;
         let task = session["task_id"].as_str().unwrap();
@@ -213,24 +255,28 @@ fn tau2_rescores_every_stub_session_exactly_as_parley_scored_it() {
     let work = Workdir::new();
     let tau2_data = tau2_data_dir(&work, &data);
     let judge = Judge::start(&venv, &tau2_data, &work);
-    // The airline and retail databases are large and hashed several times per score in a debug
-    // build, so those two domains run their test splits.
+    // Airline and retail run their test splits: their large databases make every score and
+    // every re-score take a while.
     let domains = [("mock", None), ("airline", Some("test")), ("retail", Some("test")), ("telecom", None)];
-    let variants: [(&str, &[&str], &[&str]); 3] = [
-        ("clean", &[], &["--user-turns", "3"]),
+    let variants: [(&str, Agent, &[&str]); 5] = [
+        ("clean", Agent::Cli(&[]), &["--user-turns", "3"]),
         (
             "bad-arguments",
-            &["--bad-arguments", "0.5", "--tool-calls", "3"],
+            Agent::Cli(&["--bad-arguments", "0.5", "--tool-calls", "3"]),
             &["--user-turns", "3", "--tool-calls", "2"],
         ),
-        ("long", &["--tool-calls", "6"], &["--user-turns", "8", "--tool-calls", "3"]),
+        ("repeated-ids", Agent::RepeatedIds, &["--user-turns", "3"]),
+        ("long", Agent::Cli(&["--tool-calls", "6"]), &["--user-turns", "8", "--tool-calls", "3"]),
+        ("oracle", Agent::Oracle, &[]),
     ];
     let mut lines = Vec::new();
     let mut all = Tally::default();
     for (domain, split) in domains {
         let mut tally = Tally::default();
-        for (variant, agent, user) in variants {
+        for (variant, agent, user) in &variants {
             let label = format!("{domain}-{variant}");
+            // The oracle plays every task: its final hashes must be tau2's on all of them.
+            let split = if matches!(agent, Agent::Oracle) { None } else { split };
             cross_check(&work, &venv, &tau2_data, &judge, domain, split, &label, agent, user, &mut tally);
         }
         lines.push(format!(
@@ -245,5 +291,5 @@ fn tau2_rescores_every_stub_session_exactly_as_parley_scored_it() {
     eprintln!("{}", lines.join("\n"));
     assert!(all.disagreements.is_empty(), "{}", all.disagreements.join("\n"));
     assert_eq!(all.agreed + all.tau2_raised, all.sessions);
-    assert!(all.sessions > 300, "{} sessions", all.sessions);
+    assert!(all.sessions > 550, "{} sessions", all.sessions);
 }

@@ -144,44 +144,58 @@ def replay_outputs(domain, task, simulation):
     return calls, differences, env.get_db_hash(), env.get_user_db_hash()
 
 
+# What the workers of `rescore` share, set before they fork.
+DOMAIN = ""
+TASKS = {}
+
+
+def rescore_one(raw: dict) -> dict:
+    from tau2.data_model.simulation import SimulationRun
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+
+    entry = {"id": raw["id"], "task_id": raw["task_id"], "parley": raw.get("reward_info")}
+    try:
+        parley_part = raw.pop("parley", None)
+        simulation = SimulationRun.model_validate(raw)
+        task = TASKS[simulation.task_id]
+        entry["dropped"] = (parley_part or {}).get("dropped_calls", [])
+        try:
+            reward = evaluate_simulation(simulation, task, EvaluationType.ALL, solo_mode=False, domain=DOMAIN)
+            entry["tau2"] = json.loads(reward.model_dump_json())
+        except Exception as e:  # tau2 itself raised: counted and explained by the test
+            entry["tau2_raised"] = f"{type(e).__name__}: {e}"
+        try:
+            calls, differences, db, user_db = replay_outputs(DOMAIN, task, simulation)
+            entry["replayed_calls"] = calls
+            entry["output_differences"] = differences
+            entry["db_hashes"] = {"db": db, "user_db": user_db}
+        except Exception as e:
+            entry["replay_raised"] = f"{type(e).__name__}: {e}"
+    except Exception:
+        entry["load_raised"] = traceback.format_exc()
+    return entry
+
+
 def rescore(path: str) -> None:
+    """Sessions are independent, so they are re-scored on every core."""
+    global DOMAIN, TASKS
+    import multiprocessing
+    import os
+
     from loguru import logger
 
     logger.remove()
-    from tau2.data_model.simulation import SimulationRun
     from tau2.data_model.tasks import Task
-    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
     with open(path) as f:
         document = json.load(f)
-    domain = document["info"]["environment_info"]["domain_name"]
-    tasks = {row["id"]: Task.model_validate(row) for row in document["tasks"]}
-    report = []
-    for raw in document["simulations"]:
-        entry = {"id": raw["id"], "task_id": raw["task_id"], "parley": raw.get("reward_info")}
-        try:
-            parley_part = raw.pop("parley", None)
-            simulation = SimulationRun.model_validate(raw)
-            task = tasks[simulation.task_id]
-            entry["dropped"] = (parley_part or {}).get("dropped_calls", [])
-            try:
-                reward = evaluate_simulation(
-                    simulation, task, EvaluationType.ALL, solo_mode=False, domain=domain
-                )
-                entry["tau2"] = json.loads(reward.model_dump_json())
-            except Exception as e:  # tau2 itself raised: counted and explained by the test
-                entry["tau2_raised"] = f"{type(e).__name__}: {e}"
-            try:
-                calls, differences, db, user_db = replay_outputs(domain, task, simulation)
-                entry["replayed_calls"] = calls
-                entry["output_differences"] = differences
-                entry["db_hashes"] = {"db": db, "user_db": user_db}
-            except Exception as e:
-                entry["replay_raised"] = f"{type(e).__name__}: {e}"
-        except Exception:
-            entry["load_raised"] = traceback.format_exc()
-        report.append(entry)
-    json.dump({"domain": domain, "sessions": report}, sys.stdout)
+    DOMAIN = document["info"]["environment_info"]["domain_name"]
+    TASKS = {row["id"]: Task.model_validate(row) for row in document["tasks"]}
+    simulations = document["simulations"]
+    workers = max(1, min(len(simulations), os.cpu_count() or 1, 8))
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        report = pool.map(rescore_one, simulations, chunksize=1)
+    json.dump({"domain": DOMAIN, "sessions": report}, sys.stdout)
 
 
 if __name__ == "__main__":
