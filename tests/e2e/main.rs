@@ -17,5 +17,6 @@ mod run;
 mod serve;
 mod tau2;
 mod tau2_export;
+mod tau2_fidelity;
 mod usage;
 mod users;

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{Stub, Workdir, read_jsonl, text};
+use crate::harness::{Stub, Workdir, ok, read_jsonl, run, text};
 
 #[tokio::test]
 async fn a_run_scores_stores_and_writes_every_rollout() {
@@ -167,4 +167,21 @@ async fn exports_stream_nemo_gym_and_openai_chat_rows_from_the_store() {
     assert_eq!(messages[2]["tool_calls"][0]["function"]["name"], "get_synonym_value");
     assert_eq!(messages[3]["tool_call_id"], messages[2]["tool_calls"][0]["id"]);
     assert_eq!(chat[0]["tools"][0]["type"], "function");
+}
+
+/// `parley stub --repeat-call-ids` gives every tool call one id, and a run pairs each call with
+/// its result all the same.
+#[tokio::test]
+async fn a_stub_that_repeats_call_ids_still_gets_every_call_answered() {
+    let work = Workdir::new();
+    work.tasks(3);
+    let stub = Stub::start(&["--repeat-call-ids"]);
+    let out = ok(&run(&work, &stub, &[]));
+    assert!(out.contains("terminations   agent_stop 3"), "{out}");
+    let db = work.db().await;
+    let ids: Vec<String> = sqlx::query_scalar("SELECT DISTINCT call_id FROM tool_calls").fetch_all(&db).await.unwrap();
+    assert_eq!(ids, ["call_0000000000000000"]);
+    let calls: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM tool_calls WHERE is_error = 0").fetch_one(&db).await.unwrap();
+    assert_eq!(calls, 6, "two tool calls per session, each answered");
 }

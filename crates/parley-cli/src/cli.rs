@@ -463,6 +463,10 @@ pub struct StubArgs {
     /// answers with `###STOP###`.
     #[arg(long, default_value_t = 2)]
     pub user_turns: u32,
+    /// Give every tool call the same id (`call_0000000000000000`), as some local model servers
+    /// do, for clients that must pair calls with their results by position.
+    #[arg(long)]
+    pub repeat_call_ids: bool,
     /// Threads serving requests (default: one per CPU). On a machine shared with the program
     /// under test, 1 leaves it more of the CPU: one thread answers thousands of requests a second.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]

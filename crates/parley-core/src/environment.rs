@@ -54,8 +54,16 @@ pub trait EnvSession: Send {
         &[]
     }
 
-    /// Calls one tool for `party` with arguments that already parsed as JSON and matched the
-    /// tool's schema.
+    /// Whether this environment answers calls to unknown tools and arguments that break a tool's
+    /// schema itself, as the benchmark it reproduces does (tau2 passes them to its tools, which
+    /// raise). The engine then checks only that the arguments are JSON. Default: the engine
+    /// answers such calls and they never reach [`EnvSession::call`].
+    fn answers_malformed_calls(&self) -> bool {
+        false
+    }
+
+    /// Calls one tool for `party` with arguments that already parsed as JSON and (unless
+    /// [`EnvSession::answers_malformed_calls`]) name a known tool and matched its schema.
     async fn call(&mut self, party: Party, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError>;
 
     /// Scores the finished transcript; `termination` says how the session ended.

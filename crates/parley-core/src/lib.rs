@@ -9,8 +9,8 @@
 //! runtime: a check in CI fails the build if it pulls in sqlx, axum, reqwest or async-openai.
 
 pub mod agent;
-pub mod deadline;
 pub mod content;
+pub mod deadline;
 pub mod environment;
 pub mod message;
 pub mod model;
@@ -23,8 +23,8 @@ pub mod user;
 pub mod view;
 
 pub use agent::{Agent, AgentFailure, AgentTurn, AgentView};
-pub use deadline::Deadline;
 pub use content::{Part, Reasoning, ReasoningReplay, ReasoningSpelling};
+pub use deadline::Deadline;
 pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
 pub use message::{Message, Role, ToolCall, ToolSpec};
 pub use model::{

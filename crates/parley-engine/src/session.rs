@@ -597,7 +597,7 @@ async fn run_calls(
             Party::Agent => env.tools(),
             Party::User => env.user_tools(),
         };
-        let output = match check_call(tools, call) {
+        let output = match check_call(tools, call, env.answers_malformed_calls()) {
             Err(problem) => {
                 state.errors += 1;
                 Err(problem)
@@ -708,15 +708,22 @@ fn confirms(text: &str) -> bool {
 }
 
 /// Checks a call the model wrote: a known tool, arguments that parse as JSON and match the
-/// tool's schema. A problem is returned as the sentence the model will read.
-fn check_call(tools: &[parley_core::ToolSpec], call: &ToolCall) -> Result<Value, String> {
+/// tool's schema (only the JSON when the environment answers the rest itself). A problem is
+/// returned as the sentence the model will read.
+fn check_call(tools: &[parley_core::ToolSpec], call: &ToolCall, env_checks: bool) -> Result<Value, String> {
+    let parse = || {
+        let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
+        serde_json::from_str::<Value>(text)
+            .map_err(|e| format!("Invalid tool call arguments for `{}`: not JSON ({e})", call.name))
+    };
+    if env_checks {
+        return parse();
+    }
     let Some(tool) = tools.iter().find(|t| t.name == call.name) else {
         let known: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         return Err(format!("Unknown tool `{}`. Available tools: {}", call.name, known.join(", ")));
     };
-    let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
-    let arguments: Value = serde_json::from_str(text)
-        .map_err(|e| format!("Invalid tool call arguments for `{}`: not JSON ({e})", call.name))?;
+    let arguments = parse()?;
     schema::validate(&tool.parameters, &arguments)
         .map_err(|e| format!("Invalid tool call arguments for `{}`: {e}", call.name))?;
     Ok(arguments)

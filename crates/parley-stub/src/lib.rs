@@ -30,7 +30,8 @@
 //! number *k* mod (number of tools), with arguments synthesized from the tool's `parameters`
 //! schema (see [Synthesis](#synthesis); a tool without `parameters` gets `{}`). The call id is
 //! `call_` followed by 16 hex digits of FNV-1a over the conversation hash and *k*, so it is the
-//! same on every run. In Chat Completions the message has `content: null`, one entry in
+//! same on every run ([`serve_with`] and [`CallIds::Repeated`] give every call the id
+//! `call_0000000000000000` instead, as some local servers do). In Chat Completions the message has `content: null`, one entry in
 //! `tool_calls`, and `finish_reason` is `tool_calls`. In Responses the output is one
 //! `function_call` item with that `call_id` and `id` `fc_` plus the same digits.
 //!
@@ -167,5 +168,5 @@ mod synth;
 mod turn;
 
 pub use config::{ConfigError, Faults, StubConfig, StubReasoning};
-pub use server::{router, serve};
+pub use server::{CallIds, router, serve, serve_with};
 pub use stats::{Stats, conversation_key};

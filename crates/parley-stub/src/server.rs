@@ -30,6 +30,7 @@ const BODY_LIMIT: usize = 64 * 1024 * 1024;
 #[derive(Debug)]
 struct Shared {
     config: StubConfig,
+    call_ids: CallIds,
     stats: Stats,
     dice: FaultDice,
     /// Turns `true` when [`serve`] is told to shut down, so hang faults stop sleeping and
@@ -89,7 +90,7 @@ impl Api for Responses {
 /// served through this router sleep their full duration even when the server shuts down;
 /// [`serve`] cuts them short.
 pub fn router(config: StubConfig) -> (Router, Stats) {
-    let (router, shared) = build(config);
+    let (router, shared) = build(config, CallIds::PerTurn);
     (router, shared.stats.clone())
 }
 
@@ -103,8 +104,29 @@ pub async fn serve(
     config: StubConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    serve_with(listener, config, CallIds::PerTurn, shutdown).await
+}
+
+/// How the stub names its tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CallIds {
+    /// `call_` and a hash of the conversation and the turn's tool results (see the crate docs).
+    #[default]
+    PerTurn,
+    /// `call_0000000000000000` on every call, as some local model servers do, for clients that
+    /// must pair calls with results by position.
+    Repeated,
+}
+
+/// [`serve`] with a choice of call ids.
+pub async fn serve_with(
+    listener: TcpListener,
+    config: StubConfig,
+    call_ids: CallIds,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     config.validate().map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
-    let (router, shared) = build(config);
+    let (router, shared) = build(config, call_ids);
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "parley-stub listening");
     }
@@ -122,10 +144,11 @@ pub async fn serve(
         .await
 }
 
-fn build(config: StubConfig) -> (Router, Arc<Shared>) {
+fn build(config: StubConfig, call_ids: CallIds) -> (Router, Arc<Shared>) {
     let shared = Arc::new(Shared {
         dice: FaultDice::new(config.faults, config.seed),
         config,
+        call_ids,
         stats: Stats::default(),
         shutdown: watch::Sender::new(false),
     });
@@ -242,7 +265,7 @@ fn decide<A: Api>(shared: &Shared, body: &[u8]) -> Decision {
         Some(Fault::Reset) => return reset().into(),
         Some(Fault::Huge) => return huge::<A>(&turn, shared.config.huge_bytes, body_hash).into(),
     };
-    let answer = turn.answer(&shared.config, bad_arguments);
+    let answer = turn.answer(&shared.config, bad_arguments, shared.call_ids);
     let mut rendered = A::render(&turn, &answer, body_hash);
     if let Some(mode) = shared.config.reasoning {
         A::add_reasoning(&mut rendered, mode, &turn, &answer);

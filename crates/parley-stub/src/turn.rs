@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::config::StubConfig;
 use crate::fault::BadArguments;
 use crate::hash::Fnv;
+use crate::server::CallIds;
 use crate::synth::synthesize;
 
 /// The final text when there is neither a configured text nor a tool result to echo.
@@ -87,7 +88,12 @@ impl Answer<'_> {
 impl<'a> Turn<'a> {
     /// Decides the answer. `bad_arguments` replaces a tool call's arguments (the fault);
     /// it is ignored when the answer is a text.
-    pub(crate) fn answer(&self, config: &StubConfig, bad_arguments: Option<BadArguments>) -> Answer<'a> {
+    pub(crate) fn answer(
+        &self,
+        config: &StubConfig,
+        bad_arguments: Option<BadArguments>,
+        call_ids: CallIds,
+    ) -> Answer<'a> {
         let k = self.tool_results;
         if !self.tools.is_empty() && !self.tools_disabled && k < config.tool_calls {
             // `k` fits in usize on every platform Rust supports with std.
@@ -98,7 +104,10 @@ impl<'a> Turn<'a> {
                 // A function without parameters takes an empty object.
                 (None, None) => "{}".to_owned(),
             };
-            let id = Fnv::new().u64(self.conversation).u64(k.into()).finish();
+            let id = match call_ids {
+                CallIds::PerTurn => Fnv::new().u64(self.conversation).u64(k.into()).finish(),
+                CallIds::Repeated => 0,
+            };
             return Answer::ToolCall { id, name: tool.name, arguments };
         }
         let text = if let Some(schema) = self.json_schema {

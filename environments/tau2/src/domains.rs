@@ -10,20 +10,92 @@ pub mod telecom;
 
 use std::path::Path;
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::args::Args;
 use crate::error::Tau2Error;
-use crate::toolkit::DomainState;
+use crate::pyjson::Py;
+use crate::toolkit::{DomainState, Requestor, ToolError, ToolResult};
 
 /// Loads a domain's initial world from its data folder.
 pub fn load_state(domain: &str, dir: &Path) -> Result<Box<dyn DomainState>, Tau2Error> {
     Ok(match domain {
-        "mock" => Box::new(mock::MockState::load(dir)?),
-        "airline" => Box::new(airline::AirlineState::load(dir)?),
-        "retail" => Box::new(retail::RetailState::load(dir)?),
-        "telecom" => Box::new(telecom::TelecomState::load(dir)?),
+        "mock" => Box::new(mock::load(dir)?),
+        "airline" => Box::new(State::<airline::Airline> { db: read_json(&dir.join("db.json"))?, user_db: None }),
+        "retail" => Box::new(State::<retail::Retail> { db: read_json(&dir.join("db.json"))?, user_db: None }),
+        "telecom" => Box::new(telecom::load(dir)?),
         other => return Err(Tau2Error::UnknownDomain(other.to_owned())),
     })
+}
+
+/// What a domain brings to its world: the types of its two databases and its toolkits'
+/// functions. Everything else a world does ([`DomainState`]) is the same for every domain.
+pub trait Toolkits: Send + Sync + 'static {
+    /// tau2's name of the domain, for messages.
+    const NAME: &'static str;
+    type Db: Clone + Serialize + DeserializeOwned + Send + Sync;
+    /// `()` for a domain without a user toolkit (its `user_db` is always `None`).
+    type UserDb: Clone + Serialize + DeserializeOwned + Send + Sync;
+
+    /// Any function of a toolkit by name; `None` when it has none of that name.
+    fn call(state: &mut State<Self>, toolkit: Requestor, name: &str, args: &Args) -> Option<ToolResult>;
+
+    /// tau2's `Environment.sync_tools`.
+    fn sync_tools(_state: &mut State<Self>) -> Result<(), ToolError> {
+        Ok(())
+    }
+
+    /// tau2's class of the agent database and the user-database field its user tools read
+    /// first: what a user tool's `AttributeError` names when it runs on the agent database.
+    const AGENT_DB_CLASS: &'static str;
+    const USER_DB_FIELD: &'static str = "";
+}
+
+/// One domain's world: the agent's database and, in dual-control domains, the user's.
+pub struct State<T: Toolkits + ?Sized> {
+    pub db: T::Db,
+    pub user_db: Option<T::UserDb>,
+}
+
+impl<T: Toolkits> DomainState for State<T> {
+    fn clone_box(&self) -> Box<dyn DomainState> {
+        Box::new(State::<T> { db: self.db.clone(), user_db: self.user_db.clone() })
+    }
+
+    fn call(&mut self, toolkit: Requestor, name: &str, args: &Args) -> Option<ToolResult> {
+        T::call(self, toolkit, name, args)
+    }
+
+    fn sync_tools(&mut self) -> Result<(), ToolError> {
+        T::sync_tools(self)
+    }
+
+    fn db(&self, toolkit: Requestor) -> Option<Py> {
+        match toolkit {
+            Requestor::Assistant => Some(Py::from_serialize(&self.db)),
+            Requestor::User => self.user_db.as_ref().map(Py::from_serialize),
+        }
+    }
+
+    fn set_db(&mut self, toolkit: Requestor, db: &Py) -> Result<(), String> {
+        match (toolkit, &mut self.user_db) {
+            (Requestor::Assistant, _) => set_model(&mut self.db, db),
+            (Requestor::User, Some(user_db)) => set_model(user_db, db),
+            (Requestor::User, None) => Err(format!("the {} domain has no user database", T::NAME)),
+        }
+    }
+
+    fn canonical(&self, toolkit: Requestor) -> Option<String> {
+        match toolkit {
+            Requestor::Assistant => Some(Py::canonical(&self.db)),
+            Requestor::User => self.user_db.as_ref().map(Py::canonical),
+        }
+    }
+
+    fn user_tool_on_agent_db(&self) -> ToolError {
+        ToolError::new(format!("'{}' object has no attribute '{}'", T::AGENT_DB_CLASS, T::USER_DB_FIELD))
+    }
 }
 
 pub(crate) fn read(path: &Path) -> Result<String, Tau2Error> {

@@ -36,6 +36,10 @@ impl<V> OrderedMap<V> {
         self.entries.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     pub fn get(&self, key: &str) -> Option<&V> {
         self.index.get(key).map(|&i| &self.entries[i].1)
     }

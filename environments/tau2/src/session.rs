@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::domain::Shared;
 use crate::prompt::STOP_TOOL;
@@ -66,7 +66,7 @@ impl Tau2Session {
 
     /// The canonical text behind [`Tau2Session::db_hashes`], for diffing two states.
     pub fn db_canonical(&self, user: bool) -> Option<String> {
-        self.world.state.canonical(if user { Requestor::User } else { Requestor::Assistant })
+        self.world.canonical(if user { Requestor::User } else { Requestor::Assistant })
     }
 }
 
@@ -78,6 +78,13 @@ impl EnvSession for Tau2Session {
 
     fn user_tools(&self) -> &[ToolSpec] {
         &self.user_tools
+    }
+
+    /// tau2 has no schema check: its tools answer unknown names and bad arguments themselves
+    /// (`Tool 'x' not found.`, Python's `TypeError`, pydantic's errors), and those answers are
+    /// what its transcripts and its replay hold.
+    fn answers_malformed_calls(&self) -> bool {
+        true
     }
 
     async fn call(&mut self, party: Party, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
@@ -102,6 +109,9 @@ impl EnvSession for Tau2Session {
             solo: self.shared.solo,
             judge: self.shared.judge.as_ref(),
         };
-        score(&ctx, transcript, termination).await
+        let (db, user_db) = self.db_hashes();
+        // The session's final databases as tau2's `get_db_hash` / `get_user_db_hash` give them, so
+        // that a stored score says which state it judged.
+        Ok(score(&ctx, transcript, termination).await?.with("db_hashes", json!({"db": db, "user_db": user_db})))
     }
 }

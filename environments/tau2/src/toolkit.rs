@@ -82,15 +82,13 @@ pub trait DomainState: Send + Sync {
     fn set_db(&mut self, toolkit: Requestor, db: &Py) -> Result<(), String>;
 
     /// `json.dumps(db.model_dump(), sort_keys=True, default=str)`, the text tau2's
-    /// `DB.get_hash` digests; `None` without that database. Two worlds agree exactly when
-    /// these agree, so the scorer compares them directly and skips the digest.
+    /// `get_db_hash` digests; `None` without that database. tau2 compares two worlds by these
+    /// hashes, so the scorer compares these texts.
     fn canonical(&self, toolkit: Requestor) -> Option<String>;
 
-    /// Whether a toolkit's database equals another world's, exactly when their canonical texts
-    /// are equal (dictionaries compare regardless of order), without serializing anything.
-    fn same_db(&self, other: &dyn DomainState, toolkit: Requestor) -> bool;
-
-    fn as_any(&self) -> &dyn std::any::Any;
+    /// What a user tool raises in tau2 once the user toolkit shares the agent's database (after
+    /// an `agent_data` patch): an `AttributeError` for the first user-database field it reads.
+    fn user_tool_on_agent_db(&self) -> ToolError;
 
     /// sha256 of [`DomainState::canonical`]: tau2's `get_db_hash`.
     fn hash(&self, toolkit: Requestor) -> Option<String> {

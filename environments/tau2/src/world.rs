@@ -20,6 +20,10 @@ pub struct World {
     pub state: Box<dyn DomainState>,
     pub catalog: Arc<Catalog>,
     pub solo: bool,
+    /// tau2's `set_state` points the user toolkit at the agent's database after an
+    /// `initialization_data.agent_data` patch (`self.user_tools.db = self.tools.db`): from then on
+    /// user tools run against the agent's database and the user hash is the agent's.
+    user_db_is_agent_db: bool,
 }
 
 /// One recorded tool call and the result the transcript holds for it.
@@ -32,7 +36,7 @@ struct Recorded<'a> {
 
 impl World {
     pub fn new(state: Box<dyn DomainState>, catalog: Arc<Catalog>, solo: bool) -> World {
-        World { state, catalog, solo }
+        World { state, catalog, solo, user_db_is_agent_db: false }
     }
 
     /// tau2's `make_tool_call` (without `sync_tools`).
@@ -50,6 +54,9 @@ impl World {
         let info = self.catalog.find(toolkit, name).ok_or_else(not_found)?;
         let args = Args::from_value(arguments)?;
         check_signature(&format!("{}.{name}", info.toolkit), &info.params, &info.required, &args)?;
+        if toolkit == Requestor::User && self.user_db_is_agent_db {
+            return Err(self.state.user_tool_on_agent_db());
+        }
         self.state.call(toolkit, name, &args).unwrap_or_else(|| Err(not_found()))
     }
 
@@ -80,6 +87,9 @@ impl World {
             return Err(ToolError::new(format!("'NoneType' object has no attribute '{func}'")));
         }
         let args = Args::from_value(&call.arguments)?;
+        if toolkit == Requestor::User && self.user_db_is_agent_db {
+            return Err(self.state.user_tool_on_agent_db());
+        }
         let result = self.state.call(toolkit, func, &args).unwrap_or_else(|| {
             Err(ToolError::new(format!("'{}' object has no attribute '{func}'", self.catalog.class(toolkit))))
         })?;
@@ -116,6 +126,11 @@ impl World {
             self.state
                 .set_db(toolkit, &db)
                 .map_err(|e| format!("initialization_data does not fit the database: {e}"))?;
+            // tau2 then makes both toolkits share the patched database (the user patch the other
+            // way round, which only a domain whose two databases have one type could survive).
+            if toolkit == Requestor::Assistant && self.catalog.has_user_toolkit() {
+                self.user_db_is_agent_db = true;
+            }
         }
         for action in &spec.init_actions {
             self.run_env_function(action)
@@ -151,36 +166,75 @@ impl World {
 
     /// tau2's `get_db_hash` (agent) or `get_user_db_hash` (user).
     pub fn hash(&self, toolkit: Requestor) -> Option<String> {
-        self.state.hash(toolkit)
+        self.canonical(toolkit).map(|text| crate::hash::sha256_hex(&text))
     }
 
-    /// Whether both worlds' databases are equal (tau2: their hashes are equal).
+    /// The text behind [`World::hash`].
+    pub fn canonical(&self, toolkit: Requestor) -> Option<String> {
+        match toolkit {
+            Requestor::User if !self.catalog.has_user_toolkit() => None,
+            Requestor::User if self.user_db_is_agent_db => self.state.canonical(Requestor::Assistant),
+            toolkit => self.state.canonical(toolkit),
+        }
+    }
+
+    /// Whether both worlds' databases are equal as tau2 decides it: equal `get_db_hash` and equal
+    /// `get_user_db_hash`, that is equal canonical texts.
     pub fn same_dbs(&self, other: &World) -> bool {
-        [Requestor::Assistant, Requestor::User].into_iter().all(|t| self.state.same_db(other.state.as_ref(), t))
+        [Requestor::Assistant, Requestor::User].into_iter().all(|t| self.canonical(t) == other.canonical(t))
     }
 }
 
 /// The engine's answer to a malformed call (bad JSON, unknown tool, schema violation) is a JSON
 /// object with one `error` key; tau2's tools never answer that way.
-fn engine_rejection(content: &str) -> bool {
+pub(crate) fn engine_rejection(content: &str) -> bool {
     matches!(serde_json::from_str::<Value>(content), Ok(Value::Object(m)) if m.len() == 1 && m.contains_key("error"))
 }
 
+/// The messages of a transcript that a tau2 trajectory of it holds: a call the engine answered
+/// itself (its arguments are not JSON, which tau2's agent cannot even parse) is left out with
+/// its result, and so is a message left with neither text nor calls, as Parley's tau2 export
+/// writes it.
+pub(crate) fn tau2_messages(transcript: &[Message]) -> Vec<&Message> {
+    let mut keep = vec![true; transcript.len()];
+    for (i, message) in transcript.iter().enumerate() {
+        if !matches!(message.role, Role::Assistant | Role::User) || message.tool_calls.is_empty() {
+            continue;
+        }
+        let mut rejected = 0;
+        for j in i + 1..(i + 1 + message.tool_calls.len()).min(transcript.len()) {
+            if transcript[j].role == Role::Tool && engine_rejection(transcript[j].content_str()) {
+                keep[j] = false;
+                rejected += 1;
+            }
+        }
+        if rejected == message.tool_calls.len() && message.content.as_deref().is_none_or(|c| c.trim().is_empty()) {
+            keep[i] = false;
+        }
+    }
+    transcript.iter().zip(keep).filter(|(_, kept)| *kept).map(|(m, _)| m).collect()
+}
+
+/// Each call with the tool message at its place after the calling message, as tau2's `set_state`
+/// pairs them: by position, not by id, since some servers give every turn's call the same id.
+/// A call with no tool message at its place has no recorded result.
 fn recorded_calls(messages: &[Message]) -> Vec<Recorded<'_>> {
-    let results: std::collections::HashMap<&str, &str> = messages
-        .iter()
-        .filter(|m| m.role == Role::Tool)
-        .filter_map(|m| Some((m.tool_call_id.as_deref()?, m.content_str())))
-        .collect();
-    messages
-        .iter()
-        .filter(|m| matches!(m.role, Role::Assistant | Role::User))
-        .flat_map(|m| {
-            let requestor = if m.role == Role::User { Requestor::User } else { Requestor::Assistant };
-            m.tool_calls.iter().map(move |c| (requestor, c))
-        })
-        .filter_map(|(requestor, c): (Requestor, &parley_core::ToolCall)| {
-            Some(Recorded { requestor, name: &c.name, arguments: &c.arguments, content: results.get(c.id.as_str())? })
-        })
-        .collect()
+    let mut recorded = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let requestor = match message.role {
+            Role::User => Requestor::User,
+            Role::Assistant => Requestor::Assistant,
+            _ => continue,
+        };
+        for (j, call) in message.tool_calls.iter().enumerate() {
+            let Some(result) = messages.get(i + 1 + j).filter(|m| m.role == Role::Tool) else { break };
+            recorded.push(Recorded {
+                requestor,
+                name: &call.name,
+                arguments: &call.arguments,
+                content: result.content_str(),
+            });
+        }
+    }
+    recorded
 }

@@ -59,7 +59,8 @@ pub async fn stub(args: StubArgs) -> anyhow::Result<()> {
     eprintln!("parley stub (a deterministic test double, not a model) listening on http://{address}/v1");
     // The address on stdout, alone, so scripts can read it.
     println!("http://{address}/v1");
-    parley_stub::serve(listener, config, async {
+    let call_ids = if args.repeat_call_ids { parley_stub::CallIds::Repeated } else { parley_stub::CallIds::PerTurn };
+    parley_stub::serve_with(listener, config, call_ids, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await

@@ -10,11 +10,15 @@
 //! What tau2 needs to re-score a trajectory shapes the messages:
 //!
 //! - tau2's evaluator replays every tool call against a fresh environment and requires each
-//!   call's result right after it, with the same content. A call that never reached the
-//!   environment (malformed arguments, an unknown tool, a schema violation: the engine answered
-//!   it itself; or a call left without a result) cannot be replayed, so it is left out of
-//!   `messages` and listed under the simulation's `parley.dropped_calls`. It changed no state, so
-//!   the DB check is unaffected; only an ACTION check could see it.
+//!   call's result right after it, with the same content. Every call the environment answered
+//!   is written as it was; for tau2 sessions that includes unknown tools and arguments against a
+//!   tool's schema, which the tau2 environment answers itself as tau2 does (Python's
+//!   `TypeError`, `Tool 'x' not found.`), so tau2's ACTION check sees them too. A call the
+//!   engine answered itself (arguments that are not JSON, which tau2's agent cannot even parse;
+//!   in other environments also unknown tools and schema violations) or a call left without a
+//!   result cannot be replayed, so it is left out of `messages` and listed under the
+//!   simulation's `parley.dropped_calls`. It changed no state, and Parley's tau2 scorer leaves
+//!   it out of the trajectory it judges in the same way.
 //! - A task's recorded history (`initial_state.message_history`) is written as the task row has
 //!   it, so its ids, requestors and error flags are tau2's own.
 //! - The agent's system prompt is not part of a tau2 trajectory, so system messages are dropped.
@@ -289,9 +293,9 @@ fn convert(session: &Session<'_>) -> Converted {
             let arguments = serde_json::from_str::<Value>(&call.arguments).ok().filter(Value::is_object);
             let problem = match (answer, record, &arguments) {
                 (None, _, _) => Some("no result: the call never reached the environment"),
-                (_, Some(r), _) if r.malformed => {
-                    Some("malformed: the engine answered it without calling the environment")
-                }
+                (_, Some(r), _) if r.malformed => Some(
+                    "malformed: the engine answered it without calling the environment (tau2 could not have recorded it)",
+                ),
                 (_, _, None) => Some("its arguments are not a JSON object"),
                 _ => None,
             };
@@ -352,26 +356,12 @@ fn now_seconds() -> f64 {
 /// (microseconds only when there are any).
 fn iso(seconds: f64) -> String {
     let micros = (seconds * 1e6).round() as i64;
-    let (secs, frac) = (micros.div_euclid(1_000_000), micros.rem_euclid(1_000_000));
-    let (days, time) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    let (h, m, s) = (time / 3600, time % 3600 / 60, time % 60);
-    let frac = if frac == 0 { String::new() } else { format!(".{frac:06}") };
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}{frac}+00:00")
-}
-
-/// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    let Some(time) = chrono::DateTime::from_timestamp_micros(micros) else {
+        // Beyond chrono's years (±262,143): no session lasts that long; say the epoch.
+        return iso(0.0);
+    };
+    let fraction = if micros.rem_euclid(1_000_000) == 0 { "" } else { ".%6f" };
+    time.format(&format!("%Y-%m-%dT%H:%M:%S{fraction}+00:00")).to_string()
 }
 
 #[cfg(test)]

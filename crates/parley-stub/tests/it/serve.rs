@@ -79,3 +79,16 @@ async fn refuses_an_invalid_configuration() {
     assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
     assert!(error.to_string().contains("rate_limit"));
 }
+
+#[tokio::test]
+async fn repeated_call_ids_name_every_call_alike() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let config = StubConfig::default();
+    let server =
+        tokio::spawn(parley_stub::serve_with(listener, config, parley_stub::CallIds::Repeated, std::future::pending()));
+    let body = chat_request(USER).to_string();
+    let completion = exchange(address, "POST", "/v1/chat/completions", &body).await;
+    assert!(completion.contains(r#""id":"call_0000000000000000""#), "{completion}");
+    server.abort();
+}

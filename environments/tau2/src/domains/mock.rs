@@ -6,11 +6,11 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::args::Args;
-use crate::domains::{model, read_json, set_model};
+use crate::domains::{State, Toolkits, model, read_json};
 use crate::error::Tau2Error;
 use crate::ordered_map::OrderedMap;
 use crate::pyjson::Py;
-use crate::toolkit::{DomainState, Out, Requestor, ToolError, ToolResult};
+use crate::toolkit::{Out, Requestor, ToolError, ToolResult};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
@@ -54,104 +54,92 @@ pub struct MockUserDb {
     pub notifications: OrderedMap<Notification>,
 }
 
-#[derive(Debug, Clone)]
-pub struct MockState {
-    pub db: MockDb,
-    pub user_db: MockUserDb,
+pub struct Mock;
+
+pub fn load(dir: &Path) -> Result<State<Mock>, Tau2Error> {
+    Ok(State { db: read_json(&dir.join("db.json"))?, user_db: Some(read_json(&dir.join("user_db.json"))?) })
 }
 
-impl MockState {
-    pub fn load(dir: &Path) -> Result<MockState, Tau2Error> {
-        Ok(MockState { db: read_json(&dir.join("db.json"))?, user_db: read_json(&dir.join("user_db.json"))? })
+fn create_task(db: &mut MockDb, args: &Args) -> ToolResult {
+    let user_id = args.str("user_id")?;
+    let title = args.str("title")?;
+    let description = args.opt_str("description")?;
+    if !db.users.contains_key(&user_id) {
+        return Err(ToolError::new(format!("User {user_id} not found")));
     }
+    let task_id = format!("task_{}", db.tasks.len() + 1);
+    let task = Task { task_id: task_id.clone(), title, description, status: "pending".into() };
+    db.tasks.insert(task_id.clone(), task.clone());
+    if let Some(user) = db.users.get_mut(&user_id) {
+        user.tasks.push(task_id);
+    }
+    Ok(model(&task))
+}
 
-    fn create_task(&mut self, args: &Args) -> ToolResult {
-        let user_id = args.str("user_id")?;
-        let title = args.str("title")?;
-        let description = args.opt_str("description")?;
-        if !self.db.users.contains_key(&user_id) {
-            return Err(ToolError::new(format!("User {user_id} not found")));
-        }
-        let task_id = format!("task_{}", self.db.tasks.len() + 1);
-        let task = Task { task_id: task_id.clone(), title, description, status: "pending".into() };
-        self.db.tasks.insert(task_id.clone(), task.clone());
-        if let Some(user) = self.db.users.get_mut(&user_id) {
-            user.tasks.push(task_id);
-        }
-        Ok(model(&task))
-    }
+fn update_task_status(db: &mut MockDb, args: &Args) -> ToolResult {
+    let task_id = args.str("task_id")?;
+    let status = args.str("status")?;
+    let task = db.tasks.get_mut(&task_id).ok_or_else(|| ToolError::new(format!("Task {task_id} not found")))?;
+    task.status = status;
+    Ok(model(task))
+}
 
-    fn update_task_status(&mut self, args: &Args) -> ToolResult {
-        let task_id = args.str("task_id")?;
-        let status = args.str("status")?;
-        let task =
-            self.db.tasks.get_mut(&task_id).ok_or_else(|| ToolError::new(format!("Task {task_id} not found")))?;
-        task.status = status;
-        Ok(model(task))
-    }
+fn dismiss_notification(user_db: &mut MockUserDb, args: &Args) -> ToolResult {
+    let id = args.str("notification_id")?;
+    let n = user_db.notifications.get_mut(&id).ok_or_else(|| ToolError::new(format!("Notification {id} not found")))?;
+    n.status = "read".into();
+    Ok(Out::Str(format!("Notification {id} dismissed")))
+}
 
-    fn dismiss_notification(&mut self, args: &Args) -> ToolResult {
-        let id = args.str("notification_id")?;
-        let n = self
-            .user_db
-            .notifications
-            .get_mut(&id)
-            .ok_or_else(|| ToolError::new(format!("Notification {id} not found")))?;
-        n.status = "read".into();
-        Ok(Out::Str(format!("Notification {id} dismissed")))
-    }
-
-    fn add_notification(&mut self, args: &Args) -> ToolResult {
-        let notification = Notification {
-            notification_id: args.str("notification_id")?,
-            message: args.str("message")?,
-            status: unread(),
-            task_id: args.opt_str("task_id")?,
-        };
-        self.user_db.notifications.insert(notification.notification_id.clone(), notification.clone());
-        Ok(model(&notification))
-    }
+fn add_notification(user_db: &mut MockUserDb, args: &Args) -> ToolResult {
+    let notification = Notification {
+        notification_id: args.str("notification_id")?,
+        message: args.str("message")?,
+        status: unread(),
+        task_id: args.opt_str("task_id")?,
+    };
+    user_db.notifications.insert(notification.notification_id.clone(), notification.clone());
+    Ok(model(&notification))
 }
 
 fn boolean(b: bool) -> ToolResult {
     Ok(Out::Json(Py::Bool(b)))
 }
 
-impl DomainState for MockState {
-    fn clone_box(&self) -> Box<dyn DomainState> {
-        Box::new(self.clone())
-    }
+impl Toolkits for Mock {
+    const NAME: &'static str = "mock";
+    const AGENT_DB_CLASS: &'static str = "MockDB";
+    const USER_DB_FIELD: &'static str = "notifications";
+    type Db = MockDb;
+    type UserDb = MockUserDb;
 
-    fn call(&mut self, toolkit: Requestor, name: &str, args: &Args) -> Option<ToolResult> {
+    fn call(state: &mut State<Self>, toolkit: Requestor, name: &str, args: &Args) -> Option<ToolResult> {
+        let db = &mut state.db;
+        let user_db = state.user_db.as_mut()?;
         Some(match (toolkit, name) {
-            (Requestor::Assistant, "create_task") => self.create_task(args),
-            (Requestor::Assistant, "get_users") => Ok(model(&self.db.users.values().collect::<Vec<_>>())),
-            (Requestor::Assistant, "update_task_status") => self.update_task_status(args),
+            (Requestor::Assistant, "create_task") => create_task(db, args),
+            (Requestor::Assistant, "get_users") => Ok(model(&db.users.values().collect::<Vec<_>>())),
+            (Requestor::Assistant, "update_task_status") => update_task_status(db, args),
             (Requestor::Assistant, "transfer_to_human_agents") => Ok(Out::Str("Transfer successful".into())),
             (Requestor::Assistant, "assert_number_of_tasks") => (|| {
                 let user_id = args.str("user_id")?;
                 let expected = args.int("expected_number")?;
-                let user =
-                    self.db.users.get(&user_id).ok_or_else(|| ToolError::new(format!("User {user_id} not found")))?;
+                let user = db.users.get(&user_id).ok_or_else(|| ToolError::new(format!("User {user_id} not found")))?;
                 boolean(user.tasks.len() as i64 == expected)
             })(),
             (Requestor::Assistant, "assert_task_status") => (|| {
                 let task_id = args.str("task_id")?;
                 let expected = args.str("expected_status")?;
-                let task =
-                    self.db.tasks.get(&task_id).ok_or_else(|| ToolError::new(format!("Task {task_id} not found")))?;
+                let task = db.tasks.get(&task_id).ok_or_else(|| ToolError::new(format!("Task {task_id} not found")))?;
                 boolean(task.status == expected)
             })(),
-            (Requestor::User, "check_notifications") => {
-                Ok(model(&self.user_db.notifications.values().collect::<Vec<_>>()))
-            }
-            (Requestor::User, "dismiss_notification") => self.dismiss_notification(args),
-            (Requestor::User, "add_notification") => self.add_notification(args),
+            (Requestor::User, "check_notifications") => Ok(model(&user_db.notifications.values().collect::<Vec<_>>())),
+            (Requestor::User, "dismiss_notification") => dismiss_notification(user_db, args),
+            (Requestor::User, "add_notification") => add_notification(user_db, args),
             (Requestor::User, "assert_notification_status") => (|| {
                 let id = args.str("notification_id")?;
                 let expected = args.str("expected_status")?;
-                let n = self
-                    .user_db
+                let n = user_db
                     .notifications
                     .get(&id)
                     .ok_or_else(|| ToolError::new(format!("Notification {id} not found")))?;
@@ -159,38 +147,5 @@ impl DomainState for MockState {
             })(),
             _ => return None,
         })
-    }
-
-    fn db(&self, toolkit: Requestor) -> Option<Py> {
-        Some(match toolkit {
-            Requestor::Assistant => Py::from_serialize(&self.db),
-            Requestor::User => Py::from_serialize(&self.user_db),
-        })
-    }
-
-    fn canonical(&self, toolkit: Requestor) -> Option<String> {
-        Some(match toolkit {
-            Requestor::Assistant => Py::canonical(&self.db),
-            Requestor::User => Py::canonical(&self.user_db),
-        })
-    }
-
-    fn same_db(&self, other: &dyn DomainState, toolkit: Requestor) -> bool {
-        let Some(other) = other.as_any().downcast_ref::<MockState>() else { return false };
-        match toolkit {
-            Requestor::Assistant => self.db == other.db,
-            Requestor::User => self.user_db == other.user_db,
-        }
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn set_db(&mut self, toolkit: Requestor, db: &Py) -> Result<(), String> {
-        match toolkit {
-            Requestor::Assistant => set_model(&mut self.db, db),
-            Requestor::User => set_model(&mut self.user_db, db),
-        }
     }
 }

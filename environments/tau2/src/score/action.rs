@@ -14,9 +14,10 @@ use crate::toolkit::Requestor;
 pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Message]) -> Component {
     let gold = criteria.actions.as_deref().unwrap_or_default();
     if gold.is_empty() {
+        // tau2 leaves `action_checks` unset (null) here, not empty.
         return Component {
             reward: 1.0,
-            checks: json!([]),
+            checks: Value::Null,
             breakdown: single("ACTION", 1.0),
             info: json!({"note": "No actions to evaluate"}),
         };

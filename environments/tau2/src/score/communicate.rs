@@ -11,9 +11,10 @@ use crate::spec::Criteria;
 pub fn evaluate(criteria: &Criteria, transcript: &[Message]) -> Component {
     let infos = criteria.communicate_info.as_deref().unwrap_or_default();
     if infos.is_empty() {
+        // tau2 leaves `communicate_checks` unset (null) here, not empty.
         return Component {
             reward: 1.0,
-            checks: json!([]),
+            checks: Value::Null,
             breakdown: single("COMMUNICATE", 1.0),
             info: json!({"note": "No communicate_info to evaluate"}),
         };

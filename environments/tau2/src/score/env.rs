@@ -1,8 +1,8 @@
 //! tau2's `EnvironmentEvaluator`: the predicted world (initial state plus a strict replay of the
 //! transcript's mutating calls) against the gold world (initial state plus the gold actions, not
 //! synced, errors swallowed), compared by the hashes of both databases; then the env assertions
-//! on the predicted world. A gold write action that raised leaves the gold state incomplete, so
-//! a match against it is not certified (`db_check` is null), as in tau2.
+//! on the predicted world. A gold action that raises is only logged, as in tau2: the DB check
+//! compares with the gold world as the actions left it (the failures are listed in `info`).
 
 use parley_core::Message;
 use serde_json::{Map, Value, json};
@@ -25,7 +25,8 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
         return Ok(EnvOutcome {
             reward: 1.0,
             db_check: json!({"db_match": true, "db_reward": 1.0}),
-            checks: json!([]),
+            // tau2 leaves `env_assertions` unset (null) here, not empty.
+            checks: Value::Null,
             breakdown: Map::new(),
             info: json!({"note": "No expected actions or env assertions"}),
         });
@@ -52,15 +53,10 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
         }
     }
 
-    // Equal databases are equal hashes; comparing the models skips serializing and digesting.
     let db_match = gold.same_dbs(&predicted);
     let db_reward = if db_match { 1.0 } else { 0.0 };
-    let (db_check, info) = if failed.is_empty() {
-        (json!({"db_match": db_match, "db_reward": db_reward}), Value::Null)
-    } else {
-        let check = if db_match { Value::Null } else { json!({"db_match": false, "db_reward": 0.0}) };
-        (check, json!({"gold_replay_incomplete": true, "failed_mutating_actions": failed, "db_evaluated": !db_match}))
-    };
+    let db_check = json!({"db_match": db_match, "db_reward": db_reward});
+    let info = if failed.is_empty() { Value::Null } else { json!({"failed_mutating_actions": failed}) };
 
     let mut checks = Vec::new();
     let mut assertion_reward = 1.0;
@@ -86,7 +82,7 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
     let mut reward = 1.0;
     let mut breakdown = Map::new();
     let basis = |kind: &str| criteria.reward_basis.iter().any(|b| b == kind);
-    if basis("DB") && !db_check.is_null() {
+    if basis("DB") {
         breakdown.insert("DB".into(), json!(db_reward));
         reward *= db_reward;
     }

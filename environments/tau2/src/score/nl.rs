@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::{Component, Judge, single};
 use crate::pyjson::str_repr;
 use crate::spec::Criteria;
+use crate::world::tau2_messages;
 
 const SYSTEM_PROMPT: &str = "
         TASK
@@ -36,10 +37,11 @@ const SYSTEM_PROMPT: &str = "
         }
         ";
 
-/// The judge's two messages for a transcript and its assertions, as tau2 builds them.
+/// The judge's two messages for a transcript and its assertions, as tau2 builds them from the
+/// trajectory it holds (see [`tau2_messages`]).
 pub fn judge_messages(transcript: &[Message], assertions: &[String]) -> [Message; 2] {
-    let trajectory: Vec<String> = transcript
-        .iter()
+    let trajectory: Vec<String> = tau2_messages(transcript)
+        .into_iter()
         .filter(|m| m.role != Role::System)
         .map(|m| format!("{}: {}", m.role.as_str(), m.content.as_deref().unwrap_or("None")))
         .collect();

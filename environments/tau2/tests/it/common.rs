@@ -6,29 +6,20 @@ use environment_tau2::{Domain, DomainOptions, Tau2Session, load};
 use parley_core::{EnvSession, Party, Task};
 use serde_json::{Value, json};
 
-pub fn data() -> Option<PathBuf> {
+/// The data is always at `../shared/data/tau2` next to the workspace (or `PARLEY_TAU2_DATA`):
+/// without it these tests fail rather than pass having checked nothing.
+pub fn data() -> PathBuf {
     let dir = std::env::var_os("PARLEY_TAU2_DATA")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2"));
-    if dir.join("derived/tools.openai.json").exists() {
-        Some(dir)
-    } else {
-        // CI sets PARLEY_REQUIRE_PEERS: there, missing data is a failure, not a skip.
-        assert!(
-            std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "no tau2 data at {} (set PARLEY_TAU2_DATA)",
-            dir.display()
-        );
-        eprintln!("skipped: no tau2 data at {} (set PARLEY_TAU2_DATA)", dir.display());
-        None
-    }
+    assert!(dir.join("derived/tools.openai.json").exists(), "no tau2 data at {} (set PARLEY_TAU2_DATA)", dir.display());
+    dir
 }
 
-pub fn domain(name: &str) -> Option<Domain> {
-    Some(load(&data()?, name, DomainOptions::default()).unwrap())
+pub fn domain(name: &str) -> Domain {
+    load(&data(), name, DomainOptions::default()).unwrap()
 }
 
-/// A task with no initial state and no criteria: the domain's database as shipped.
 pub fn blank_task() -> Task {
     Task { index: 0, id: "blank".into(), messages: vec![], tools: Default::default(), row: json!({"id": "blank"}) }
 }

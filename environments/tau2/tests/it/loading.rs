@@ -7,7 +7,7 @@ use crate::common::{data, domain};
 
 #[test]
 fn data_dir_prefers_the_explicit_path_and_names_both_sources_when_missing() {
-    let Some(dir) = data() else { return };
+    let dir = data();
     assert_eq!(data_dir(Some(&dir)).unwrap(), dir);
     let missing = dir.join("nope");
     assert!(matches!(data_dir(Some(&missing)), Err(Tau2Error::MissingDataDir(_))));
@@ -18,7 +18,7 @@ fn data_dir_prefers_the_explicit_path_and_names_both_sources_when_missing() {
 
 #[test]
 fn every_domain_loads_with_its_counts_and_splits() {
-    let Some(dir) = data() else { return };
+    let dir = data();
     let expected = [("mock", 4, 2, 10), ("airline", 14, 0, 50), ("retail", 16, 0, 114), ("telecom", 13, 30, 20)];
     for (name, tools, user_tools, tasks) in expected {
         let d = load(&dir, name, DomainOptions::default()).unwrap();
@@ -37,7 +37,7 @@ fn every_domain_loads_with_its_counts_and_splits() {
 
 #[test]
 fn tasks_keep_the_row_and_convert_the_history() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let fresh = mock.tasks.iter().find(|t| t.id == "create_task_1").unwrap();
     assert_eq!(fresh.messages.len(), 1);
     assert_eq!(fresh.messages[0].role, Role::Assistant);
@@ -53,8 +53,8 @@ fn tasks_keep_the_row_and_convert_the_history() {
 
 #[test]
 fn the_system_prompt_is_taus() {
-    let Some(mock) = domain("mock") else { return };
-    let policy = std::fs::read_to_string(data().unwrap().join("mock/policy.md")).unwrap();
+    let mock = domain("mock");
+    let policy = std::fs::read_to_string(data().join("mock/policy.md")).unwrap();
     let expected = format!(
         "<instructions>\nYou are a customer service agent that helps the user according to the <policy> provided below.\n\
          In each turn you can either:\n- Send a message to the user.\n- Make a tool call.\nYou cannot do both at the same time.\n\n\
@@ -62,14 +62,14 @@ fn the_system_prompt_is_taus() {
          <policy>\n{policy}\n</policy>"
     );
     assert_eq!(mock.policy(), expected);
-    let Some(telecom) = domain("telecom") else { return };
+    let telecom = domain("telecom");
     assert!(telecom.policy().contains("</instructions>\n<policy>\n<main_policy>\n"));
     assert!(telecom.policy().ends_with("\n</tech_support_policy>\n</policy>"));
 }
 
 #[test]
 fn solo_variants_exist_for_mock_and_telecom_only() {
-    let Some(dir) = data() else { return };
+    let dir = data();
     let solo = DomainOptions { solo: true, ..DomainOptions::default() };
     let mock = load(&dir, "mock", solo.clone()).unwrap();
     assert!(!mock.tasks.is_empty());

@@ -1,5 +1,5 @@
 //! Integration tests of the tau2 domains against the data in `../shared/data/tau2` (or
-//! `PARLEY_TAU2_DATA`); each test is skipped with a note when the data is absent.
+//! `PARLEY_TAU2_DATA`); without the data they fail.
 //!
 //! `reference` compares tool outputs and database hashes byte for byte with a reference file
 //! produced by tau2's own Python code (`tests/data/tau2_reference.json`, see the README);

@@ -43,7 +43,7 @@ async fn score(session: &mut environment_tau2::Tau2Session, messages: &[Message]
 
 #[tokio::test]
 async fn only_agent_stop_and_user_stop_are_scored() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let t = task(&mock, "update_task_1");
     let calls = [("agent", "update_task_status", json!({"task_id": "task_1", "status": "completed"}))];
     let (mut s, messages) = trajectory(&mock, t, &calls, "Done.").await;
@@ -57,7 +57,7 @@ async fn only_agent_stop_and_user_stop_are_scored() {
 
 #[tokio::test]
 async fn db_passes_on_the_gold_end_state_and_fails_elsewhere() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let t = task(&mock, "update_task_1");
     let good = [("agent", "update_task_status", json!({"task_id": "task_1", "status": "completed"}))];
     let (mut s, m) = trajectory(&mock, t, &good, "Done.").await;
@@ -76,7 +76,7 @@ async fn db_passes_on_the_gold_end_state_and_fails_elsewhere() {
 
 #[tokio::test]
 async fn env_assertions_gate_the_reward() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let t = task(&mock, "create_task_1_with_env_assertions");
     let good = [("agent", "create_task", json!({"user_id": "user_1", "title": "Important Meeting"}))];
     let (mut s, m) = trajectory(&mock, t, &good, "Created.").await;
@@ -93,7 +93,7 @@ async fn env_assertions_gate_the_reward() {
 
 #[tokio::test]
 async fn actions_must_all_be_matched_on_compare_args() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let t = task(&mock, "impossible_task_1");
     // compare_args is [], so any summary matches.
     let good = [("agent", "transfer_to_human_agents", json!({"summary": "anything"}))];
@@ -111,7 +111,7 @@ async fn actions_must_all_be_matched_on_compare_args() {
 
 #[tokio::test]
 async fn communicate_info_is_a_case_insensitive_substring_without_commas() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let t = task(&mock, "update_task_with_initialization_data");
     let good = [("agent", "update_task_status", json!({"task_id": "task_2", "status": "completed"}))];
     let closing = "THE AGENT ACKNOWLEDGED THE PREVIOUS CONTEXT, and the agent confirmed the task status was updated, successfully";
@@ -128,7 +128,7 @@ async fn communicate_info_is_a_case_insensitive_substring_without_commas() {
 
 #[tokio::test]
 async fn a_basis_with_nothing_to_check_is_flagged() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let t = task(&mock, "create_task_1_nl_eval");
     let (mut s, m) = trajectory(&mock, t, &[], "Hello.").await;
     let r = score(&mut s, &m).await;
@@ -139,7 +139,7 @@ async fn a_basis_with_nothing_to_check_is_flagged() {
 
 #[tokio::test]
 async fn replay_refuses_a_transcript_the_tools_would_not_have_produced() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let t = task(&mock, "update_task_1");
     let good = [("agent", "update_task_status", json!({"task_id": "task_1", "status": "completed"}))];
     let (mut s, mut m) = trajectory(&mock, t, &good, "Done.").await;
@@ -152,7 +152,7 @@ async fn replay_refuses_a_transcript_the_tools_would_not_have_produced() {
 
 #[tokio::test]
 async fn calls_the_engine_rejected_are_not_replayed() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let t = task(&mock, "update_task_1");
     let (mut s, mut m) = trajectory(
         &mock,
@@ -195,11 +195,11 @@ impl ModelClient for Judge {
     }
 }
 
-async fn judged(answer: &str) -> Option<(Reward, Arc<Judge>)> {
+async fn judged(answer: &str) -> (Reward, Arc<Judge>) {
     let judge = Arc::new(Judge { answer: answer.into(), seen: Mutex::new(Vec::new()) });
     let options =
         DomainOptions { judge: Some(judge.clone()), judge_model: Some("judge-model".into()), ..Default::default() };
-    let retail = load(&data()?, "retail", options).unwrap();
+    let retail = load(&data(), "retail", options).unwrap();
     let t = retail
         .tasks
         .iter()
@@ -214,13 +214,13 @@ async fn judged(answer: &str) -> Option<(Reward, Arc<Judge>)> {
         .map(|a| ("agent", a["name"].as_str().unwrap(), a["arguments"].clone()))
         .collect();
     let (mut s, m) = trajectory(&retail, t, &gold, "All done.").await;
-    Some((score(&mut s, &m).await, judge))
+    (score(&mut s, &m).await, judge)
 }
 
 #[tokio::test]
 async fn nl_assertions_follow_the_judge_and_its_prompt_is_taus() {
     let met = r#"{"results": [{"expectedOutcome": "x", "reasoning": "fine", "metExpectation": true}]}"#;
-    let Some((r, judge)) = judged(met).await else { return };
+    let (r, judge) = judged(met).await;
     assert_eq!(r.value, 1.0);
     assert_eq!(r.breakdown["nl_assertions"][0]["justification"], "fine");
     let seen = judge.seen.lock().unwrap().clone();
@@ -236,11 +236,70 @@ async fn nl_assertions_follow_the_judge_and_its_prompt_is_taus() {
     assert!(user.content_str().contains("\n        \n        expectedOutcomes:\n        ['"));
 
     let unmet = r#"{"results": [{"expectedOutcome": "x", "reasoning": "no", "metExpectation": false}]}"#;
-    let (r, _) = judged(unmet).await.unwrap();
+    let (r, _) = judged(unmet).await;
     assert_eq!(r.value, 0.0);
     assert_eq!(r.breakdown["reward_breakdown"], json!({"DB": 1.0, "NL_ASSERTION": 0.0}));
 
-    let (r, _) = judged("not json").await.unwrap();
+    let (r, _) = judged("not json").await;
     assert_eq!(r.value, 0.0);
     assert!(r.breakdown["error"].as_str().unwrap().contains("did not answer with JSON"));
+}
+
+#[tokio::test]
+async fn calls_pair_with_results_by_position_when_ids_repeat() {
+    let mock = domain("mock");
+    let t = task(&mock, "update_task_1");
+    let calls = [
+        ("agent", "update_task_status", json!({"task_id": "task_404", "status": "completed"})),
+        ("agent", "update_task_status", json!({"task_id": "task_1", "status": "completed"})),
+    ];
+    let (mut s, mut m) = trajectory(&mock, t, &calls, "Done.").await;
+    // Local servers give every turn's call the same id.
+    for message in &mut m {
+        message.tool_calls.iter_mut().for_each(|c| c.id = "call_0".into());
+        if message.tool_call_id.is_some() {
+            message.tool_call_id = Some("call_0".into());
+        }
+    }
+    let r = score(&mut s, &m).await;
+    assert_eq!(r.breakdown.get("error"), None, "{:?}", r.breakdown);
+    assert_eq!(r.value, 1.0);
+}
+
+#[tokio::test]
+async fn passengers_in_another_order_are_another_database() {
+    let airline = domain("airline");
+    let t = task(&airline, "40");
+    let actions = t.row["evaluation_criteria"]["actions"].as_array().unwrap();
+    let update = actions.iter().find(|a| a["name"] == "update_reservation_passengers").unwrap();
+    let gold = update["arguments"].clone();
+    let mut reversed = gold.clone();
+    reversed["passengers"].as_array_mut().unwrap().reverse();
+    let (mut s, m) = trajectory(&airline, t, &[("agent", "update_reservation_passengers", reversed)], "Done.").await;
+    let r = score(&mut s, &m).await;
+    assert_eq!(r.breakdown["db_check"]["db_match"], false, "tau2 hashes the passengers in their order");
+    let (mut s, m) = trajectory(&airline, t, &[("agent", "update_reservation_passengers", gold)], "Done.").await;
+    let (gold_hash, _) = s.db_hashes();
+    let r = score(&mut s, &m).await;
+    assert_eq!(r.breakdown["db_check"]["db_match"], true);
+    assert_eq!(r.breakdown["db_hashes"]["db"], json!(gold_hash), "the final hashes are kept");
+}
+
+#[tokio::test]
+async fn a_gold_write_that_raises_still_compares_the_databases() {
+    let retail = domain("retail");
+    for id in ["64", "105"] {
+        let t = task(&retail, id);
+        let gold: Vec<(&str, &str, Value)> = t.row["evaluation_criteria"]["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| ("agent", a["name"].as_str().unwrap(), a["arguments"].clone()))
+            .collect();
+        let (mut s, m) = trajectory(&retail, t, &gold, "Done.").await;
+        let r = score(&mut s, &m).await;
+        assert_eq!(r.breakdown["db_check"], json!({"db_match": true, "db_reward": 1.0}), "task {id}");
+        assert_eq!(r.breakdown["reward_breakdown"]["DB"], 1.0, "task {id}");
+        assert!(r.breakdown["info"]["env"]["failed_mutating_actions"].is_array(), "task {id}");
+    }
 }

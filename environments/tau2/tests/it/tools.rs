@@ -7,7 +7,7 @@ use crate::common::{blank_task, call, domain, open};
 
 #[tokio::test]
 async fn mock_tools_render_models_and_errors_as_tau2_does() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let mut s = open(&mock, &blank_task());
     let out = call(&mut s, "agent", "create_task", json!({"user_id": "user_1", "title": "Plan"})).await;
     assert_eq!(out.content, r#"{"task_id": "task_2", "title": "Plan", "description": null, "status": "pending"}"#);
@@ -24,7 +24,7 @@ async fn mock_tools_render_models_and_errors_as_tau2_does() {
 
 #[tokio::test]
 async fn each_party_reaches_only_its_own_toolkit() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let mut s = open(&mock, &blank_task());
     let out = call(&mut s, "user", "create_task", json!({"user_id": "user_1", "title": "x"})).await;
     assert_eq!(out.content, "Error: Tool 'create_task' not found.");
@@ -32,7 +32,7 @@ async fn each_party_reaches_only_its_own_toolkit() {
     assert_eq!(out.content, "Error: Tool 'dismiss_notification' not found.");
     let out = call(&mut s, "user", "dismiss_notification", json!({"notification_id": "notif_1"})).await;
     assert_eq!(out.content, "Notification notif_1 dismissed");
-    let Some(airline) = domain("airline") else { return };
+    let airline = domain("airline");
     let mut s = open(&airline, &blank_task());
     let out = call(&mut s, "user", "get_user_details", json!({"user_id": "mia_li_3668"})).await;
     assert_eq!(out.content, "Error: User tools not available");
@@ -40,7 +40,7 @@ async fn each_party_reaches_only_its_own_toolkit() {
 
 #[tokio::test]
 async fn airline_echoes_numbers_as_python_prints_them() {
-    let Some(airline) = domain("airline") else { return };
+    let airline = domain("airline");
     let mut s = open(&airline, &blank_task());
     let out = call(&mut s, "agent", "send_certificate", json!({"user_id": "mia_li_3668", "amount": 100})).await;
     assert_eq!(out.content, "Certificate certificate_3221322 added to user mia_li_3668 with amount 100.");
@@ -61,7 +61,7 @@ async fn airline_echoes_numbers_as_python_prints_them() {
 
 #[tokio::test]
 async fn retail_lists_product_types_as_a_sorted_json_string() {
-    let Some(retail) = domain("retail") else { return };
+    let retail = domain("retail");
     let mut s = open(&retail, &blank_task());
     let out = call(&mut s, "agent", "list_all_product_types", json!({})).await;
     assert!(out.content.starts_with(r#"{"Action Camera": "3377618313", "Air Purifier": "3821016478", "#));
@@ -76,7 +76,7 @@ async fn retail_lists_product_types_as_a_sorted_json_string() {
 
 #[tokio::test]
 async fn telecom_dicts_stringify_numbers_and_the_phone_reports_in_emoji() {
-    let Some(telecom) = domain("telecom") else { return };
+    let telecom = domain("telecom");
     let mut s = open(&telecom, &blank_task());
     let out = call(&mut s, "agent", "get_data_usage", json!({"customer_id": "C1001", "line_id": "L1002"})).await;
     assert_eq!(
@@ -95,7 +95,7 @@ async fn telecom_dicts_stringify_numbers_and_the_phone_reports_in_emoji() {
 
 #[tokio::test]
 async fn telecom_syncs_payment_requests_between_the_two_sides() {
-    let Some(telecom) = domain("telecom") else { return };
+    let telecom = domain("telecom");
     // Any real task sets the user's phone number, which is what sync_tools keys on.
     let task = telecom.tasks.iter().find(|t| t.id.contains("overdue_bill_suspension")).unwrap();
     let mut s = open(&telecom, task);
@@ -111,7 +111,7 @@ async fn telecom_syncs_payment_requests_between_the_two_sides() {
 
 #[tokio::test]
 async fn database_hashes_are_deterministic_and_follow_writes() {
-    let Some(mock) = domain("mock") else { return };
+    let mock = domain("mock");
     let a = open(&mock, &blank_task());
     let mut b = open(&mock, &blank_task());
     assert_eq!(a.db_hashes(), b.db_hashes());
@@ -122,4 +122,31 @@ async fn database_hashes_are_deterministic_and_follow_writes() {
     call(&mut b, "agent", "update_task_status", json!({"task_id": "task_1", "status": "completed"})).await;
     assert_ne!(a.db_hashes().0, b.db_hashes().0);
     assert_eq!(a.db_hashes().1, b.db_hashes().1);
+}
+
+#[tokio::test]
+async fn nested_lists_are_converted_only_when_every_item_is_an_object() {
+    let airline = domain("airline");
+    let mut s = open(&airline, &blank_task());
+    let booking = |user: &str| {
+        json!({"user_id": user, "origin": "JFK", "destination": "SEA", "flight_type": "one_way",
+               "cabin": "economy", "flights": [null], "passengers": [null], "payment_methods": [null],
+               "total_baggages": 0, "nonfree_baggages": 0, "insurance": "no"})
+    };
+    let out = call(&mut s, "agent", "book_reservation", booking("User_id")).await;
+    assert_eq!(out.content, "Error: User User_id not found");
+    let out = call(&mut s, "agent", "book_reservation", booking("mia_li_3668")).await;
+    assert!(out.content.starts_with("Error: 2 validation errors for Reservation\npassengers.0\n  Input should be a valid dictionary or instance of Passenger [type=model_type, input_value=None, input_type=NoneType]\npayment_history.0\n"), "{}", out.content);
+    let mut fine = booking("mia_li_3668");
+    fine["passengers"] = json!([{"first_name": "A", "last_name": "B", "dob": "1990-01-01"}]);
+    fine["payment_methods"] = json!([{"payment_id": "x", "amount": 1}]);
+    let out = call(&mut s, "agent", "book_reservation", fine).await;
+    assert_eq!(out.content, "Error: 'NoneType' object has no attribute 'flight_number'");
+    let flights = json!({"reservation_id": "4WQ150", "cabin": "economy", "flights": [null], "payment_id": "x"});
+    let out = call(&mut s, "agent", "update_reservation_flights", flights).await;
+    assert_eq!(out.content, "Error: 'NoneType' object has no attribute 'flight_number'");
+    let out =
+        call(&mut s, "agent", "update_reservation_passengers", json!({"reservation_id": "NOPE", "passengers": [null]}))
+            .await;
+    assert_eq!(out.content, "Error: Reservation NOPE not found");
 }

@@ -113,7 +113,7 @@ pub struct User {
     pub reservations: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reservation {
     pub reservation_id: String,
     pub user_id: String,
@@ -143,29 +143,4 @@ pub struct FlightDb {
 pub struct AirportCode {
     pub iata: &'static str,
     pub city: &'static str,
-}
-
-/// Equality as tau2's `FlightDB.get_hash` sees it: passengers compare as a multiset.
-impl PartialEq for Reservation {
-    fn eq(&self, other: &Reservation) -> bool {
-        fn sorted(r: &Reservation) -> Vec<&Passenger> {
-            let mut p: Vec<&Passenger> = r.passengers.iter().collect();
-            p.sort_by(|a, b| (&a.dob, &a.first_name, &a.last_name).cmp(&(&b.dob, &b.first_name, &b.last_name)));
-            p
-        }
-        self.reservation_id == other.reservation_id
-            && self.user_id == other.user_id
-            && self.origin == other.origin
-            && self.destination == other.destination
-            && self.flight_type == other.flight_type
-            && self.cabin == other.cabin
-            && self.flights == other.flights
-            && sorted(self) == sorted(other)
-            && self.payment_history == other.payment_history
-            && self.created_at == other.created_at
-            && self.total_baggages == other.total_baggages
-            && self.nonfree_baggages == other.nonfree_baggages
-            && self.insurance == other.insurance
-            && self.status == other.status
-    }
 }

@@ -154,14 +154,56 @@ fn search_onestop(db: &FlightDb, args: &Args) -> ToolResult {
     Ok(model(&results))
 }
 
-fn objects(args: &Args, name: &str) -> Result<Vec<serde_json::Map<String, Value>>, ToolError> {
-    args.list(name)?
-        .into_iter()
-        .map(|v| match v {
-            Value::Object(m) => Ok(m),
-            other => Err(ToolError::new(format!("argument after ** must be a mapping, not {}", py_type(&other)))),
+/// A list argument of nested models as tau2's airline tools take it: `if all(isinstance(x, dict)
+/// for x in xs)` converts every item to its model; otherwise the list stays as the model sent it
+/// (`Err` here) and Python fails later, where an item is first used as a model.
+type Items<T> = Result<Vec<T>, Vec<Value>>;
+
+fn items<T>(
+    args: &Args,
+    name: &str,
+    convert: impl Fn(&serde_json::Map<String, Value>) -> Result<T, ToolError>,
+) -> Result<Items<T>, ToolError> {
+    let list = args.list(name)?;
+    if !list.iter().all(Value::is_object) {
+        return Ok(Err(list));
+    }
+    list.iter().filter_map(Value::as_object).map(convert).collect::<Result<_, _>>().map(Ok)
+}
+
+/// Python's `AttributeError` for the first unconverted item used as a model (`item.<attribute>`).
+/// An unconverted list is never empty: `all` of nothing is true.
+fn no_attribute(raw: &[Value], attribute: &str) -> ToolError {
+    let first = raw.first().map_or("NoneType", py_type);
+    ToolError::new(format!("'{first}' object has no attribute '{attribute}'"))
+}
+
+/// pydantic's lines for the items of an unconverted list stored in a model's list field: one per
+/// item that is not a dict. (A dict among them would be validated as the model; that is left out.)
+fn model_type_lines(field: &str, model: &str, raw: &[Value]) -> Vec<String> {
+    raw.iter()
+        .enumerate()
+        .filter(|(_, v)| !v.is_object())
+        .map(|(i, v)| {
+            format!(
+                "{field}.{i}\n  Input should be a valid dictionary or instance of {model} \
+                 [type=model_type, input_value={}, input_type={}]",
+                py_repr(v),
+                py_type(v)
+            )
         })
         .collect()
+}
+
+/// Python's `repr` of a JSON scalar, as pydantic shows an input.
+fn py_repr(value: &Value) -> String {
+    match value {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::String(s) => format!("'{s}'"),
+        other => other.to_string(),
+    }
 }
 
 fn field(object: &serde_json::Map<String, Value>, model: &str, name: &str) -> Result<String, ToolError> {
@@ -185,50 +227,52 @@ fn int_field(object: &serde_json::Map<String, Value>, model: &str, name: &str) -
 
 /// The first lines of a pydantic `ValidationError` (the link to pydantic's docs is left out).
 fn validation(model: &str, field: &str, message: &str, input: &Value) -> ToolError {
-    ToolError::new(format!("1 validation error for {model}\n{field}\n  {message} [input_value={input}]"))
+    validation_errors(model, vec![validation_line(field, message, input)])
 }
 
-fn literal(model: &str, name: &str, value: &str, allowed: &[&str]) -> Result<(), ToolError> {
+fn validation_line(field: &str, message: &str, input: &Value) -> String {
+    format!("{field}\n  {message} [input_value={input}]")
+}
+
+/// One `ValidationError` for every field of a model that failed, in field order, as pydantic
+/// reports them together.
+fn validation_errors(model: &str, lines: Vec<String>) -> ToolError {
+    let s = if lines.len() == 1 { "" } else { "s" };
+    ToolError::new(format!("{} validation error{s} for {model}\n{}", lines.len(), lines.join("\n")))
+}
+
+fn literal(name: &str, value: &str, allowed: &[&str]) -> Option<String> {
     if allowed.contains(&value) {
-        return Ok(());
+        return None;
     }
     let options: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
     let expected = match options.len() {
         2 => format!("{} or {}", options[0], options[1]),
         n => format!("{} or {}", options[..n - 1].join(", "), options[n - 1]),
     };
-    Err(validation(model, name, &format!("Input should be {expected}"), &Value::String(value.to_owned())))
+    Some(validation_line(name, &format!("Input should be {expected}"), &Value::String(value.to_owned())))
 }
 
-fn passengers(args: &Args) -> Result<Vec<Passenger>, ToolError> {
-    objects(args, "passengers")?
-        .iter()
-        .map(|p| {
-            Ok(Passenger {
-                first_name: field(p, "Passenger", "first_name")?,
-                last_name: field(p, "Passenger", "last_name")?,
-                dob: field(p, "Passenger", "dob")?,
-            })
+fn passengers(args: &Args) -> Result<Items<Passenger>, ToolError> {
+    items(args, "passengers", |p| {
+        Ok(Passenger {
+            first_name: field(p, "Passenger", "first_name")?,
+            last_name: field(p, "Passenger", "last_name")?,
+            dob: field(p, "Passenger", "dob")?,
         })
-        .collect()
+    })
 }
 
-fn flight_infos(args: &Args) -> Result<Vec<(String, String)>, ToolError> {
-    objects(args, "flights")?
-        .iter()
-        .map(|f| Ok((field(f, "FlightInfo", "flight_number")?, field(f, "FlightInfo", "date")?)))
-        .collect()
+fn flight_infos(args: &Args) -> Result<Items<(String, String)>, ToolError> {
+    items(args, "flights", |f| Ok((field(f, "FlightInfo", "flight_number")?, field(f, "FlightInfo", "date")?)))
 }
 
 fn book_reservation(db: &mut FlightDb, args: &Args) -> ToolResult {
     let flights = flight_infos(args)?;
     let passengers = passengers(args)?;
-    let payments: Vec<Payment> = objects(args, "payment_methods")?
-        .iter()
-        .map(|p| {
-            Ok(Payment { payment_id: field(p, "Payment", "payment_id")?, amount: int_field(p, "Payment", "amount")? })
-        })
-        .collect::<Result<_, ToolError>>()?;
+    let payments = items(args, "payment_methods", |p| {
+        Ok(Payment { payment_id: field(p, "Payment", "payment_id")?, amount: int_field(p, "Payment", "amount")? })
+    })?;
     let requested_user = args.str("user_id")?;
     let user_key = resolve(&db.users, &requested_user).ok_or_else(|| not_found("User", &requested_user))?;
     let reservation_id = ["HATHAT", "HATHAU", "HATHAV"]
@@ -237,9 +281,25 @@ fn book_reservation(db: &mut FlightDb, args: &Args) -> ToolResult {
         .ok_or_else(|| ToolError::new("Too many reservations"))?
         .to_owned();
     let (flight_type, cabin, insurance) = (args.str("flight_type")?, args.str("cabin")?, args.str("insurance")?);
-    literal("Reservation", "flight_type", &flight_type, &["round_trip", "one_way"])?;
-    literal("Reservation", "cabin", &cabin, &["business", "economy", "basic_economy"])?;
-    literal("Reservation", "insurance", &insurance, &["yes", "no"])?;
+    // `Reservation(...)` validates its fields together, in field order: the literals and the
+    // lists that were left unconverted.
+    let mut errors = Vec::new();
+    errors.extend(literal("flight_type", &flight_type, &["round_trip", "one_way"]));
+    errors.extend(literal("cabin", &cabin, &["business", "economy", "basic_economy"]));
+    if let Err(raw) = &passengers {
+        errors.extend(model_type_lines("passengers", "Passenger", raw));
+    }
+    if let Err(raw) = &payments {
+        errors.extend(model_type_lines("payment_history", "Payment", raw));
+    }
+    errors.extend(literal("insurance", &insurance, &["yes", "no"]));
+    let (Ok(passengers), Ok(payments)) = (passengers, payments) else {
+        return Err(validation_errors("Reservation", errors));
+    };
+    if !errors.is_empty() {
+        return Err(validation_errors("Reservation", errors));
+    }
+    let flights = flights.map_err(|raw| no_attribute(&raw, "flight_number"))?;
     let nonfree = args.num("nonfree_baggages")?;
     let mut reservation = Reservation {
         reservation_id: reservation_id.clone(),
@@ -405,6 +465,7 @@ fn update_flights(db: &mut FlightDb, args: &Args) -> ToolResult {
     let user_key = reservation_user(db, &key)?;
     let cabin = args.str("cabin")?;
     let payment_id = args.str("payment_id")?;
+    let flights = flights.map_err(|raw| no_attribute(&raw, "flight_number"))?;
     let reservation = db.reservations.get(&key).expect("resolved");
     let count = reservation.passengers.len() as i64;
     let mut total_price = 0i64;
@@ -459,10 +520,17 @@ fn update_passengers(db: &mut FlightDb, args: &Args) -> ToolResult {
     let passengers = passengers(args)?;
     let key = reservation_key(db, args)?;
     let reservation = db.reservations.get_mut(&key).expect("resolved");
-    if passengers.len() != reservation.passengers.len() {
+    if passengers.as_ref().map_or_else(Vec::len, Vec::len) != reservation.passengers.len() {
         return Err(ToolError::new("Number of passengers does not match"));
     }
-    reservation.passengers = passengers;
+    // tau2 assigns the unconverted list to the reservation without validating it and then fails
+    // to serialize it; a typed database cannot hold such passengers, so the call is refused.
+    reservation.passengers = passengers.map_err(|raw| {
+        ToolError::new(format!(
+            "passengers must all be objects (got {}); tau2 would store them unvalidated",
+            py_type(raw.iter().find(|v| !v.is_object()).unwrap_or(&Value::Null))
+        ))
+    })?;
     Ok(model(reservation))
 }
 

@@ -156,6 +156,8 @@ pub struct TelecomDb {
     pub bills: Vec<Bill>,
     #[serde(default)]
     pub devices: Vec<Device>,
-    #[serde(default)]
+    /// Newer tau2 data has this table; tau2's `TelecomDB` of this data does not, so an empty one
+    /// is left out of dumps and hashes.
+    #[serde(default, skip_serializing_if = "OrderedMap::is_empty")]
     pub phone_number_aliases: OrderedMap<String>,
 }

@@ -535,8 +535,11 @@ fn toggle_roaming(db: &mut TelecomUserDb) -> bool {
 
 fn set_apn_settings(db: &mut TelecomUserDb, args: &Args) -> R {
     let raw = args.get("apn_settings").cloned().unwrap_or(serde_json::Value::Null);
+    // tau2 converts only a dict (`if isinstance(apn_settings, dict)`); anything else is stored
+    // as it is and fails at `apn_settings.apn_name`. The typed device cannot hold it, so the
+    // settings stay as they were (tau2's device would keep the bad value).
     let serde_json::Value::Object(map) = &raw else {
-        return Err(ToolError::new(format!("argument after ** must be a mapping, not {}", crate::args::py_type(&raw))));
+        return Err(ToolError::new(format!("'{}' object has no attribute 'apn_name'", crate::args::py_type(&raw))));
     };
     if let Some(extra) = map.keys().find(|k| {
         !["apn_name", "reset_at_reboot", "mms_apn", "mmsc_url", "mms_proxy", "mms_port"].contains(&k.as_str())
