@@ -21,10 +21,11 @@ struct Group(std::process::Child);
 impl Drop for Group {
     fn drop(&mut self) {
         let group = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-TERM", &group]).status();
+        let term = Command::new("kill").args(["-TERM", "--", &group]).status();
         std::thread::sleep(Duration::from_millis(500));
-        let _ = Command::new("kill").args(["-KILL", &group]).status();
+        let kill = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.0.wait();
+        eprintln!("stopped NeMo Gym's process group {group}: {term:?} {kill:?}");
     }
 }
 
