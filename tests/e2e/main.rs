@@ -14,3 +14,4 @@ mod tau2;
 mod tau2_export;
 mod usage;
 mod users;
+mod view;

@@ -6,3 +6,4 @@ pub mod inspect;
 pub mod run;
 pub mod stub;
 pub mod tasks;
+pub mod view;
