@@ -184,7 +184,32 @@ async fn every_page_works_in_a_browser_and_runs_nothing_it_shows() {
     .await
     .unwrap();
 
-    // A second run that goes on while the browser watches: slow answers, one session at a time.
+    // tau2's mock domain: the oracle (its writes match the gold database), then the stub as the
+    // agent (they do not).
+    let data = root().join("../shared/data/tau2");
+    let data = data.to_str().unwrap();
+    let tau2 =
+        ["--env", "tau2:mock", "--user", "scripted", "--data-dir", data, "--db", "parley.db", "--num-tasks", "2"];
+    ok(&work.parley(&[&["run", "--agent", "oracle", "--out", "oracle.jsonl"], &tau2[..]].concat()));
+    ok(&work
+        .parley(&[&["run", "--base-url", &stub.url, "--model", "stub-model", "--out", "t.jsonl"], &tau2[..]].concat()));
+    let tau2_session = |run: i64, matched: bool| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT MIN(s.id) FROM sessions s JOIN scores c ON c.session_id = s.id
+                 WHERE s.run_id = ? AND json_extract(c.breakdown, '$.db_check.db_match') = ?",
+            )
+            .bind(run)
+            .bind(matched)
+            .fetch_one(&db)
+            .await
+            .unwrap()
+        }
+    };
+    let (tau2_match, tau2_differs) = (tau2_session(2, true).await, tau2_session(3, false).await);
+
+    // A fourth run that goes on while the browser watches: slow answers, one session at a time.
     let slow = Stub::start(&["--latency-ms", "400"]);
     let mut running = Command::new(PARLEY)
         .current_dir(work.dir.path())
@@ -196,8 +221,8 @@ async fn every_page_works_in_a_browser_and_runs_nothing_it_shows() {
         .spawn()
         .unwrap();
     let started = Instant::now();
-    while sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM runs").fetch_one(&db).await.unwrap() < 2 {
-        assert!(started.elapsed() < Duration::from_secs(20), "the second run never started");
+    while sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM runs").fetch_one(&db).await.unwrap() < 4 {
+        assert!(started.elapsed() < Duration::from_secs(20), "the fourth run never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -208,9 +233,10 @@ async fn every_page_works_in_a_browser_and_runs_nothing_it_shows() {
     std::fs::create_dir_all(docs.parent().unwrap()).unwrap();
     let plan = serde_json::json!({
         "base": view.base, "out": shots, "docs": docs,
-        "runs": [1, 2], "run": 1, "trials": 2, "tasks": tasks, "successes": successes,
+        "runs": [1, 2, 3, 4], "run": 1, "trials": 2, "tasks": tasks, "successes": successes,
         "hostile": hostile, "huge": huge, "session": plain,
-        "source": plain, "fork": fork, "fork_at": 4, "running": 2,
+        "source": plain, "fork": fork, "fork_at": 4, "running": 4,
+        "tau2_match": tau2_match, "tau2_differs": tau2_differs,
     });
     let out = Command::new("node")
         .arg(root().join("tests/e2e/browser/view.cjs"))
@@ -223,6 +249,15 @@ async fn every_page_works_in_a_browser_and_runs_nothing_it_shows() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "the browser checks failed:\n{stdout}\n{}", text(&out.stderr));
     eprintln!("{stdout}");
+    // PARLEY_VIEW_SCREENSHOTS=DIR keeps the screenshots, which the work folder takes with it.
+    if let Some(keep) = std::env::var_os("PARLEY_VIEW_SCREENSHOTS") {
+        std::fs::create_dir_all(&keep).unwrap();
+        for entry in std::fs::read_dir(&shots).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "png") {
+                std::fs::copy(entry.path(), std::path::Path::new(&keep).join(entry.file_name())).unwrap();
+            }
+        }
+    }
     for shot in
         ["runs.png", "run.png", "sessions.png", "session.png", "session-hostile.png", "compare.png", "running.png"]
     {

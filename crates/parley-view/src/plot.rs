@@ -116,7 +116,9 @@ pub fn line_chart(series: &[Series<'_>], x_max: f64, x_label: &str) -> Markup {
                         title { (s.name) " at k=" (p.0) ": " (format!("{:.3}", p.1)) }
                     }
                 }
-                text x=(W - RIGHT - 4.0) y=(TOP + 12.0 + 12.0 * n as f64) text-anchor="end" { (s.name) }
+                @let legend_y = TOP + 12.0 + 12.0 * n as f64;
+                line class=(s.class) x1=(W - RIGHT - 70.0) y1=(legend_y - 3.0) x2=(W - RIGHT - 52.0) y2=(legend_y - 3.0) {}
+                text x=(W - RIGHT - 48.0) y=(legend_y) { (s.name) }
             }
             text x=(LEFT + plot_w / 2.0) y=(H - 2.0) text-anchor="middle" { (x_label) }
         }

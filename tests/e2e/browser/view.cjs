@@ -124,6 +124,14 @@ async function main() {
     await page.waitForLoadState('load');
     check(page.url().includes('/compare?'), 'a fork links to the comparison with its source');
 
+    // tau2: the session's writes, and the final database against the gold one.
+    await open(`/sessions/${plan.tau2_match}`, 'session-tau2.png');
+    check(await page.locator('#db-writes tbody tr').count() >= 1, 'a tau2 session lists the writes that changed its database');
+    check((await text('#db-gold')).includes('equals the gold'), 'a matching final database is said to match');
+    await open(`/sessions/${plan.tau2_differs}`, 'session-tau2-differs.png');
+    check((await text('#db-gold')).includes('differs from the gold'), 'a differing final database is marked');
+    check(await page.locator('#gold-missed tbody tr').count() >= 1, 'the gold actions it missed are listed');
+
     // Bad input gets a page, not a crash.
     for (const [url, status] of [['/runs/999999', 404], ['/sessions/x', 400], [`/runs/${plan.run}/sessions?reward_min=lots`, 400], ['/compare?a=1', 400]]) {
         const response = await page.goto(base + url);
@@ -135,7 +143,7 @@ async function main() {
     if (plan.running) {
         await open(`/runs/${plan.running}`, 'running.png');
         const before = await text('#progress');
-        check((await text('#status')) === 'running', 'the second run is under way');
+        check((await text('#status')) === 'running', 'the last run is under way');
         await page.waitForFunction(b => { const p = document.querySelector('#progress'); return p && p.innerText !== b; }, before, { timeout: 30000, polling: 250 });
         console.log(`ok the running run's page updated by itself: "${before}" -> "${await text('#progress')}"`);
     }
