@@ -37,7 +37,7 @@ pub use delta::{DELTA_KEY, reconstruct};
 pub use judge::{VerdictCache, request_hash};
 pub use load::{CallFigures, RunRecord, Transcript};
 pub use read::{SessionRead, SessionRow, TokenTotals, Tokens};
-pub use view::{PageAt, RunCounts, SessionFilter, SessionInfo};
+pub use view::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo};
 use writer::{Writer, WriterHandle};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

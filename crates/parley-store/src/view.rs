@@ -156,10 +156,15 @@ impl SqliteStore {
     /// The other sessions of the same task in the same run (its other trials) and the sessions
     /// forked from this one, as (id, trial, whether it is a fork of this one) in id order.
     pub async fn related_sessions(&self, session: SessionId) -> Result<Vec<(SessionId, i64, bool)>, StoreError> {
+        // Two arms rather than one join on an OR, so that the trials are found through the
+        // (run_id, task_index, trial) index.
         sqlx::query_as(
-            "SELECT o.id, o.trial, COALESCE(o.forked_from = s.id, 0) FROM sessions s JOIN sessions o
-               ON (o.run_id = s.run_id AND o.task_index = s.task_index) OR o.forked_from = s.id
-             WHERE s.id = ? AND o.id != s.id ORDER BY o.id LIMIT 100",
+            "SELECT id, trial, forked_from IS ?1 FROM sessions
+             WHERE run_id = (SELECT run_id FROM sessions WHERE id = ?1)
+               AND task_index = (SELECT task_index FROM sessions WHERE id = ?1) AND id != ?1
+             UNION
+             SELECT id, trial, 1 FROM sessions WHERE forked_from = ?1
+             ORDER BY 1 LIMIT 100",
         )
         .bind(session)
         .fetch_all(self.pool())
@@ -218,5 +223,42 @@ fn push_filter(query: &mut QueryBuilder<Sqlite>, filter: &SessionFilter) {
     }
     if let Some(trial) = filter.trial {
         query.push(" AND trial = ").push_bind(trial);
+    }
+}
+
+/// One model call of a run as the run's page plots it: whose call it was, its latency and tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallFigure {
+    /// The simulated user's call (it produced a user message), else the agent's.
+    pub user: bool,
+    pub latency_ms: f64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+}
+
+impl SqliteStore {
+    /// Every model call of a run, in one pass. The figures sit after the raw bodies in
+    /// `model_calls`, so reading them reads the table; one pass instead of one per figure.
+    pub async fn call_figures(&self, run: RunId) -> Result<Vec<CallFigure>, StoreError> {
+        let rows: Vec<(bool, f64, i64, i64)> = sqlx::query_as(
+            "SELECT msg.role = 'user', m.latency_ms, m.prompt_tokens, m.completion_tokens
+             FROM model_calls m
+             JOIN sessions s ON s.id = m.session_id
+             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
+             WHERE s.run_id = ?",
+        )
+        .bind(run)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
+        Ok(rows
+            .into_iter()
+            .map(|(user, latency_ms, prompt_tokens, completion_tokens)| CallFigure {
+                user,
+                latency_ms,
+                prompt_tokens,
+                completion_tokens,
+            })
+            .collect())
     }
 }

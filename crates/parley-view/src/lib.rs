@@ -11,6 +11,7 @@
 
 mod auth;
 mod error;
+mod figures;
 mod layout;
 mod pages;
 mod plot;
@@ -27,14 +28,14 @@ pub use auth::Access;
 pub use error::PageError;
 
 /// What every handler reads from.
-#[derive(Clone)]
 pub(crate) struct AppState {
     pub store: SqliteStore,
+    pub figures: figures::FigureCache,
 }
 
 /// The viewer's routes over `store`, behind `access`.
 pub fn router(store: SqliteStore, access: Access) -> Router {
-    let state = Arc::new(AppState { store });
+    let state = Arc::new(AppState { store, figures: figures::FigureCache::default() });
     Router::new()
         .route("/", get(pages::runs::page))
         .route("/runs/{run}", get(pages::run::page))

@@ -3,16 +3,15 @@
 //! success per task and model-call latency. The figures are parley-scoring's, over the
 //! sessions read a page at a time, as `parley metrics` computes them.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use maud::{Markup, html};
-use parley_core::Termination;
-use parley_scoring::{Outcome, SUCCESS, percentile, summarize};
+use parley_scoring::percentile;
 
 use crate::AppState;
 use crate::error::PageError;
+use crate::figures::RunFigures;
 use crate::layout::{fraction, ms, reward, shell};
 use crate::pages::{model_of, query_string, trials_of};
 use crate::plot::{Bar, Series, bar_chart, histogram, line_chart};
@@ -28,52 +27,24 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
     let record = store.run(id).await?;
     let trials = trials_of(&record);
 
-    let mut outcomes = Vec::new();
-    let mut failures: BTreeMap<String, usize> = BTreeMap::new();
-    // Per task: trials counted (infrastructure failures left out) and successes.
-    let mut tasks: BTreeMap<i64, (usize, usize)> = BTreeMap::new();
-    let (mut total, mut unfinished, mut retries) = (0usize, 0usize, 0i64);
-    let mut after = 0;
-    loop {
-        let page = store.sessions_page(id, after, 4096).await?;
-        let Some(last) = page.last() else { break };
-        after = last.id;
-        for s in page {
-            total += 1;
-            retries += s.retries;
-            if s.status != "finished" {
-                unfinished += 1;
-                continue;
-            }
-            if let Some(f) = s.failure {
-                *failures.entry(f).or_default() += 1;
-            }
-            let termination = s.termination.unwrap_or_default();
-            let infrastructure = Termination::parse(&termination).is_none_or(Termination::is_infrastructure);
-            if !infrastructure {
-                let task = tasks.entry(s.task_index).or_default();
-                task.0 += 1;
-                task.1 += usize::from(s.reward.is_some_and(|r| r >= SUCCESS));
-            }
-            outcomes.push(Outcome {
-                task: s.task_index as usize,
-                infrastructure,
-                termination,
-                reward: s.reward,
-                duration_ms: s.duration_ms.unwrap_or(0.0),
-            });
-        }
-    }
-    let summary = summarize(&outcomes, trials);
-    let tokens = store.token_totals(id).await?;
-    let mut latencies = store.call_latencies(id, "assistant").await?;
-    latencies.sort_by(f64::total_cmp);
-    let mut user_latencies = store.call_latencies(id, "user").await?;
-    user_latencies.sort_by(f64::total_cmp);
-
-    let rewards: Vec<f64> = outcomes.iter().filter(|o| !o.infrastructure).filter_map(|o| o.reward).collect();
+    let running = record.status == "running";
+    let figures = state.figures.get(store, id, trials, running).await?;
+    let RunFigures {
+        summary,
+        failures,
+        tasks,
+        rewards,
+        total,
+        unfinished,
+        retries,
+        tokens,
+        latencies,
+        user_latencies,
+        at,
+    } = &*figures;
+    let (total, unfinished, retries) = (*total, *unfinished, *retries);
     let (lo, hi) = rewards.iter().fold((0.0f64, 1.0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
-    let reward_bars = histogram(&rewards, 10, lo, hi, "");
+    let reward_bars = histogram(rewards, 10, lo, hi, "");
     let pass_hat: Vec<(f64, f64)> = summary.pass.iter().filter_map(|(k, _, hat)| Some((*k as f64, (*hat)?))).collect();
     let pass_at: Vec<(f64, f64)> = summary.pass.iter().filter_map(|(k, at, _)| Some((*k as f64, (*at)?))).collect();
     let task_bars: Vec<Bar> = if tasks.len() <= TASK_BARS {
@@ -89,9 +60,9 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
         let rates: Vec<f64> = tasks.values().map(|(n, c)| *c as f64 / (*n).max(1) as f64).collect();
         histogram(&rates, 10, 0.0, 1.0, " success")
     };
-    let latency_top = percentile(&latencies, 0.99).unwrap_or(1.0).max(1e-3);
-    let latency_bars = histogram(&latencies, 20, 0.0, latency_top, " ms");
-    let running = record.status == "running" && unfinished > 0;
+    let latency_top = percentile(latencies, 0.99).unwrap_or(1.0).max(1e-3);
+    let latency_bars = histogram(latencies, 20, 0.0, latency_top, " ms");
+    let running = running && unfinished > 0;
     let sessions = format!("/runs/{id}/sessions");
     let finished = total - unfinished;
 
@@ -108,6 +79,7 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
                 @if unfinished > 0 { " · " (unfinished) " to go " progress max=(total) value=(finished) {} }
             }
             dt { "Trials per task" } dd { (trials) }
+            @if at.elapsed().as_secs() >= 5 { dt { "Figures" } dd.muted { "as of " (at.elapsed().as_secs()) " s ago (this run is large; they are read again as it goes on)" } }
         }
 
         h2 { "Summary" }
@@ -121,7 +93,7 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
             dt { "Failure classes" }
             dd {
                 @if failures.is_empty() { span.muted { "none" } }
-                @for (f, n) in &failures {
+                @for (f, n) in failures {
                     a href=(format!("{sessions}{}", query_string([("failure", f.clone())]))) { (f) } " " (n) " · "
                 }
                 @if retries > 0 { span.muted { "(" (retries) " model-call retries)" } }
@@ -141,10 +113,10 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
             }
             dt { "Latency" }
             dd {
-                "model call p50 " (ms(percentile(&latencies, 0.5))) " p99 " (ms(percentile(&latencies, 0.99)))
+                "model call p50 " (ms(percentile(latencies, 0.5))) " p99 " (ms(percentile(latencies, 0.99)))
                 " · session p50 " (ms(summary.session_ms_p50)) " p99 " (ms(summary.session_ms_p99))
                 @if !user_latencies.is_empty() {
-                    " · user call p50 " (ms(percentile(&user_latencies, 0.5))) " p99 " (ms(percentile(&user_latencies, 0.99)))
+                    " · user call p50 " (ms(percentile(user_latencies, 0.5))) " p99 " (ms(percentile(user_latencies, 0.99)))
                 }
             }
         }
