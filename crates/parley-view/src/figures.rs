@@ -35,9 +35,12 @@ pub struct RunFigures {
 /// What a cached entry was computed from: the counts of sessions and finished sessions.
 type Key = (u64, u64);
 
+/// A run's figures with what they were computed from and how long they took.
+type Entry = (Key, Duration, Arc<RunFigures>);
+
 #[derive(Default)]
 pub struct FigureCache {
-    runs: Mutex<HashMap<i64, (Key, Duration, Arc<RunFigures>)>>,
+    runs: Mutex<HashMap<i64, Entry>>,
 }
 
 impl FigureCache {
