@@ -87,7 +87,9 @@ def main():
         host, port = base.removeprefix("http://").rstrip("/").split(":")
         pages = [
             ("sessions, first page (50)", "/runs/1/sessions", args.repeats),
-            ("sessions, first page, filtered", "/runs/1/sessions?termination=agent_stop&reward_min=1", args.repeats),
+            ("sessions, first page, filtered", "/runs/1/sessions?termination=agent_stop&reward_max=0.5", args.repeats),
+            ("sessions, a filter nothing matches (reads all)", "/runs/1/sessions?termination=agent_stop&reward_min=1",
+             args.repeats),
             ("sessions, a page at the end", f"/runs/1/sessions?after={last - 60}", args.repeats),
             ("sessions, one task", "/runs/1/sessions?task=77777", args.repeats),
             ("runs", "/", args.repeats),
@@ -96,11 +98,13 @@ def main():
         ]
         rows = []
         for name, path, repeats in pages:
-            status = fetch(host, int(port), path)[1]  # a warm-up, as a reader's second look
+            # The first view apart: the run's page computes its figures then, and keeps them.
+            first_ms, status, _ = fetch(host, int(port), path)
             if status != 200:
                 sys.exit(f"{path}: HTTP {status}")
             times = sorted(fetch(host, int(port), path)[0] for _ in range(repeats))
-            rows.append({"page": name, "path": path, "repeats": repeats, "p50_ms": statistics.median(times),
+            rows.append({"page": name, "path": path, "repeats": repeats, "first_ms": first_ms,
+                         "p50_ms": statistics.median(times),
                          "p95_ms": times[min(len(times) - 1, int(0.95 * len(times)))], "max_ms": times[-1],
                          "bytes": fetch(host, int(port), path)[2]})
     finally:
@@ -108,13 +112,14 @@ def main():
         view.wait()
 
     print(f"\nparley view on {args.sessions:,} sessions ({size_mib:.0f} MiB database), {os.cpu_count()} CPUs")
-    print(f"{'page':<48} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'KiB':>7}")
+    print(f"{'page':<48} {'first ms':>9} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'KiB':>7}")
     for r in rows:
-        print(f"{r['page']:<48} {r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f} {r['max_ms']:>8.1f} {r['bytes'] / 1024:>7.1f}")
+        print(f"{r['page']:<48} {r['first_ms']:>9.1f} {r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f} {r['max_ms']:>8.1f} "
+              f"{r['bytes'] / 1024:>7.1f}")
     first = rows[0]
-    verdict = "holds" if first["max_ms"] < 200 else "MISSED"
+    verdict = "holds" if max(first["max_ms"], first["first_ms"]) < 200 else "MISSED"
     print(f"\ntarget: the first page of sessions in under 200 ms: {verdict} (p50 {first['p50_ms']:.1f} ms, "
-          f"max {first['max_ms']:.1f} ms of {first['repeats']})")
+          f"max {first['max_ms']:.1f} ms of {first['repeats']}, first view {first['first_ms']:.1f} ms)")
 
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     result = {"date": stamp, "sessions": args.sessions, "concurrency": args.concurrency, "db_mib": size_mib,
