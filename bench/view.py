@@ -5,6 +5,7 @@ import datetime
 import http.client
 import json
 import os
+import shutil
 import pathlib
 import sqlite3
 import statistics
@@ -61,7 +62,10 @@ def main():
     parser.add_argument("--db", help="database to create, or reuse when it already holds the run")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--results", default=str(ROOT / "bench/results"))
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2,000 sessions, nothing written")
     args = parser.parse_args()
+    if args.quick:
+        args.sessions, args.concurrency, args.repeats = 2_000, 64, 3
 
     work = tempfile.mkdtemp(prefix="parley-view-bench-")
     db = os.path.abspath(args.db or os.path.join(work, "parley.db"))
@@ -110,6 +114,8 @@ def main():
     finally:
         view.terminate()
         view.wait()
+        if not args.db:
+            shutil.rmtree(work, ignore_errors=True)
 
     print(f"\nparley view on {args.sessions:,} sessions ({size_mib:.0f} MiB database), {os.cpu_count()} CPUs")
     print(f"{'page':<48} {'first ms':>9} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'KiB':>7}")
@@ -121,6 +127,8 @@ def main():
     print(f"\ntarget: the first page of sessions in under 200 ms: {verdict} (p50 {first['p50_ms']:.1f} ms, "
           f"max {first['max_ms']:.1f} ms of {first['repeats']}, first view {first['first_ms']:.1f} ms)")
 
+    if args.quick:
+        return
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     result = {"date": stamp, "sessions": args.sessions, "concurrency": args.concurrency, "db_mib": size_mib,
               "created_s": created_s, "cpus": os.cpu_count(), "pages": rows, "target_200ms": verdict}
