@@ -3,11 +3,11 @@
 //! compiled into the binary (maud), read from the store through `parley-store`'s public API.
 //!
 //! Invariants: it only reads the store. Every string that a model, a user, a tool or a task
-//! wrote reaches the page through maud's escaping (`PreEscaped` appears only for this crate's own
-//! constant style sheet), plots are SVG elements built from numbers, and every response carries
-//! a content security policy that allows no script at all, so hostile text in a transcript is
-//! shown, never run. Bad input (an unknown id, a malformed query) is a 400 or 404 page, never a
-//! panic. Off loopback, every request must carry the token (see [`Access`]).
+//! wrote reaches the page through maud's escaping (the crate never uses `PreEscaped`; a test
+//! reads its sources to keep it so), plots are SVG elements built from numbers, and every
+//! response carries a content security policy that allows no script at all, so hostile text in
+//! a transcript is shown, never run. Bad input (an unknown id, a malformed query) is a 400 or
+//! 404 page, never a panic. Off loopback, every request must carry the token (see [`Access`]).
 
 mod auth;
 mod error;

@@ -61,3 +61,26 @@ async fn with_a_token_only_its_holders_are_served() {
     assert_eq!(get(&app, "/", &[(header::COOKIE.as_str(), "a=b; parley_view_token=t0ken")]).await.0, StatusCode::OK);
     assert_eq!(get(&app, "/?token=t0ken", &[]).await.0, StatusCode::SEE_OTHER);
 }
+
+/// The crate's escaping invariant as a check on its sources: no markup is ever taken as already
+/// escaped, so everything a page shows passes through maud's escaping.
+#[test]
+fn no_source_file_bypasses_escaping() {
+    let mut stack = vec![std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")];
+    let mut files = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files += 1;
+                let source = std::fs::read_to_string(&path).unwrap();
+                let code: String = source.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+                assert!(!code.contains("PreEscaped"), "{} uses PreEscaped", path.display());
+                assert!(!code.contains("maud::Render for"), "{} renders raw markup", path.display());
+            }
+        }
+    }
+    assert!(files >= 10, "read {files} source files");
+}
