@@ -209,7 +209,34 @@ async fn every_page_works_in_a_browser_and_runs_nothing_it_shows() {
     };
     let (tau2_match, tau2_differs) = (tau2_session(2, true).await, tau2_session(3, false).await);
 
-    // A fourth run that goes on while the browser watches: slow answers, one session at a time.
+    // A conversation with a simulated user (the stub plays it too): user turns with model calls.
+    ok(&work.parley(&[
+        "run",
+        "--env",
+        "multi-step",
+        "--tasks",
+        "tasks.jsonl",
+        "--num-tasks",
+        "2",
+        "--base-url",
+        &stub.url,
+        "--model",
+        "stub-model",
+        "--user",
+        "llm",
+        "--user-base-url",
+        &stub.url,
+        "--user-model",
+        "user-model",
+        "--db",
+        "parley.db",
+        "--out",
+        "users.jsonl",
+    ]));
+    let conversation: i64 =
+        sqlx::query_scalar("SELECT MAX(id) FROM sessions WHERE run_id = 4").fetch_one(&db).await.unwrap();
+
+    // A fifth run that goes on while the browser watches: slow answers, one session at a time.
     let slow = Stub::start(&["--latency-ms", "400"]);
     let mut running = Command::new(PARLEY)
         .current_dir(work.dir.path())
@@ -221,8 +248,8 @@ async fn every_page_works_in_a_browser_and_runs_nothing_it_shows() {
         .spawn()
         .unwrap();
     let started = Instant::now();
-    while sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM runs").fetch_one(&db).await.unwrap() < 4 {
-        assert!(started.elapsed() < Duration::from_secs(20), "the fourth run never started");
+    while sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM runs").fetch_one(&db).await.unwrap() < 5 {
+        assert!(started.elapsed() < Duration::from_secs(20), "the fifth run never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -235,9 +262,9 @@ async fn every_page_works_in_a_browser_and_runs_nothing_it_shows() {
     let docs = (!docs.is_file() || std::env::var("PARLEY_UPDATE_SNAPSHOTS").as_deref() == Ok("1")).then_some(docs);
     let plan = serde_json::json!({
         "base": view.base, "out": shots, "docs": docs,
-        "runs": [1, 2, 3, 4], "run": 1, "trials": 2, "tasks": tasks, "successes": successes,
+        "runs": [1, 2, 3, 4, 5], "run": 1, "trials": 2, "tasks": tasks, "successes": successes,
         "hostile": hostile, "huge": huge, "session": plain,
-        "source": plain, "fork": fork, "fork_at": 4, "running": 4,
+        "source": plain, "fork": fork, "fork_at": 4, "running": 5, "conversation": conversation,
         "tau2_match": tau2_match, "tau2_differs": tau2_differs,
     });
     let out = Command::new("node")

@@ -124,6 +124,13 @@ async function main() {
     await page.waitForLoadState('load');
     check(page.url().includes('/compare?'), 'a fork links to the comparison with its source');
 
+    // A conversation with a simulated user: its turns, and its model calls beside the agent's.
+    await open(`/sessions/${plan.conversation}`, 'session-conversation.png');
+    check(await page.locator('.msg.user').count() >= 2, 'the user takes turns');
+    check(await page.locator('.msg.user .figures').count() >= 1, "the user's turns carry their model call's tokens and latency");
+    const parties = await page.locator('#calls tbody td:nth-child(2)').allInnerTexts();
+    check(parties.includes('user') && parties.includes('agent'), `model calls by party (${parties})`);
+
     // tau2: the session's writes, and the final database against the gold one.
     await open(`/sessions/${plan.tau2_match}`, 'session-tau2.png');
     check(await page.locator('#db-writes tbody tr').count() >= 1, 'a tau2 session lists the writes that changed its database');
