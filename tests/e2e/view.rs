@@ -120,6 +120,21 @@ fn the_viewer_answers_strangers_and_bad_input_with_pages() {
     assert_eq!(status, 200);
     assert_eq!(body.matches("href=\"/sessions/").count(), 3, "{body}");
     assert!(body.contains("4 sessions match"), "{body}");
+
+    // SIGTERM stops it cleanly: exit 0, and the port is let go.
+    let mut view = view;
+    let status = Command::new("kill").args(["-TERM", &view.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    let exit = loop {
+        if let Some(exit) = view.child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "parley view did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}");
+    assert!(TcpStream::connect(view.base.trim_start_matches("http://")).is_err(), "still listening after it stopped");
 }
 
 /// The browser and playwright-core that `.ci/setup-browser` installs, or why they are missing.
