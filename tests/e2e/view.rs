@@ -120,6 +120,12 @@ fn the_viewer_answers_strangers_and_bad_input_with_pages() {
     assert_eq!(status, 200);
     assert_eq!(body.matches("href=\"/sessions/").count(), 3, "{body}");
     assert!(body.contains("4 sessions match"), "{body}");
+    let (status, _, body) = view.get("/runs/1/sessions?failure=rate_limited", auth);
+    assert_eq!(status, 200);
+    assert!(body.contains("0 sessions match") && body.contains("No sessions on this page."), "{body}");
+    let (status, _, body) = view.get("/runs/1/sessions?task=1&reward_max=0.5", auth);
+    assert_eq!(status, 200);
+    assert!(body.contains("2 sessions match"), "task 1 fails in both its trials: {body}");
 
     // SIGTERM stops it cleanly: exit 0, and the port is let go.
     let mut view = view;
