@@ -3,13 +3,17 @@
 
 mod crash;
 mod durable;
+mod endpoint;
 mod faults;
+mod gym_agent;
 mod harness;
 mod llama;
+mod net_faults;
 mod owners;
 mod reliability;
 mod remote;
 mod run;
+mod serve;
 mod tau2;
 mod tau2_export;
 mod usage;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::harness::{Stub, Workdir, ok, read_jsonl, root, text};
 
-fn peer(path: PathBuf, ready: PathBuf) -> Option<PathBuf> {
+pub(crate) fn peer(path: PathBuf, ready: PathBuf) -> Option<PathBuf> {
     if ready.is_file() {
         return Some(path);
     }

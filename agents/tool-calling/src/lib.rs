@@ -24,6 +24,10 @@ pub struct ToolCallingConfig {
     pub json_tools: bool,
     /// The opening line when the agent speaks first.
     pub greeting: Option<String>,
+    /// Take `temperature`, `top_p` and `max_output_tokens` from each task row's
+    /// `responses_create_params` when it sets them, over `sampling`: a trainer sets them per
+    /// request, and its policy server refuses any other values.
+    pub sampling_from_row: bool,
 }
 
 pub struct ToolCallingAgent {
@@ -49,6 +53,9 @@ impl Agent for ToolCallingAgent {
 
     async fn act(&self, view: AgentView<'_>) -> Result<AgentTurn, AgentFailure> {
         let mut sampling = self.config.sampling.clone();
+        if self.config.sampling_from_row {
+            row_sampling(&view.task.row, &mut sampling);
+        }
         if sampling.seed.is_none() && self.config.seed_per_session {
             sampling.seed = Some(view.seed);
         }
@@ -76,5 +83,34 @@ impl Agent for ToolCallingAgent {
         };
         let reply = self.client.chat(request).await?;
         Ok(AgentTurn { message: reply.message, call: Some(reply.call) })
+    }
+}
+
+/// The sampling settings a NeMo Gym row's `responses_create_params` sets, over `sampling`.
+fn row_sampling(row: &serde_json::Value, sampling: &mut Sampling) {
+    let params = &row["responses_create_params"];
+    if let Some(t) = params["temperature"].as_f64() {
+        sampling.temperature = Some(t);
+    }
+    if let Some(p) = params["top_p"].as_f64() {
+        sampling.top_p = Some(p);
+    }
+    if let Some(n) = params["max_output_tokens"].as_u64() {
+        sampling.max_tokens = Some(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rows_sampling_settings_win_when_it_sets_them() {
+        let mut sampling = Sampling { temperature: Some(0.2), top_p: Some(0.5), max_tokens: Some(10), seed: None };
+        let row = serde_json::json!({"responses_create_params": {"temperature": 1.0, "max_output_tokens": 64}});
+        row_sampling(&row, &mut sampling);
+        assert_eq!((sampling.temperature, sampling.top_p, sampling.max_tokens), (Some(1.0), Some(0.5), Some(64)));
+        row_sampling(&serde_json::json!({"id": 1}), &mut sampling);
+        assert_eq!(sampling.temperature, Some(1.0), "a row without them changes nothing");
     }
 }

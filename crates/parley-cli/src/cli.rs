@@ -20,6 +20,9 @@ pub struct Cli {
 pub enum Command {
     /// Run rollouts: every task × trial is a session; each turn is stored, each trajectory scored.
     Run(Box<RunOptions>),
+    /// Serve rollouts to RL trainers: NeMo Gym's `/run` (a task row in, its verify response out),
+    /// every session recorded like a run's.
+    Serve(Box<ServeArgs>),
     /// Serve the deterministic stub model (a test double, not a model) on loopback.
     Stub(StubArgs),
     /// Finish every unfinished session of a run from its last committed turn.
@@ -61,6 +64,25 @@ pub struct ViewArgs {
     /// The environment variable that holds the token every request must carry (`Authorization:
     /// Bearer TOKEN`, or `?token=TOKEN` once in a browser, which sets a cookie).
     #[arg(long, value_name = "VAR")]
+    pub token_env: Option<String>,
+}
+
+/// `parley serve`: every run setting (the environment, the agent's endpoint, the user, limits),
+/// and how the service listens and admits requests. Tasks arrive with requests.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub run: RunOptions,
+    /// Address to listen on. Off loopback, `--token-env` is required.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", help_heading = "Service")]
+    pub listen: std::net::SocketAddr,
+    /// Requests that may wait for a free slot beyond `--concurrency`; more are answered 503
+    /// with `Retry-After` [default: the concurrency].
+    #[arg(long, value_name = "N", help_heading = "Service")]
+    pub queue: Option<usize>,
+    /// The variable holding the bearer token every request must carry (`Authorization: Bearer
+    /// TOKEN`).
+    #[arg(long, value_name = "VAR", help_heading = "Service")]
     pub token_env: Option<String>,
 }
 
@@ -272,9 +294,12 @@ crate::settings::options! {
         #[arg(long, value_name = "N")]
         pub num_tasks: Option<usize>,
         /// Base URL of the OpenAI-compatible endpoint, up to `/v1`. Without it, Parley starts its
-        /// stub model in-process: a dry run that exercises everything but a real model.
+        /// stub model in-process: a dry run that exercises everything but a real model. Given
+        /// several times (the data-parallel ranks of one policy, as a trainer serves it), each
+        /// session stays on one of them, chosen by hashing it.
         #[arg(long, value_name = "URL")]
-        pub base_url: Option<String>,
+        #[serde(default, deserialize_with = "crate::settings::one_or_many")]
+        pub base_url: Vec<String>,
         /// Model name sent to the endpoint [default: parley-stub].
         #[arg(long)]
         pub model: Option<String>,

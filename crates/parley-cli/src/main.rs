@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         runtime.block_on(async {
             match cli.command {
                 Command::Run(args) => commands::run::run(args.resolve()?).await,
+                Command::Serve(args) => commands::serve::serve(*args).await,
                 Command::Stub(args) => commands::stub::stub(args).await,
                 Command::Resume(args) => commands::run::resume(args.run.run, &args.run.db.db, args.retry_failed).await,
                 Command::Runs(args) => commands::inspect::runs(args).await,

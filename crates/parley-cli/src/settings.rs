@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use parley_core::Sampling;
-use parley_runtime::settings::{RemoteSettings, Tau2Settings, UserSettings, defaults};
+use parley_runtime::settings::{Need, RemoteSettings, Tau2Settings, UserSettings, defaults};
 use parley_runtime::{EnvKind, RunSettings};
 use serde::Deserialize;
 
@@ -57,6 +57,20 @@ macro_rules! options {
 }
 pub(crate) use options;
 
+/// A key that takes one value or a list of them (`base_url = "..."` or `base_url = [...]`).
+pub fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
+}
+
 /// `parley.toml`: one `[run]` table of [`RunOptions`]; unknown keys are refused by name.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,6 +83,11 @@ impl RunOptions {
     /// The settings these flags ask for, over the settings file (`--settings`, or
     /// `./parley.toml` when it exists), with defaults for what neither gives; checked.
     pub fn resolve(self) -> anyhow::Result<RunSettings> {
+        self.resolve_for(Need::Tasks)
+    }
+
+    /// As [`RunOptions::resolve`], for a front end whose tasks come later (a service).
+    pub fn resolve_for(self, need: Need) -> anyhow::Result<RunSettings> {
         let file = load_file(self.settings.as_deref())?;
         let o = self.combine(file.run);
         let concurrency = o.concurrency.unwrap_or(defaults::CONCURRENCY);
@@ -95,7 +114,8 @@ impl RunOptions {
             },
             tasks: o.tasks,
             num_tasks: o.num_tasks,
-            base_url: o.base_url,
+            base_url: o.base_url.first().cloned(),
+            ranks: o.base_url.iter().skip(1).cloned().collect(),
             model: o.model.unwrap_or_else(|| defaults::MODEL.into()),
             api_key_env: o.api_key_env,
             concurrency,
@@ -136,7 +156,7 @@ impl RunOptions {
             shutdown_grace_secs: o.shutdown_grace.unwrap_or_else(defaults::shutdown_grace),
             bad_rows: o.bad_rows.unwrap_or_default(),
         };
-        settings.check()?;
+        settings.check_for(need)?;
         Ok(settings)
     }
 }

@@ -9,6 +9,7 @@
 //! runtime: a check in CI fails the build if it pulls in sqlx, axum, reqwest or async-openai.
 
 pub mod agent;
+pub mod deadline;
 pub mod environment;
 pub mod message;
 pub mod model;
@@ -21,6 +22,7 @@ pub mod user;
 pub mod view;
 
 pub use agent::{Agent, AgentFailure, AgentTurn, AgentView};
+pub use deadline::Deadline;
 pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
 pub use message::{Message, Role, ToolCall, ToolSpec};
 pub use model::{

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parley_core::deadline::{Deadline, Open};
 use parley_core::{
     Agent, AgentFailure, AgentView, Claim, EnvSession, Environment, FailureClass, Fence, Limits, Message,
     MessageRecord, ModelCall, ModelFailureKind, Party, Reward, Role, SessionId, SessionOutcome, SessionStore,
@@ -307,20 +308,28 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         }
         Ok(mut env) => {
             let resumed = prior.is_some();
-            let mut ended = tokio::select! {
-                ended = async {
+            // The clients read the deadline to give up a wait that would outlast the session, and
+            // register the calls they have open with it.
+            let deadline = Deadline::after(limits.timeout);
+            let played = tokio::select! {
+                ended = deadline.scope(async {
                     if let Some(prior) = &prior
                         && let Err(e) = replay_writes(env.as_mut(), &prior.tool_calls).await
                     {
                         return Ended::environment(e);
                     }
                     drive(parties, &mut state, env.as_mut(), limits, resumed, stop).await
-                } => ended,
-                () = tokio::time::sleep(limits.timeout) => Ended::new(
-                    Termination::Timeout,
-                    Some(format!("the session ran past its limit of {:?}", limits.timeout)),
-                ),
-                () = stop.abort.cancelled() => Ended::new(Termination::Cancelled, Some("the run was stopped".into())),
+                }) => Ok(ended),
+                // Read while the call is still open: the session's moves are dropped after this.
+                open = async {
+                    tokio::time::sleep(limits.timeout).await;
+                    deadline.open()
+                } => Err(open),
+                () = stop.abort.cancelled() => Ok(Ended::new(Termination::Cancelled, Some("the run was stopped".into()))),
+            };
+            let mut ended = match played {
+                Ok(ended) => ended,
+                Err(open) => out_of_time(&mut state, limits.timeout, open),
             };
             let mut reward = None;
             if ended.termination.is_scored() && !ended.taken_over {
@@ -361,6 +370,23 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
     let (usage, user_usage, transcript) = (state.usage, state.user_usage, state.messages);
     let result = SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage, taken_over };
     (result, ending)
+}
+
+/// How a session whose time ran out ended. Time spent waiting on an endpoint (throttled,
+/// backing off, or with a call in flight) is the endpoint's failure, with the class of what held
+/// the session back and the retries made; only time the agent's side spent otherwise is the
+/// agent's `timeout`.
+fn out_of_time(state: &mut State<'_>, limit: Duration, open: Option<Open>) -> Ended {
+    let Some(open) = open else {
+        return Ended::new(Termination::Timeout, Some(format!("the session ran past its limit of {limit:?}")));
+    };
+    state.retries += open.retries;
+    let class = open.class.unwrap_or(FailureClass::Timeout);
+    let error = format!(
+        "the session ran past its limit of {limit:?} while waiting on an endpoint ({class}, {} retries so far)",
+        open.retries
+    );
+    Ended::failed(Termination::InfrastructureError, class, error)
 }
 
 /// Takes up a session where an earlier process left it: its transcript and counters.

@@ -1,7 +1,7 @@
 //! The Chat Completions client: one async-openai client per endpoint behind a tower stack of
-//! retry, concurrency limit and per-attempt timeout.
+//! retry (`parley_http::RetryPolicy`), concurrency limit, per-attempt timeout and bounded body
+//! read (`parley_http::WholeBodyLayer`).
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -9,17 +9,18 @@ use std::time::{Duration, Instant};
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
-use async_openai::middleware::ReqwestService;
+use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use async_trait::async_trait;
 use parley_core::{ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson};
+use parley_http::{
+    Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, excerpt, excerpt_bytes, secrets,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::Semaphore;
-use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
+use tower::{BoxError, ServiceBuilder};
 
-use crate::body::{TooLarge, WholeBodyLayer};
-use crate::retry::{ATTEMPTS, RetryLayer};
 use crate::wire;
 
 /// How to reach one endpoint.
@@ -69,7 +70,6 @@ pub enum ClientConfigError {
 pub struct ChatClient {
     client: Client<OpenAIConfig>,
     endpoint: Arc<str>,
-    max_retries: u32,
 }
 
 impl std::fmt::Debug for ChatClient {
@@ -89,27 +89,28 @@ impl ChatClient {
         openai = match &config.api_key_env {
             Some(var) => {
                 let key = std::env::var(var).map_err(|_| ClientConfigError::MissingKey(var.clone()))?;
+                secrets::register(&key);
                 openai.with_api_key(key)
             }
             None => openai.with_api_key(""),
         };
         let http = shared_http(base, config.max_concurrency)?;
         let service = ServiceBuilder::new()
-            .layer(RetryLayer {
-                max_retries: config.max_retries,
-                base_backoff: Duration::from_millis(200),
-                max_backoff: Duration::from_secs(10),
-            })
+            .map_result(hand_over)
+            .map_request(Completion)
+            .retry(RetryPolicy::new(config.max_retries, Duration::from_millis(200), Duration::from_secs(10)))
+            .map_request(|completion: Completion| completion.0)
             .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::new(Semaphore::new(config.max_concurrency.max(1)))))
             .timeout(config.timeout)
             .layer(WholeBodyLayer { limit: config.max_response_bytes })
             .service(ReqwestService::new(http.clone()));
         let client = Client::build(http, openai).with_http_service(service);
-        Ok(ChatClient { client, endpoint: base.into(), max_retries: config.max_retries })
+        Ok(ChatClient { client, endpoint: base.into() })
     }
 
-    /// Sends the body's bytes as they are and takes the answer as text: it is parsed once to read
-    /// the reply and stored as it came.
+    /// Sends the body's bytes as they are and takes the answer as text: the stack checks that it
+    /// is a completion (so that one that is not is retried), the caller parses it to read the
+    /// reply, and it is stored as it came.
     async fn post(&self, body: &RawJson) -> Result<Box<RawValue>, OpenAIError> {
         self.client.chat().create_byot(body).await
     }
@@ -124,69 +125,90 @@ impl ModelClient for ChatClient {
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
         let body = wire::request_body(&request);
         let started = Instant::now();
-        ATTEMPTS
-            .scope(Cell::new(0), async {
-                // Transport errors, timeouts, 429 and 5xx are retried by the tower layer. A 200
-                // whose body is not a completion is retried here, within the same budget.
-                let mut malformed_rounds = 0;
-                loop {
-                    let result = self.post(&body).await;
-                    let mut retried = false;
-                    let attempts = ATTEMPTS.with(Cell::get);
-                    let mut call = ModelCall {
-                        endpoint: self.endpoint.to_string(),
-                        request: RawJson::default(),
-                        response: None,
-                        usage: Default::default(),
-                        latency: started.elapsed(),
-                        attempts,
-                        error: None,
-                    };
-                    let failure = match result {
-                        Ok(raw) => {
-                            // It arrived as valid JSON, so it parses again.
-                            let parsed: Value = serde_json::from_str(raw.get()).unwrap_or_default();
-                            let response = RawJson::from_raw(raw);
-                            match wire::parse_reply(&parsed) {
-                                Ok((message, finish_reason, usage)) => {
-                                    call.usage = usage;
-                                    call.response = Some(response);
-                                    call.request = body;
-                                    return Ok(ChatReply { message, finish_reason, call });
-                                }
-                                Err(why) => {
-                                    call.response = Some(response);
-                                    (ModelFailureKind::MalformedResponse, format!("not a chat completion: {why}"))
-                                }
-                            }
-                        }
-                        Err(error) => {
-                            // Errors from inside the stack (an oversized body, a timeout) were
-                            // retried there already; a body that arrived whole but did not parse
-                            // was not, so it is retried here.
-                            retried = matches!(error, OpenAIError::Boxed(_));
-                            classify(&error)
-                        }
-                    };
-                    if failure.0 == ModelFailureKind::MalformedResponse
-                        && !retried
-                        && malformed_rounds < self.max_retries
-                    {
-                        malformed_rounds += 1;
-                        continue;
-                    }
+        // Every kind of failed attempt, a 200 that is not a completion included, is retried by
+        // the one policy inside the stack, within one budget.
+        let (result, attempts) = parley_http::track(self.post(&body)).await;
+        let mut call = ModelCall {
+            endpoint: self.endpoint.to_string(),
+            request: RawJson::default(),
+            response: None,
+            usage: Default::default(),
+            latency: started.elapsed(),
+            attempts,
+            error: None,
+        };
+        let failure = match result {
+            // The policy accepted it as a completion, so it parses again; should it not, it is a
+            // malformed answer like any other.
+            Ok(raw) => match serde_json::from_str::<Value>(raw.get())
+                .map_err(|e| e.to_string())
+                .and_then(|v| wire::parse_reply(&v))
+            {
+                Ok((message, finish_reason, usage)) => {
+                    call.usage = usage;
+                    call.response = Some(RawJson::from_raw(raw));
                     call.request = body;
-                    call.error = Some(failure.1.clone());
-                    return Err(ModelFailure {
-                        kind: failure.0,
-                        message: format!("{} after {attempts} attempt(s) to {}", failure.1, self.endpoint),
-                        call,
-                    });
+                    return Ok(ChatReply { message, finish_reason, call });
                 }
-            })
-            .await
+                Err(why) => {
+                    call.response = Some(RawJson::from_raw(raw));
+                    (ModelFailureKind::MalformedResponse, format!("not a chat completion: {why}"))
+                }
+            },
+            Err(error) => {
+                let (kind, message, response) = classify(error);
+                call.response = response;
+                (kind, message)
+            }
+        };
+        call.request = body;
+        call.error = Some(failure.1.clone());
+        Err(ModelFailure {
+            kind: failure.0,
+            message: format!("{} after {attempts} attempt(s) to {}", failure.1, self.endpoint),
+            call,
+        })
     }
 }
+
+/// A request of this client: every call posts a chat completion, so a 2xx is accepted only when
+/// its body is one.
+#[derive(Clone)]
+struct Completion(HttpRequestFactory);
+
+impl Attempt for Completion {
+    fn resend(&self) -> Option<Completion> {
+        Some(self.clone())
+    }
+
+    fn accept(&self, answer: &Answer) -> Result<(), String> {
+        let body: Value = serde_json::from_slice(&answer.body)
+            .map_err(|e| format!("the body is not JSON ({e}): {}", excerpt_bytes(&answer.body)))?;
+        wire::parse_reply(&body).map(drop).map_err(|why| format!("not a chat completion: {why}"))
+    }
+}
+
+/// What async-openai gets from the stack: a 2xx answer as a response, anything else as an error
+/// it passes through untouched. It never reads an error body itself, since it would log it whole.
+fn hand_over(result: Result<Answer, BoxError>) -> Result<reqwest::Response, OpenAIError> {
+    match result {
+        Ok(answer) if answer.is_success() => Ok(answer.into_response()),
+        Ok(answer) => Err(OpenAIError::Boxed(Box::new(Refused(answer)))),
+        Err(error) => Err(OpenAIError::Boxed(error)),
+    }
+}
+
+/// A non-2xx answer the retries did not fix.
+#[derive(Debug)]
+struct Refused(Answer);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP {}: {}", self.0.status, excerpt_bytes(&self.0.body))
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// One connection pool per endpoint for the whole process. The agent and a simulated user served
 /// by the same endpoint then share connections: a session uses one at a time, so separate pools
@@ -207,25 +229,56 @@ fn shared_http(base: &str, max_concurrency: usize) -> Result<reqwest::Client, Cl
     Ok(http)
 }
 
-fn classify(error: &OpenAIError) -> (ModelFailureKind, String) {
-    match error {
-        OpenAIError::ApiError(api) => {
-            let text = api.api_error.message.to_lowercase();
-            let code = api.api_error.code.as_deref().unwrap_or_default();
-            if code == "context_length_exceeded" || text.contains("context length") || text.contains("context window") {
-                (ModelFailureKind::ContextWindowExceeded, api.to_string())
-            } else {
-                (ModelFailureKind::Status(api.status_code.as_u16()), api.to_string())
-            }
-        }
-        OpenAIError::JSONDeserialize(e, body) => {
-            let head: String = body.chars().take(120).collect();
-            (ModelFailureKind::MalformedResponse, format!("the body is not JSON ({e}): {head}"))
-        }
-        OpenAIError::Boxed(e) if e.is::<tower::timeout::error::Elapsed>() => {
-            (ModelFailureKind::Timeout, "no answer within the per-call timeout".into())
-        }
-        OpenAIError::Boxed(e) if e.is::<TooLarge>() => (ModelFailureKind::MalformedResponse, e.to_string()),
-        other => (ModelFailureKind::Transport, other.to_string()),
+/// The kind of a failed call, its message (quoting at most a bounded prefix of any body), and the
+/// body to record when it is JSON.
+fn classify(error: OpenAIError) -> (ModelFailureKind, String, Option<RawJson>) {
+    let OpenAIError::Boxed(error) = error else {
+        // Only errors of building the request come here: answers reach async-openai only as
+        // completions that parsed.
+        return (ModelFailureKind::Transport, excerpt(&secrets::redact(&error.to_string())), None);
+    };
+    let error: BoxError = match error.downcast::<GaveUp>() {
+        Ok(gave_up) => gave_up.source,
+        Err(error) => error,
+    };
+    if let Some(Refused(answer)) = error.downcast_ref::<Refused>() {
+        let text = answer.text();
+        let response = RawJson::from_string(text.clone()).ok();
+        let reported: Option<Value> = serde_json::from_str(&text).ok();
+        let api = reported.as_ref().and_then(|v| v.get("error"));
+        let message = api.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or_default().to_lowercase();
+        let code = api.and_then(|e| e.get("code")).and_then(Value::as_str).unwrap_or_default();
+        let kind = if code == "context_length_exceeded"
+            || message.contains("context length")
+            || message.contains("context window")
+        {
+            ModelFailureKind::ContextWindowExceeded
+        } else {
+            ModelFailureKind::Status(answer.status)
+        };
+        return (kind, format!("HTTP {}: {}", answer.status, excerpt(&text)), response);
     }
+    if let Some(unaccepted) = error.downcast_ref::<Unaccepted>() {
+        let response = RawJson::from_string(String::from_utf8_lossy(&unaccepted.body).into_owned()).ok();
+        return (ModelFailureKind::MalformedResponse, unaccepted.why.clone(), response);
+    }
+    if error.is::<tower::timeout::error::Elapsed>() {
+        return (ModelFailureKind::Timeout, "no answer within the per-call timeout".into(), None);
+    }
+    if error.is::<TooLarge>() {
+        return (ModelFailureKind::MalformedResponse, error.to_string(), None);
+    }
+    (ModelFailureKind::Transport, secrets::redact(&chain(error.as_ref())).into_owned(), None)
+}
+
+/// An error and its causes in one line ("error sending request: connection refused").
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
 }

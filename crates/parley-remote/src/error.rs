@@ -33,12 +33,3 @@ impl From<RemoteError> for EnvError {
         EnvError(error.to_string())
     }
 }
-
-/// The first `limit` characters of a body, for error messages.
-pub(crate) fn head(body: &str, limit: usize) -> String {
-    let mut out: String = body.chars().take(limit).collect();
-    if out.len() < body.len() {
-        out.push('…');
-    }
-    out
-}

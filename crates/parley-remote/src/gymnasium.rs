@@ -171,7 +171,7 @@ impl GymnasiumSession {
             Some(v) => v.as_f64().ok_or_else(|| RemoteError::Protocol {
                 server: self.server.label(),
                 call: CALL.into(),
-                cause: format!("`reward` is not a number: {v}"),
+                cause: format!("`reward` is not a number: {}", parley_http::excerpt(&v.to_string())),
             })?,
         };
         let result = StepResult {

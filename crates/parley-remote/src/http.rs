@@ -1,16 +1,18 @@
-//! One remote HTTP server behind a tower stack: bounded retries ([`retry`]), a concurrency
-//! limit shared by every session of the server, and a timeout on each attempt that covers the
-//! whole exchange, body included.
+//! One remote HTTP server behind a tower stack: bounded retries (`parley_http::RetryPolicy`, the
+//! policy every HTTP client of Parley shares), a concurrency limit shared by every session of the
+//! server, a timeout on each attempt, and a bounded body read under it
+//! (`parley_http::WholeBodyLayer`, which also redacts every key Parley holds).
 //!
 //! Owns: how bytes go to a server and come back. Never interprets a body: the callers
-//! (NeMo Gym, Gymnasium) decide what a status or a body means.
+//! (NeMo Gym, Gymnasium, the Responses client) decide what a status or a body means, and may
+//! say which 2xx bodies they accept, so that others are retried within the same budget.
 
 pub mod cookies;
-pub mod retry;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use parley_http::{Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, excerpt, secrets};
 use reqwest::header::{CONTENT_TYPE, COOKIE, SET_COOKIE};
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -18,10 +20,9 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
-use crate::error::{RemoteError, head};
+use crate::error::RemoteError;
 pub use cookies::CookieJar;
-pub use retry::Retry;
-use retry::{GaveUp, RetryPolicy};
+pub use parley_http::Retry;
 
 /// Limits for every call to one server.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,11 +51,30 @@ impl Default for ServerOptions {
     }
 }
 
-/// One request through the stack, and which failures it may be retried after.
+/// Which 2xx bodies a call accepts; see [`Attempt::accept`].
+pub type Accept = fn(&str) -> Result<(), String>;
+
+/// One request through the stack, which failures it may be retried after, and which 2xx bodies
+/// it accepts.
 #[derive(Debug)]
 pub(crate) struct Call {
     pub request: reqwest::Request,
     pub retry: Retry,
+    pub accept: Option<Accept>,
+}
+
+impl Attempt for Call {
+    fn resend(&self) -> Option<Call> {
+        Some(Call { request: self.request.try_clone()?, retry: self.retry, accept: self.accept })
+    }
+
+    fn retry(&self) -> Retry {
+        self.retry
+    }
+
+    fn accept(&self, answer: &Answer) -> Result<(), String> {
+        self.accept.map_or(Ok(()), |accept| accept(&answer.text()))
+    }
 }
 
 /// A whole answer: status, `Set-Cookie` values and the body text.
@@ -78,7 +98,7 @@ impl Exchange {
             server: server.label(),
             call: call.to_owned(),
             cause: e.to_string(),
-            body: head(&self.body, 300),
+            body: excerpt(&self.body),
         })
     }
 
@@ -91,7 +111,7 @@ impl Exchange {
                 server: server.label(),
                 call: call.to_owned(),
                 status: self.status,
-                body: head(&self.body, 500),
+                body: excerpt(&self.body),
             })
         }
     }
@@ -105,6 +125,7 @@ pub struct HttpServer {
     client: reqwest::Client,
     service: BoxCloneSyncService<Call, Exchange, BoxError>,
     timeout: Duration,
+    limit: usize,
 }
 
 impl std::fmt::Debug for HttpServer {
@@ -133,6 +154,7 @@ impl HttpServer {
         }
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(key) = key.filter(|k| !k.is_empty()) {
+            secrets::register(key);
             let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
                 .map_err(|_| RemoteError::Config(format!("the API key for `{name}` is not a valid header value")))?;
             value.set_sensitive(true);
@@ -144,25 +166,25 @@ impl HttpServer {
             .pool_max_idle_per_host(options.max_concurrency.max(1))
             .build()
             .map_err(|e| RemoteError::Config(format!("could not build an HTTP client: {e}")))?;
-        let exchange_client = client.clone();
-        let limit = options.max_response_bytes;
-        let exchange = tower::service_fn(move |call: Call| {
-            let client = exchange_client.clone();
-            async move { exchange(&client, call.request, limit).await }
-        });
+        let execute_client = client.clone();
+        let execute = tower::service_fn(move |request: reqwest::Request| execute_client.execute(request));
         let service = ServiceBuilder::new()
-            .retry(RetryPolicy { max_retries: options.max_retries, base_backoff: options.backoff, attempts: 0 })
+            .map_response(Exchange::from)
+            .retry(RetryPolicy::new(options.max_retries, options.backoff, Duration::from_secs(5)))
+            .map_request(|call: Call| call.request)
             .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::new(Semaphore::new(
                 options.max_concurrency.max(1),
             ))))
             .timeout(options.timeout)
-            .service(exchange);
+            .layer(WholeBodyLayer { limit: options.max_response_bytes })
+            .service(execute);
         Ok(HttpServer {
             name: name.into(),
             base: base.into(),
             client,
             service: BoxCloneSyncService::new(service),
             timeout: options.timeout,
+            limit: options.max_response_bytes,
         })
     }
 
@@ -188,23 +210,44 @@ impl HttpServer {
         jar: Option<&mut CookieJar>,
         retry: Retry,
     ) -> Result<Exchange, RemoteError> {
+        self.post_accepting(path, body, jar, retry, None).await.0
+    }
+
+    /// Like [`post`](Self::post), retrying a 2xx whose body `accept` refuses within the same
+    /// budget as any failed attempt; also returns the attempts made.
+    pub async fn post_accepting(
+        &self,
+        path: &str,
+        body: &Value,
+        jar: Option<&mut CookieJar>,
+        retry: Retry,
+        accept: Option<Accept>,
+    ) -> (Result<Exchange, RemoteError>, u32) {
+        let (result, attempts) = parley_http::track(self.send(path, body, jar, retry, accept)).await;
+        (result.map_err(|(call, error)| self.classify(&call, error, attempts)), attempts)
+    }
+
+    async fn send(
+        &self,
+        path: &str,
+        body: &Value,
+        jar: Option<&mut CookieJar>,
+        retry: Retry,
+        accept: Option<Accept>,
+    ) -> Result<Exchange, (String, BoxError)> {
         let call = format!("POST {path}");
-        let bytes = serde_json::to_vec(body).map_err(|e| RemoteError::Protocol {
-            server: self.label(),
-            call: call.clone(),
-            cause: format!("the body is not serializable: {e}"),
-        })?;
+        let bytes = serde_json::to_vec(body)
+            .map_err(|e| (call.clone(), Unsendable(format!("the body is not serializable: {e}")).into()))?;
         let mut builder = self.client.post(format!("{}{path}", self.base)).header(CONTENT_TYPE, "application/json");
         if let Some(cookie) = jar.as_deref().and_then(CookieJar::header) {
             builder = builder.header(COOKIE, cookie);
         }
-        let request = builder.body(bytes).build().map_err(|e| RemoteError::Protocol {
-            server: self.label(),
-            call: call.clone(),
-            cause: format!("could not build the request: {e}"),
-        })?;
-        let result = self.service.clone().oneshot(Call { request, retry }).await;
-        let exchange = result.map_err(|e| self.classify(&call, e))?;
+        let request = builder
+            .body(bytes)
+            .build()
+            .map_err(|e| (call.clone(), Unsendable(format!("could not build the request: {e}")).into()))?;
+        let result = self.service.clone().oneshot(Call { request, retry, accept }).await;
+        let exchange = result.map_err(|e| (call, e))?;
         if let Some(jar) = jar {
             jar.merge(exchange.set_cookies.iter().map(String::as_str));
         }
@@ -220,61 +263,58 @@ impl HttpServer {
         )
     }
 
-    fn classify(&self, call: &str, error: BoxError) -> RemoteError {
-        let (attempts, error) = match error.downcast::<GaveUp>() {
-            Ok(gave_up) => (gave_up.attempts, gave_up.source),
-            Err(error) => (1, error),
+    fn classify(&self, call: &str, error: BoxError, attempts: u32) -> RemoteError {
+        let error = match error.downcast::<GaveUp>() {
+            Ok(gave_up) => gave_up.source,
+            Err(error) => error,
         };
         let (server, call) = (self.label(), call.to_owned());
+        if let Some(Unsendable(cause)) = error.downcast_ref::<Unsendable>() {
+            return RemoteError::Protocol { server, call, cause: cause.clone() };
+        }
         if error.is::<tower::timeout::error::Elapsed>() {
             return RemoteError::Timeout { server, call, timeout: self.timeout, attempts };
         }
-        if let Some(too_large) = error.downcast_ref::<TooLarge>() {
-            return RemoteError::Malformed { server, call, cause: too_large.to_string(), body: String::new() };
+        if error.is::<TooLarge>() {
+            let cause = format!("the body is larger than the limit of {} bytes", self.limit);
+            return RemoteError::Malformed { server, call, cause, body: String::new() };
         }
+        if let Some(unaccepted) = error.downcast_ref::<Unaccepted>() {
+            let body = excerpt(&String::from_utf8_lossy(&unaccepted.body));
+            return RemoteError::Malformed { server, call, cause: unaccepted.why.clone(), body };
+        }
+        let cause = secrets::redact(&chain(error.as_ref())).into_owned();
         match error.downcast_ref::<reqwest::Error>() {
-            Some(e) if e.is_connect() => RemoteError::Connect { server, call, attempts, cause: chain(e) },
-            Some(e) => RemoteError::Transport { server, call, attempts, cause: chain(e) },
-            None => RemoteError::Transport { server, call, attempts, cause: error.to_string() },
+            Some(e) if e.is_connect() => RemoteError::Connect { server, call, attempts, cause },
+            Some(_) => RemoteError::Transport { server, call, attempts, cause },
+            None => RemoteError::Transport { server, call, attempts, cause },
         }
     }
 }
 
-/// An answer whose body passed [`ServerOptions::max_response_bytes`].
+/// A request that could not be built, so was never sent.
 #[derive(Debug, thiserror::Error)]
-#[error("the body is larger than the limit of {limit} bytes")]
-struct TooLarge {
-    limit: usize,
-}
+#[error("{0}")]
+struct Unsendable(String);
 
-async fn exchange(client: &reqwest::Client, request: reqwest::Request, limit: usize) -> Result<Exchange, BoxError> {
-    let mut response = client.execute(request).await?;
-    let status = response.status().as_u16();
-    let set_cookies =
-        response.headers().get_all(SET_COOKIE).iter().filter_map(|v| v.to_str().ok()).map(str::to_owned).collect();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64);
-    if response.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(TooLarge { limit }.into());
+impl From<Answer> for Exchange {
+    fn from(answer: Answer) -> Exchange {
+        let set_cookies = answer
+            .headers
+            .get_all(SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(|v| secrets::redact(v).into_owned())
+            .collect();
+        let retry_after = answer.retry_after();
+        let body =
+            String::from_utf8(answer.body).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        Exchange { status: answer.status, retry_after, set_cookies, body }
     }
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if bytes.len() + chunk.len() > limit {
-            return Err(TooLarge { limit }.into());
-        }
-        bytes.extend_from_slice(&chunk);
-    }
-    let body = String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-    Ok(Exchange { status, retry_after, set_cookies, body })
 }
 
 /// An error and its causes in one line ("error sending request: connection refused").
-fn chain(error: &dyn std::error::Error) -> String {
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -195,9 +195,10 @@ impl NemoGymServers {
         for child in &self.children {
             signal_group(child, Signal::SIGTERM);
         }
-        let deadline = Instant::now() + grace;
+        // A grace too long for the clock waits as long as the children take.
+        let deadline = Instant::now().checked_add(grace);
         for child in &mut self.children {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
             if tokio::time::timeout(left, child.wait()).await.is_err() {
                 signal_group(child, Signal::SIGKILL);
                 let _ = child.wait().await;
@@ -207,7 +208,8 @@ impl NemoGymServers {
     }
 
     async fn wait_ready(&mut self, timeout: Duration) -> Result<(), RemoteError> {
-        let deadline = Instant::now() + timeout;
+        // A timeout too long for the clock never expires.
+        let deadline = Instant::now().checked_add(timeout);
         let probe_options = ServerOptions { max_retries: 0, ..ServerOptions::default() };
         for i in 0..self.servers.len() {
             let server = self.servers[i].clone();
@@ -220,7 +222,7 @@ impl NemoGymServers {
                     self.stop(Duration::from_secs(2)).await;
                     return Err(e);
                 }
-                if Instant::now() > deadline {
+                if deadline.is_some_and(|d| Instant::now() > d) {
                     self.stop(Duration::from_secs(2)).await;
                     return Err(RemoteError::Launch(format!(
                         "server `{}` did not answer on {} within {timeout:?}; its log {} ends with:\n{}",

@@ -8,6 +8,7 @@
 //! [`EnvError`] naming the server and the call. Never panics on what a server sends.
 
 mod connection;
+mod lines;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::error::RemoteError;
 use crate::http::{HttpServer, Retry, ServerOptions};
+use parley_http::excerpt;
 
 /// How to reach one Responses endpoint.
 #[derive(Debug, Clone)]
@@ -47,7 +48,6 @@ impl Default for ResponsesConfig {
 #[derive(Debug, Clone)]
 pub struct ResponsesClient {
     server: HttpServer,
-    max_retries: u32,
 }
 
 impl ResponsesClient {
@@ -68,7 +68,7 @@ impl ResponsesClient {
             ..ServerOptions::default()
         };
         let server = HttpServer::with_bearer("responses endpoint", &config.base_url, &options, key.as_deref())?;
-        Ok(ResponsesClient { server, max_retries: config.max_retries })
+        Ok(ResponsesClient { server })
     }
 }
 
@@ -83,51 +83,52 @@ impl ModelClient for ResponsesClient {
         let started = Instant::now();
         let mut call =
             ModelCall { endpoint: self.endpoint().to_owned(), request: RawJson::from(&body), ..ModelCall::default() };
-        // A 200 whose body is not a response is asked again, within the same retry budget.
-        let mut rounds = 0;
-        loop {
-            rounds += 1;
-            let result = self.server.post("/responses", &body, None, Retry::Transient).await;
-            call.latency = started.elapsed();
-            call.attempts += 1;
-            let (kind, message) = match result {
-                Err(error) => (kind_of(&error), error.to_string()),
-                Ok(exchange) if !exchange.is_success() => {
-                    let text = exchange.body.to_lowercase();
-                    let kind = if text.contains("context_length_exceeded") || text.contains("context length") {
-                        ModelFailureKind::ContextWindowExceeded
-                    } else {
-                        ModelFailureKind::Status(exchange.status)
-                    };
-                    call.response = RawJson::from_string(exchange.body.clone()).ok();
-                    (kind, format!("HTTP {}: {}", exchange.status, crate::error::head(&exchange.body, 300)))
+        // A 200 whose body is not a Responses object is retried by the one policy, within the
+        // same budget as every other failed attempt.
+        let (result, attempts) =
+            self.server.post_accepting("/responses", &body, None, Retry::Transient, Some(accept_response)).await;
+        call.latency = started.elapsed();
+        call.attempts = attempts;
+        let (kind, message) = match result {
+            Err(error) => {
+                if let RemoteError::Malformed { body, .. } = &error {
+                    call.response = RawJson::from_string(body.clone()).ok();
                 }
-                Ok(exchange) => match serde_json::from_str::<Value>(&exchange.body) {
-                    Err(e) => (ModelFailureKind::MalformedResponse, format!("the body is not JSON: {e}")),
-                    Ok(response) => match wire::parse_reply(&response) {
-                        Ok((message, finish_reason, usage)) => {
-                            call.usage = usage;
-                            call.response = Some(RawJson::from(&response));
-                            return Ok(ChatReply { message, finish_reason, call });
-                        }
-                        Err(why) => {
-                            call.response = Some(RawJson::from(&response));
-                            (ModelFailureKind::MalformedResponse, format!("not a Responses object: {why}"))
-                        }
-                    },
-                },
-            };
-            if kind == ModelFailureKind::MalformedResponse && rounds <= self.max_retries {
-                continue;
+                (kind_of(&error), error.to_string())
             }
-            call.error = Some(message.clone());
-            return Err(ModelFailure {
-                kind,
-                message: format!("{message} ({} round(s) to {})", rounds, self.endpoint()),
-                call,
-            });
-        }
+            Ok(exchange) if !exchange.is_success() => {
+                let text = exchange.body.to_lowercase();
+                let kind = if text.contains("context_length_exceeded") || text.contains("context length") {
+                    ModelFailureKind::ContextWindowExceeded
+                } else {
+                    ModelFailureKind::Status(exchange.status)
+                };
+                let message = format!("HTTP {}: {}", exchange.status, excerpt(&exchange.body));
+                call.response = RawJson::from_string(exchange.body).ok();
+                (kind, message)
+            }
+            Ok(exchange) => match serde_json::from_str::<Value>(&exchange.body)
+                .map_err(|e| e.to_string())
+                .and_then(|response| wire::parse_reply(&response).map(|reply| (reply, response)))
+            {
+                Ok(((message, finish_reason, usage), response)) => {
+                    call.usage = usage;
+                    call.response = Some(RawJson::from(&response));
+                    return Ok(ChatReply { message, finish_reason, call });
+                }
+                // The policy accepted it, so this does not happen; should it, it is malformed.
+                Err(why) => (ModelFailureKind::MalformedResponse, format!("not a Responses object: {why}")),
+            },
+        };
+        call.error = Some(message.clone());
+        Err(ModelFailure { kind, message: format!("{message} ({attempts} attempt(s) to {})", self.endpoint()), call })
     }
+}
+
+/// Whether a 2xx body is a Responses object.
+fn accept_response(body: &str) -> Result<(), String> {
+    let response: Value = serde_json::from_str(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    wire::parse_reply(&response).map(drop).map_err(|why| format!("not a Responses object: {why}"))
 }
 
 fn kind_of(error: &RemoteError) -> ModelFailureKind {

@@ -8,6 +8,7 @@
 
 pub mod environment;
 pub mod error;
+pub mod ranks;
 pub mod rows;
 pub mod runtime;
 pub mod settings;
@@ -16,6 +17,6 @@ pub mod tasks;
 pub use environment::{EnvKind, Environments, Judged, Tau2Domain};
 pub use error::{UsageError, usage};
 pub use rows::{Failure, Rollout};
-pub use runtime::{Created, Pending, Runtime, prior};
+pub use runtime::{Created, Front, Pending, Runtime, prior};
 pub use settings::RunSettings;
 pub use tasks::{StoredTasks, TaskSource};

@@ -50,8 +50,20 @@ pub struct Created {
     pub sessions: u64,
 }
 
+/// How a front end wants its sessions driven, beyond the run's settings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Front {
+    /// The agent takes each task row's sampling settings over the run's (a trainer sets them
+    /// per request).
+    pub sampling_from_row: bool,
+}
+
 impl Runtime {
     pub async fn start(settings: &RunSettings, store: SqliteStore) -> anyhow::Result<Runtime> {
+        Runtime::start_for(settings, store, Front::default()).await
+    }
+
+    pub async fn start_for(settings: &RunSettings, store: SqliteStore, front: Front) -> anyhow::Result<Runtime> {
         let shutdown = CancellationToken::new();
         let base_url = match &settings.base_url {
             Some(url) => url.clone(),
@@ -66,10 +78,16 @@ impl Runtime {
         let agent: Arc<dyn Agent> = match settings.agent {
             AgentKind::Oracle => Arc::new(agent_oracle::Oracle),
             AgentKind::ToolCalling => {
-                let client = ChatClient::new(&settings.endpoint(base_url.clone(), settings.api_key_env.clone()))
-                    .map_err(|e| usage(e.to_string()))?;
+                let mut ranks: Vec<Arc<dyn parley_core::ModelClient>> = Vec::new();
+                for url in std::iter::once(&base_url).chain(&settings.ranks) {
+                    let client = ChatClient::new(&settings.endpoint(url.clone(), settings.api_key_env.clone()))
+                        .map_err(|e| usage(format!("--base-url {url}: {e}")))?;
+                    ranks.push(Arc::new(client));
+                }
+                let client: Arc<dyn parley_core::ModelClient> =
+                    if ranks.len() == 1 { ranks.remove(0) } else { Arc::new(crate::ranks::Ranked::new(ranks)) };
                 Arc::new(ToolCallingAgent::new(
-                    Arc::new(client),
+                    client,
                     ToolCallingConfig {
                         model: settings.model.clone(),
                         system_prompt: system_prompt.clone(),
@@ -77,6 +95,7 @@ impl Runtime {
                         seed_per_session: true,
                         json_tools: settings.tool_mode == ToolMode::Json,
                         greeting: settings.greeting.clone(),
+                        sampling_from_row: front.sampling_from_row,
                     },
                 ))
             }

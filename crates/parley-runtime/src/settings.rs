@@ -28,6 +28,10 @@ pub struct RunSettings {
     pub num_tasks: Option<usize>,
     /// `None`: start the stub in-process.
     pub base_url: Option<String>,
+    /// More base URLs of the same policy (its data-parallel ranks): each session stays on one of
+    /// `base_url` and these, chosen by hashing the session.
+    #[serde(default)]
+    pub ranks: Vec<String>,
     pub model: String,
     pub api_key_env: Option<String>,
     pub concurrency: usize,
@@ -227,6 +231,15 @@ pub struct UserSettings {
     pub replay_run: Option<i64>,
 }
 
+/// What a front end needs of the settings beyond their values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The run's tasks, from a file or the environment.
+    Tasks,
+    /// No tasks up front: they arrive with requests.
+    Nothing,
+}
+
 /// The longest time any setting may name: a year. Longer ones are surely mistakes, and every
 /// duration must fit the clocks it is added to.
 const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
@@ -239,6 +252,12 @@ impl RunSettings {
     /// Checks every value before any work starts; a bad one is a [`UsageError`] naming the
     /// setting, the value and what is allowed.
     pub fn check(&self) -> Result<(), UsageError> {
+        self.check_for(Need::Tasks)
+    }
+
+    /// Checks the settings for a front end that may not need tasks up front (a service is
+    /// sent its tasks one request at a time).
+    pub fn check_for(&self, need: Need) -> Result<(), UsageError> {
         let counts = [
             ("--concurrency", self.concurrency, MAX_IN_FLIGHT),
             ("--endpoint-concurrency", self.endpoint_concurrency, MAX_IN_FLIGHT),
@@ -268,6 +287,9 @@ impl RunSettings {
             return Err(usage(format!("--top-p must be between 0 and 1, not {p}")));
         }
         check_url("--base-url", self.base_url.as_deref(), "http://host:port/v1")?;
+        for rank in &self.ranks {
+            check_url("--base-url", Some(rank), "http://host:port/v1")?;
+        }
         check_key_env("--api-key-env", self.api_key_env.as_deref())?;
         let remote = &self.remote;
         match self.env {
@@ -310,7 +332,7 @@ impl RunSettings {
         } else if self.tau2.split.is_some() {
             return Err(usage("--split chooses tau2 tasks; use it with --env tau2:<domain>"));
         }
-        if !self.env.brings_tasks() && self.tasks.is_none() {
+        if need == Need::Tasks && !self.env.brings_tasks() && self.tasks.is_none() {
             return Err(usage(format!("--env {} needs --tasks ROWS.jsonl", self.env)));
         }
         let user = &self.user;

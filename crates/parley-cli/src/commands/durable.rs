@@ -155,7 +155,10 @@ pub async fn fork(args: ForkArgs) -> anyhow::Result<()> {
 
     settings.db = args.db.db.clone();
     settings.model = args.model.unwrap_or(settings.model);
-    settings.base_url = args.base_url.or(settings.base_url);
+    if let Some(url) = args.base_url {
+        settings.base_url = Some(url);
+        settings.ranks.clear();
+    }
     settings.api_key_env = args.api_key_env.or(settings.api_key_env);
     settings.sampling.temperature = args.temperature.or(settings.sampling.temperature);
     settings.sampling.top_p = args.top_p.or(settings.sampling.top_p);

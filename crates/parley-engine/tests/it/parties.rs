@@ -24,6 +24,9 @@ pub enum Play {
     Sleep(Duration),
     /// A tool call that takes this long to arrive.
     SlowCall(Duration, &'static str, &'static str),
+    /// A model call held back as a client's retry policy holds it: the endpoint answered 429
+    /// this many times, and the call waits this long before its next attempt.
+    Throttled(u32, Duration),
     Panic,
 }
 
@@ -67,6 +70,15 @@ impl Agent for ScriptedAgent {
             Play::SlowCall(d, name, args) => {
                 tokio::time::sleep(d).await;
                 Ok(AgentTurn { message: Message::assistant_calls(None, vec![call(name, args)]), call: record })
+            }
+            Play::Throttled(retries, wait) => {
+                let deadline = parley_core::Deadline::current().expect("the session's deadline reaches its calls");
+                let mut open = deadline.begin_call();
+                for _ in 0..retries {
+                    open.retrying(parley_core::FailureClass::RateLimited);
+                }
+                tokio::time::sleep(wait).await;
+                Ok(AgentTurn { message: Message::assistant("late"), call: record })
             }
             Play::Panic => panic!("scripted panic"),
         }

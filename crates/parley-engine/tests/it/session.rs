@@ -206,6 +206,25 @@ async fn the_wall_time_limit_ends_the_session() {
     assert_eq!(r.outcome.reward.unwrap().value, 4.0);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_session_whose_time_runs_out_while_an_endpoint_holds_it_back_is_the_endpoints_failure() {
+    let limits = Limits { timeout: Duration::from_secs(5), ..Limits::default() };
+    let plays = vec![Play::Call("add", r#"{"n": 4}"#), Play::Throttled(2, Duration::from_secs(60))];
+    let (_, r) = play(plays, limits).await;
+    assert_eq!(r.outcome.termination, Termination::InfrastructureError);
+    assert_eq!(r.outcome.failure, Some(FailureClass::RateLimited));
+    assert_eq!(r.outcome.retries, 2);
+    assert!(r.outcome.reward.is_none(), "a failure outside the agent is not scored");
+    assert!(r.outcome.error.as_deref().is_some_and(|e| e.contains("waiting on an endpoint")), "{:?}", r.outcome.error);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wall_time_limit_too_large_for_the_clock_never_panics() {
+    let limits = Limits { timeout: Duration::MAX, ..Limits::default() };
+    let (_, r) = play(vec![Play::Say("done")], limits).await;
+    assert_eq!(r.outcome.termination, Termination::AgentStop);
+}
+
 /// Signals `token` once `after` has passed.
 fn cancel_after(token: tokio_util::sync::CancellationToken, after: Duration) {
     tokio::spawn(async move {

@@ -123,3 +123,45 @@ fn a_missing_key_variable_is_named() {
     let err = ChatClient::new(&config).unwrap_err();
     assert!(err.to_string().contains("PARLEY_NO_SUCH_KEY"));
 }
+
+/// An endpoint on loopback that answers every request with `head` (status line and headers) and
+/// an empty body, over raw HTTP/1.1.
+async fn answering(head: &'static str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // The request is small: one read takes its headers, and the answer closes the
+                // connection, so its body need not be read.
+                let mut buffer = vec![0u8; 64 << 10];
+                let _ = socket.read(&mut buffer).await;
+                let answer = format!("{head}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{address}/v1")
+}
+
+#[tokio::test]
+async fn a_retry_after_too_large_for_a_duration_fails_the_call_without_a_panic() {
+    let url = answering("HTTP/1.1 429 Too Many Requests\r\nretry-after: 1e300").await;
+    let client = client(url, 3, Duration::from_secs(5));
+    // Under a session's deadline, a wait longer than the time left gives up at once.
+    let deadline = parley_core::Deadline::after(Duration::from_secs(30));
+    let started = Instant::now();
+    let failure = deadline.scope(ask(&client)).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(failure.kind, ModelFailureKind::Status(429));
+    assert_eq!(failure.kind.class(), parley_core::FailureClass::RateLimited);
+    assert_eq!(failure.call.attempts, 1);
+}
+
+#[tokio::test]
+async fn a_timeout_too_large_for_the_clock_never_panics() {
+    let url = stub(StubConfig::default()).await;
+    let reply = ask(&client(url, 1, Duration::MAX)).await.unwrap();
+    assert_eq!(reply.call.attempts, 1);
+}

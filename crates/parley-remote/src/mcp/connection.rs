@@ -3,16 +3,21 @@
 
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parley_core::{ToolOutput, ToolSpec};
+use parley_http::{excerpt, secrets};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 use serde_json::Value;
 use tokio::sync::{Mutex, Semaphore};
 
+use super::lines::{LineLimit, TOO_LARGE};
 use super::{McpServerSpec, McpTransport};
 use crate::error::RemoteError;
 use crate::http::ServerOptions;
@@ -24,11 +29,18 @@ pub(crate) struct Connection {
     tools: Vec<ToolSpec>,
     limit: Arc<Semaphore>,
     timeout: Duration,
+    /// The stdio server's process, stopped at close.
+    child: Mutex<Option<tokio::process::Child>>,
+    /// Bytes of one answer read at most, and whether an answer over it ended the stream.
+    max_response_bytes: usize,
+    overflowed: Arc<AtomicBool>,
 }
 
 impl Connection {
     pub async fn open(spec: &McpServerSpec, options: &ServerOptions) -> Result<Connection, RemoteError> {
         let label = label(spec);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let mut child = None;
         let service = match &spec.transport {
             McpTransport::Stdio { command, args, env, cwd } => {
                 let mut cmd = tokio::process::Command::new(command);
@@ -36,21 +48,32 @@ impl Connection {
                 if let Some(cwd) = cwd {
                     cmd.current_dir(cwd);
                 }
-                let (transport, _) = TokioChildProcess::builder(cmd).stderr(Stdio::null()).spawn().map_err(|e| {
-                    RemoteError::Connect {
-                        server: label.clone(),
-                        call: "start".into(),
-                        attempts: 1,
-                        cause: e.to_string(),
-                    }
-                })?;
+                cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
+                let start_error = |cause: String| RemoteError::Connect {
+                    server: label.clone(),
+                    call: "start".into(),
+                    attempts: 1,
+                    cause,
+                };
+                let mut process = cmd.spawn().map_err(|e| start_error(e.to_string()))?;
+                let (Some(stdout), Some(stdin)) = (process.stdout.take(), process.stdin.take()) else {
+                    return Err(start_error("the server's stdin or stdout is not a pipe".into()));
+                };
+                child = Some(process);
+                // Lines are bounded by `LineLimit`, which answers an oversized one at once; rmcp's
+                // own bound would drop it silently and leave its call waiting.
+                let stdout = LineLimit::new(stdout, options.max_response_bytes, overflowed.clone());
+                let transport = AsyncRwTransport::new(stdout, stdin).with_max_line_length(usize::MAX);
                 within(options.timeout, &label, "initialize", ().serve(transport)).await?
             }
             McpTransport::Http { url } => {
                 let mut attempt = 0;
                 loop {
                     attempt += 1;
-                    let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+                    let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                    config.max_json_response_size = options.max_response_bytes;
+                    config.max_sse_event_size = options.max_response_bytes;
+                    let transport = StreamableHttpClientTransport::from_config(config);
                     match within(options.timeout, &label, "initialize", ().serve(transport)).await {
                         Ok(service) => break service,
                         Err(e) if attempt > options.max_retries => {
@@ -61,7 +84,10 @@ impl Connection {
                                 other => other,
                             });
                         }
-                        Err(_) => tokio::time::sleep(options.backoff.saturating_mul(1 << attempt.min(6))).await,
+                        Err(_) => {
+                            let wait = parley_http::backoff(options.backoff, Duration::from_secs(5), attempt);
+                            tokio::time::sleep(wait).await;
+                        }
                     }
                 }
             }
@@ -84,6 +110,9 @@ impl Connection {
             tools,
             limit: Arc::new(Semaphore::new(options.max_concurrency.max(1))),
             timeout: options.timeout,
+            child: Mutex::new(child),
+            max_response_bytes: options.max_response_bytes,
+            overflowed,
         })
     }
 
@@ -109,14 +138,30 @@ impl Connection {
             cause: "the connection is closed".into(),
         })?;
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
+        // Open while the call is: a session whose time runs out now is the server's failure.
+        let _open = parley_core::Deadline::current().map(|deadline| deadline.begin_call());
+        let too_large = |label: String, call: String| RemoteError::Malformed {
+            server: label,
+            call,
+            cause: format!(
+                "the answer is larger than the limit of {} bytes; raise --max-response-bytes to accept it",
+                self.max_response_bytes
+            ),
+            body: String::new(),
+        };
         match tokio::time::timeout(self.timeout, self.peer.call_tool(params)).await {
             Err(_) => Err(RemoteError::Timeout { server: label, call, timeout: self.timeout, attempts: 1 }),
             Ok(Ok(result)) => Ok(output(&result)),
+            Ok(Err(ServiceError::McpError(error))) if error.code.0 == TOO_LARGE => Err(too_large(label, call)),
             Ok(Err(ServiceError::McpError(error))) => {
-                Ok(ToolOutput::error(format!("MCP error {}: {}", error.code.0, error.message)))
+                let message = secrets::redact(&error.message).into_owned();
+                Ok(ToolOutput::error(format!("MCP error {}: {}", error.code.0, excerpt(&message))))
             }
+            Ok(Err(_)) if self.overflowed.load(Ordering::SeqCst) => Err(too_large(label, call)),
+            Ok(Err(error)) if body_too_large(&error) => Err(too_large(label, call)),
             Ok(Err(error)) => {
-                Err(RemoteError::Transport { server: label, call, attempts: 1, cause: error.to_string() })
+                let cause = excerpt(&secrets::redact(&error.to_string()));
+                Err(RemoteError::Transport { server: label, call, attempts: 1, cause })
             }
         }
     }
@@ -129,6 +174,13 @@ impl Connection {
                 Ok(None) => tracing::warn!(server = %self.name, "the MCP connection did not close within 5 s"),
                 Err(error) => tracing::warn!(server = %self.name, %error, "closing the MCP connection failed"),
             }
+        }
+        // Closing the connection closed the server's stdin; a server that does not exit on that
+        // is stopped.
+        if let Some(mut child) = self.child.lock().await.take()
+            && tokio::time::timeout(Duration::from_secs(2), child.wait()).await.is_err()
+        {
+            let _ = child.kill().await;
         }
     }
 }
@@ -149,7 +201,24 @@ fn output(result: &CallToolResult) -> ToolOutput {
     {
         parts.push(structured.to_string());
     }
-    ToolOutput { content: parts.join("\n"), is_error: result.is_error.unwrap_or(false), write: true }
+    // A server may quote a key Parley holds (one passed in its environment, say).
+    let content = secrets::redact(&parts.join("\n")).into_owned();
+    ToolOutput { content, is_error: result.is_error.unwrap_or(false), write: true }
+}
+
+/// Whether rmcp's streamable HTTP client refused an answer for its size
+/// (`StreamableHttpResponseLimits`), somewhere in the error's chain of causes.
+fn body_too_large(error: &ServiceError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if let Some(StreamableHttpError::ResponseBodyTooLarge { .. }) =
+            error.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 fn label(spec: &McpServerSpec) -> String {

@@ -13,7 +13,9 @@ pub fn reward_from_verify(verify: &Value, row: &Value) -> Result<Reward, String>
     let value = match object.get("reward") {
         Some(Value::Number(n)) => n.as_f64().ok_or("`reward` is not a finite number")?,
         Some(Value::Bool(b)) => f64::from(u8::from(*b)),
-        Some(other) => return Err(format!("`reward` is not a number: {other}")),
+        Some(other) => {
+            return Err(format!("`reward` is not a number: {}", parley_http::excerpt(&other.to_string())));
+        }
         None => return Err("the verify answer has no `reward`".into()),
     };
     let empty = Map::new();

@@ -8,6 +8,7 @@ mod faults;
 mod gym_eval;
 mod gymnasium;
 mod mcp;
+mod mcp_limits;
 mod nemo_gym;
 mod parsers;
 mod peers;

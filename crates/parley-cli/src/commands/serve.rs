@@ -1,0 +1,90 @@
+//! `parley serve`: the runtime behind NeMo Gym's `/run`, for RL trainers. It prints its address
+//! on the first line of stdout, records every session under one service run, and on SIGINT or
+//! SIGTERM stops taking requests and lets the sessions in flight finish within the grace
+//! period, after which they are cancelled (committed turns kept, resumable).
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use parley_core::{RunSpec, SessionStore};
+use parley_runtime::settings::Need;
+use parley_runtime::{Front, Runtime};
+use parley_serve::{ServeOptions, Service};
+use parley_store::{SqliteStore, StoreOptions};
+
+use crate::cli::ServeArgs;
+use crate::error::usage;
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let settings = args.run.resolve_for(Need::Nothing)?;
+    let token =
+        match &args.token_env {
+            Some(var) => Some(std::env::var(var).ok().filter(|t| !t.is_empty()).ok_or_else(|| {
+                usage(format!("--token-env names `{var}`, which is not set; export {var}=... first"))
+            })?),
+            None if !args.listen.ip().is_loopback() => {
+                return Err(usage(format!(
+                    "--listen {} is reachable from other machines: pass --token-env VAR, the variable holding the \
+                 bearer token every request must carry",
+                    args.listen
+                )));
+            }
+            None => None,
+        };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| usage(format!("--listen {}: {e}", args.listen)))?;
+    let address = listener.local_addr()?;
+    let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
+        .await
+        .with_context(|| format!("opening the store {}", settings.db.display()))?;
+    let runtime = Arc::new(Runtime::start_for(&settings, store, Front { sampling_from_row: true }).await?);
+    let mut recorded = settings.clone();
+    recorded.system_prompt.clone_from(&runtime.system_prompt);
+    let spec = RunSpec { environment: settings.env.to_string(), config: serde_json::to_value(&recorded)? };
+    let (run, _) = runtime.store.create_run(&spec, &[], &[]).await.context("recording the service run")?;
+    let options =
+        ServeOptions { concurrency: settings.concurrency, queue: args.queue.unwrap_or(settings.concurrency), token };
+    let service = Arc::new(Service::new(Arc::clone(&runtime), settings.clone(), run, 0, options));
+    println!("http://{address}");
+    eprintln!(
+        "parley serve: run {run} in {}; {} against {}, model {}; up to {} sessions at once",
+        settings.db.display(),
+        settings.env,
+        runtime.base_url,
+        settings.model,
+        settings.concurrency
+    );
+    let grace = settings.shutdown_grace();
+    let stop = service.stop().clone();
+    let shutdown = async move {
+        first_signal().await;
+        eprintln!("parley serve: stopping; sessions in flight may finish for {} s", grace.as_secs_f64());
+        // After the grace period the sessions still in flight are cancelled where they are.
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            stop.abort.cancel();
+        });
+    };
+    axum::serve(listener, service.router()).with_graceful_shutdown(shutdown).await.context("serving")?;
+    let ended = service.metrics.sessions_ended();
+    runtime.store.finish_run(run, "finished").await?;
+    drop(service);
+    let runtime = Arc::try_unwrap(runtime).map_err(|_| anyhow::anyhow!("sessions still hold the runtime"))?;
+    runtime.stop().await?;
+    eprintln!("parley serve: stopped after {ended} sessions (run {run})");
+    Ok(())
+}
+
+async fn first_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(mut interrupt), Ok(mut terminate)) => {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}

@@ -1,0 +1,24 @@
+//! What every HTTP client of Parley shares: the Chat Completions client of `parley-llm` and the
+//! remote servers and Responses client of `parley-remote`.
+//!
+//! - [`RetryPolicy`]: the one retry policy, a [`tower::retry::Policy`] over [`Answer`]s, with
+//!   the one backoff; it gives up at once when its next wait would outlast the session's
+//!   [`Deadline`](parley_core::Deadline), and it retries a 2xx that the request does not
+//!   [`accept`](Attempt::accept) within the same budget.
+//! - [`WholeBodyLayer`]: reads each answer's body whole inside the stack, up to a size limit.
+//! - [`secrets`]: the keys Parley holds, redacted from every body read here.
+//! - [`excerpt`]: the bounded prefix of a body that errors and log lines quote.
+//! - [`track`]: runs one logical call, counting its attempts and registering it with the
+//!   session's deadline.
+//!
+//! Invariant: nothing leaves this crate's body reader with a registered key in it, and no error
+//! or log line here quotes more than a bounded prefix of a body.
+
+mod body;
+mod excerpt;
+mod retry;
+pub mod secrets;
+
+pub use body::{Answer, TooLarge, WholeBody, WholeBodyLayer};
+pub use excerpt::{excerpt, excerpt_bytes};
+pub use retry::{Attempt, GaveUp, Retry, RetryPolicy, Unaccepted, backoff, class_of_error, track};

@@ -1,0 +1,323 @@
+//! Parley as a service for RL trainers: NeMo Gym's agent-server contract (`GET /`,
+//! `POST /run`, `POST /aggregate_metrics`) over the runtime every front end shares, with
+//! admission control, a bearer token off loopback, Prometheus metrics and a graceful drain.
+//!
+//! A `/run` body is a NeMo Gym task row; the answer is the verify response NeMo RL reads: the
+//! row's fields, `response` (a Responses object whose output is the trajectory), `reward` and
+//! the scorer's fields. Every served session is recorded turn by turn under one service run, so
+//! `parley show`, `export` and `resume` work on it as on any run.
+//!
+//! Invariant: no command line and no terminal; the caller binds the listener, owns the stop
+//! signal and gives the runtime.
+
+mod metrics;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use parley_core::nemo_gym::task_from_row;
+use parley_core::{RunId, SessionSpec, Task, ToolLists, stable_seed};
+use parley_engine::{Job, Stop, run_session};
+use parley_runtime::{Failure, Rollout, RunSettings, Runtime};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+pub use metrics::Metrics;
+
+/// How the service admits and guards its requests.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Sessions run at once.
+    pub concurrency: usize,
+    /// Requests that may wait for a free slot; beyond them `/run` answers 503.
+    pub queue: usize,
+    /// The bearer token every request must carry, when set.
+    pub token: Option<String>,
+}
+
+/// The service: the runtime and its service run, and what admits requests to it.
+pub struct Service {
+    runtime: Arc<Runtime>,
+    settings: RunSettings,
+    run: RunId,
+    /// Task indexes of the service run, one per request.
+    next_task: AtomicUsize,
+    lists: std::sync::Mutex<ToolLists>,
+    /// Requests admitted: running or waiting (at most concurrency + queue).
+    admitted: Arc<Semaphore>,
+    /// Requests running (at most concurrency).
+    running: Arc<Semaphore>,
+    options: ServeOptions,
+    /// Stops every session on shutdown; each request's session has its own child tokens.
+    stop: Stop,
+    pub metrics: Metrics,
+}
+
+impl Service {
+    /// A service over `runtime`, recording its sessions in run `run` (created by the caller,
+    /// with `tasks` tasks already in it).
+    pub fn new(
+        runtime: Arc<Runtime>,
+        settings: RunSettings,
+        run: RunId,
+        tasks: usize,
+        options: ServeOptions,
+    ) -> Service {
+        Service {
+            runtime,
+            settings,
+            run,
+            next_task: AtomicUsize::new(tasks),
+            lists: std::sync::Mutex::new(ToolLists::default()),
+            admitted: Arc::new(Semaphore::new(options.concurrency + options.queue)),
+            running: Arc::new(Semaphore::new(options.concurrency)),
+            options,
+            stop: Stop::default(),
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// The service run's id.
+    pub fn run(&self) -> RunId {
+        self.run
+    }
+
+    /// Stops the sessions: `drain` lets each finish its turn, `abort` stops them at once.
+    pub fn stop(&self) -> &Stop {
+        &self.stop
+    }
+
+    /// The HTTP routes.
+    pub fn router(self: &Arc<Service>) -> Router {
+        Router::new()
+            .route("/", get(|| async { "parley serve\n" }))
+            .route("/run", post(run))
+            .route("/aggregate_metrics", post(aggregate_metrics))
+            .route("/metrics", get(prometheus))
+            .layer(axum::middleware::from_fn_with_state(Arc::clone(self), authorize))
+            .with_state(Arc::clone(self))
+    }
+}
+
+/// Refuses a request without the service's bearer token, when it has one.
+async fn authorize(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
+    if let Some(token) = &service.options.token {
+        let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if given.and_then(|v| v.strip_prefix("Bearer ")) != Some(token.as_str()) {
+            let mut refused = (StatusCode::UNAUTHORIZED, "a bearer token is required\n").into_response();
+            refused.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return refused;
+        }
+    }
+    next.run(request).await
+}
+
+/// An answer with a JSON body naming what went wrong.
+fn problem(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({"error": message.into()}))).into_response()
+}
+
+/// `POST /run`: one whole rollout of the task row in the body.
+async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    // Admission first: an overloaded service answers at once, whatever the body.
+    let Ok(admitted) = Arc::clone(&service.admitted).try_acquire_owned() else {
+        service.metrics.refused();
+        let mut busy = problem(StatusCode::SERVICE_UNAVAILABLE, "every slot and the queue are full; try again");
+        busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return busy;
+    };
+    let row: Value = match serde_json::from_slice(&body) {
+        Ok(row @ Value::Object(_)) => row,
+        Ok(other) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                format!("the body must be a task row (a JSON object), not {other}"),
+            );
+        }
+        Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
+    };
+    let index = service.next_task.fetch_add(1, Ordering::Relaxed);
+    let task = match task_from_row(index, row) {
+        Ok(task) => task,
+        Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not a NeMo Gym task row: {e}")),
+    };
+    let task = Arc::new(match service.lists.lock() {
+        Ok(mut lists) => lists.share(task),
+        Err(_) => task,
+    });
+    service.metrics.queued(1);
+    let running = Arc::clone(&service.running).acquire_owned().await;
+    service.metrics.queued(-1);
+    let Ok(running) = running else {
+        return problem(StatusCode::SERVICE_UNAVAILABLE, "the service is stopping");
+    };
+    let answer = drive(&service, task).await;
+    drop((running, admitted));
+    service.metrics.run_took(started.elapsed());
+    answer
+}
+
+/// Records the task's session under the service run, drives it on a task of its own, and
+/// answers with its verify response. When the client goes away, the handler is dropped: the
+/// guard stops the session, which ends `cancelled` with its committed turns, resumable.
+async fn drive(service: &Arc<Service>, task: Arc<Task>) -> Response {
+    let store = &service.runtime.store;
+    let spec = SessionSpec { task_index: task.index, trial: 0, seed: stable_seed(&task.id, 0) };
+    let claims = match store
+        .extend_run(service.run, &[Arc::clone(&task)], std::slice::from_ref(&spec), Some(&service.runtime.owner))
+        .await
+    {
+        Ok(claims) => claims,
+        Err(e) => return problem(StatusCode::INTERNAL_SERVER_ERROR, format!("recording the session: {e}")),
+    };
+    let Some(claim) = claims.first() else {
+        return problem(StatusCode::INTERNAL_SERVER_ERROR, "the store recorded no session");
+    };
+    let job = Job { id: claim.session, fence: claim.fence, task, trial: 0, seed: spec.seed, prior: None };
+    let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
+    let _on_disconnect = stop.abort.clone().drop_guard();
+    let (parties, limits) = (service.runtime.parties.clone(), service.settings.limits());
+    // The session runs on a task of its own: it ends and is recorded even when the client is
+    // gone, and a panic in it is contained to it.
+    service.metrics.started();
+    let counted = Arc::clone(service);
+    let session = tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            let result = run_session(&parties, job, &limits, &stop).await;
+            let outcome = &result.outcome;
+            counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()));
+            result
+        },
+        tracing::info_span!("served_session", run = service.run),
+    ));
+    let result = match session.await {
+        Ok(result) => result,
+        Err(e) => {
+            service.metrics.ended("infrastructure_error", Some("panic"));
+            return problem(StatusCode::INTERNAL_SERVER_ERROR, format!("the session panicked: {e}"));
+        }
+    };
+    let outcome = &result.outcome;
+    if result.taken_over {
+        return problem(StatusCode::CONFLICT, "another process took the session over");
+    }
+    if outcome.termination.is_infrastructure() {
+        // A 5xx is an infrastructure failure to the trainer, never a reward of 0.
+        let failure = Failure::of_result(service.run, &result).row(&result.task.row);
+        return (StatusCode::BAD_GATEWAY, axum::Json(failure)).into_response();
+    }
+    let mut row = Rollout::from(&result).row(&service.settings.model);
+    if let Some(map) = row.as_object_mut() {
+        map.insert("_parley_run".into(), json!(service.run));
+        map.insert("_parley_session".into(), json!(result.id));
+    }
+    axum::Json(row).into_response()
+}
+
+/// `POST /aggregate_metrics`: what NeMo Gym's collector asks an agent for at the end of a
+/// collection. The body is `{"verify_responses": [row, ...]}`; the answer has NeMo Gym's shape:
+/// `agent_metrics` (mean, max, min, median and std of every numeric field), `key_metrics`
+/// (the reward's mean), and the means per task (`group_level_metrics`, by `_ng_task_index`) and
+/// per repeat (`repeat_level_metrics`, by `_ng_rollout_index`).
+async fn aggregate_metrics(body: Bytes) -> Response {
+    let rows: Vec<Value> = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(mut map)) => match map.remove("verify_responses") {
+            Some(Value::Array(rows)) => rows,
+            _ => {
+                return problem(
+                    StatusCode::BAD_REQUEST,
+                    "the body needs `verify_responses`, a list of verify responses",
+                );
+            }
+        },
+        Ok(_) => return problem(StatusCode::BAD_REQUEST, "the body must be an object with `verify_responses`"),
+        Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
+    };
+    let all = numeric_fields(rows.iter());
+    let mut agent_metrics = serde_json::Map::new();
+    for (key, values) in &all {
+        for (stat, value) in statistics(values) {
+            agent_metrics.insert(format!("{stat}/{key}"), json!(value));
+        }
+    }
+    let key_metrics = json!({"mean/reward": agent_metrics.get("mean/reward").cloned().unwrap_or(json!(0.0))});
+    let grouped = |field: &str| -> Vec<Value> {
+        let mut groups: std::collections::BTreeMap<i64, Vec<&Value>> = std::collections::BTreeMap::new();
+        for row in &rows {
+            if let Some(key) = row[field].as_i64() {
+                groups.entry(key).or_default().push(row);
+            }
+        }
+        groups
+            .into_iter()
+            .map(|(key, rows)| {
+                let mut out = serde_json::Map::new();
+                out.insert(field.to_owned(), json!(key));
+                for (name, values) in numeric_fields(rows.into_iter()) {
+                    if name != field {
+                        out.insert(format!("mean/{name}"), json!(values.iter().sum::<f64>() / values.len() as f64));
+                    }
+                }
+                Value::Object(out)
+            })
+            .collect()
+    };
+    axum::Json(json!({
+        "agent_metrics": agent_metrics,
+        "key_metrics": key_metrics,
+        "group_level_metrics": grouped("_ng_task_index"),
+        "repeat_level_metrics": grouped("_ng_rollout_index"),
+    }))
+    .into_response()
+}
+
+/// The numeric top-level fields of the rows (booleans count as 0 and 1, as NeMo Gym's means of
+/// `accuracy`-like flags do), with every value.
+fn numeric_fields<'a>(rows: impl Iterator<Item = &'a Value>) -> std::collections::BTreeMap<String, Vec<f64>> {
+    let mut fields: std::collections::BTreeMap<String, Vec<f64>> = std::collections::BTreeMap::new();
+    for row in rows {
+        for (key, value) in row.as_object().into_iter().flatten() {
+            let number = match value {
+                Value::Bool(b) => Some(f64::from(u8::from(*b))),
+                other => other.as_f64(),
+            };
+            if let Some(n) = number {
+                fields.entry(key.clone()).or_default().push(n);
+            }
+        }
+    }
+    fields
+}
+
+/// Mean, max, min, median and (population) standard deviation of some values.
+fn statistics(values: &[f64]) -> [(&'static str, f64); 5] {
+    let n = values.len().max(1) as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = match sorted.len() {
+        0 => 0.0,
+        len if len % 2 == 1 => sorted[len / 2],
+        len => (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0,
+    };
+    let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let max = sorted.last().copied().unwrap_or(0.0);
+    let min = sorted.first().copied().unwrap_or(0.0);
+    [("mean", mean), ("max", max), ("min", min), ("median", median), ("std", std)]
+}
+
+/// `GET /metrics`: Prometheus text.
+async fn prometheus(State(service): State<Arc<Service>>) -> impl IntoResponse {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    (headers, service.metrics.render())
+}

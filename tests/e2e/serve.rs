@@ -1,0 +1,286 @@
+//! `parley serve`: NeMo Gym's `/run` through the real binary on a loopback port, against the
+//! stub: verify responses with the rewards `parley run` gives, admission (503), a bearer token
+//! off loopback, disconnects that leave their session resumable, a SIGTERM drain, Prometheus
+//! metrics, and malformed bodies named, never a panic.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::{PARLEY, Stub, Workdir, ok, read_jsonl, run, text};
+
+/// `parley serve` on a free port, killed when dropped.
+struct Serve {
+    child: Child,
+    address: String,
+}
+
+impl Serve {
+    fn start(work: &Workdir, stub: &Stub, extra: &[&str]) -> Serve {
+        let mut child = Command::new(PARLEY)
+            .current_dir(work.dir.path())
+            .args(["serve", "--listen", "127.0.0.1:0", "--base-url", &stub.url, "--model", "stub-model"])
+            .args(["--db", "serve.db"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(work.path("serve.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with("http://127.0.0.1:"),
+            "{line}: {}",
+            std::fs::read_to_string(work.path("serve.log")).unwrap()
+        );
+        Serve { child, address: line.trim().trim_start_matches("http://").to_owned() }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request; the status, the headers (lower-case names) and the body.
+fn request(address: &str, method: &str, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n").unwrap();
+    for (name, value) in headers {
+        write!(stream, "{name}: {value}\r\n").unwrap();
+    }
+    write!(stream, "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    // Bodies come chunked or with a length; a chunked JSON body is read past its chunk sizes.
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { unchunk(body) } else { body.to_owned() };
+    (status, head.to_ascii_lowercase(), body)
+}
+
+fn unchunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else { break };
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    out
+}
+
+fn post_run(address: &str, row: &str) -> (u16, String, String) {
+    request(address, "POST", "/run", row, &[])
+}
+
+#[test]
+fn run_answers_verify_responses_with_the_rewards_of_parley_run() {
+    let work = Workdir::new();
+    work.tasks(4);
+    let stub = Stub::start(&[]);
+    ok(&run(&work, &stub, &[]));
+    let expected: Vec<Value> = read_jsonl(&work.path("out.jsonl"));
+    let serve = Serve::start(&work, &stub, &[]);
+    assert_eq!(request(&serve.address, "GET", "/", "", &[]).0, 200);
+    let rows = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap();
+    let mut sessions = Vec::new();
+    for (i, row) in rows.lines().enumerate() {
+        let (status, _, body) = post_run(&serve.address, row);
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        let want = expected.iter().find(|r| r["_ng_task_index"] == i).unwrap();
+        assert_eq!(answer["reward"], want["reward"], "row {i}");
+        assert_eq!(answer["response"]["output"], want["response"]["output"], "row {i}: the same trajectory");
+        let source: Value = serde_json::from_str(row).unwrap();
+        assert_eq!(answer["id"], source["id"], "the row's fields come back");
+        sessions.push(answer["_parley_session"].as_i64().unwrap());
+    }
+    // Each served session is stored like a run's.
+    let show = ok(&work.parley(&["show", &sessions[0].to_string(), "--db", "serve.db"]));
+    assert!(show.contains("termination  agent_stop"), "{show}");
+    let (status, head, metrics) = request(&serve.address, "GET", "/metrics", "", &[]);
+    assert_eq!(status, 200);
+    assert!(head.contains("text/plain"), "{head}");
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        let (name, value) = line.rsplit_once(' ').unwrap();
+        assert!(value.parse::<f64>().is_ok(), "a sample's value is a number: {line}");
+        assert!(name.chars().next().unwrap().is_ascii_alphabetic(), "{line}");
+    }
+    assert!(metrics.contains("parley_sessions_finished_total{termination=\"agent_stop\",failure=\"\"} 4"), "{metrics}");
+    assert!(metrics.contains("parley_run_seconds_count 4"), "{metrics}");
+}
+
+#[test]
+fn malformed_bodies_are_named_with_a_400() {
+    let work = Workdir::new();
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &[]);
+    for (body, needle) in [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "task row"),
+        ("{\"id\": 1}", "responses_create_params"),
+        ("{\"responses_create_params\": {\"input\": 7}}", "input"),
+    ] {
+        let (status, _, answer) = post_run(&serve.address, body);
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer.contains(needle), "{body}: {answer}");
+    }
+    assert_eq!(request(&serve.address, "GET", "/", "", &[]).0, 200, "still serving");
+}
+
+#[test]
+fn an_overloaded_service_answers_503_with_retry_after() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&["--latency-ms", "700"]);
+    let serve = Serve::start(&work, &stub, &["--concurrency", "1", "--queue", "1"]);
+    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let answers: Vec<(u16, String, String)> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..4)
+            .map(|i| {
+                let (address, row) = (serve.address.clone(), row.clone());
+                scope.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(50 * i));
+                    post_run(&address, &row)
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 2, "one running, one queued: {statuses:?}");
+    let refused: Vec<_> = answers.iter().filter(|a| a.0 == 503).collect();
+    assert_eq!(refused.len(), 2, "{statuses:?}");
+    assert!(refused.iter().all(|a| a.1.contains("retry-after: 1")), "{:?}", refused[0].1);
+}
+
+#[test]
+fn off_loopback_a_bearer_token_is_required() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&[]);
+    let out = work.parley(&["serve", "--listen", "0.0.0.0:0", "--base-url", &stub.url]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--token-env"), "{}", text(&out.stderr));
+
+    let mut child = Command::new(PARLEY)
+        .current_dir(work.dir.path())
+        .args(["serve", "--listen", "0.0.0.0:0", "--token-env", "PARLEY_TEST_TOKEN", "--base-url", &stub.url])
+        .env("PARLEY_TEST_TOKEN", "s3cret-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().rsplit(':').next().unwrap().to_owned();
+    let address = format!("127.0.0.1:{port}");
+    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let (status, head, _) = request(&address, "POST", "/run", &row, &[]);
+    assert_eq!(status, 401);
+    assert!(head.contains("www-authenticate: bearer"), "{head}");
+    assert_eq!(request(&address, "POST", "/run", &row, &[("Authorization", "Bearer wrong")]).0, 401);
+    let (status, _, body) = request(&address, "POST", "/run", &row, &[("Authorization", "Bearer s3cret-token")]);
+    assert_eq!(status, 200, "{body}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_disconnects_cancels_its_session_and_resume_finishes_it() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&["--latency-ms", "400"]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    {
+        let mut stream = TcpStream::connect(&serve.address).unwrap();
+        write!(
+            stream,
+            "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{row}",
+            row.len()
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        // The client goes away mid-session.
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path("serve.db").display())).await.unwrap();
+    let (status, termination): (String, Option<String>) =
+        sqlx::query_as("SELECT status, termination FROM sessions").fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    assert_eq!((status.as_str(), termination), ("pending", None), "cancelled: kept, unfinished");
+    let log = std::fs::read_to_string(work.path("serve.log")).unwrap_or_default();
+    drop(serve);
+    let out = ok(&work.parley(&["resume", "1", "--db", "serve.db"]));
+    assert!(out.contains("terminations   agent_stop 1"), "{out}\n{log}");
+}
+
+#[test]
+fn sigterm_stops_taking_requests_and_lets_the_sessions_in_flight_finish() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&["--latency-ms", "300"]);
+    let mut serve = Serve::start(&work, &stub, &[]);
+    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let address = serve.address.clone();
+    let answer = std::thread::spawn(move || post_run(&address, &row));
+    std::thread::sleep(Duration::from_millis(200));
+    let sent = Command::new("kill").args(["-TERM", &serve.child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let (status, _, body) = answer.join().unwrap();
+    assert_eq!(status, 200, "the session in flight finished: {body}");
+    let exit = serve.child.wait().unwrap();
+    assert!(exit.success(), "{}", std::fs::read_to_string(work.path("serve.log")).unwrap_or_default());
+    assert!(TcpStream::connect(&serve.address).is_err(), "no longer listening");
+}
+
+#[test]
+fn aggregate_metrics_answers_in_nemo_gyms_shape() {
+    let work = Workdir::new();
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let body = r#"{"verify_responses": [
+        {"reward": 1.0, "accuracy": true, "_ng_task_index": 0, "_ng_rollout_index": 0},
+        {"reward": 0.0, "accuracy": false, "_ng_task_index": 0, "_ng_rollout_index": 1},
+        {"reward": 1.0, "accuracy": true, "_ng_task_index": 1, "_ng_rollout_index": 0}]}"#;
+    let (status, _, answer) = request(&serve.address, "POST", "/aggregate_metrics", body, &[]);
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    let mean = answer["agent_metrics"]["mean/reward"].as_f64().unwrap();
+    assert!((mean - 2.0 / 3.0).abs() < 1e-9, "{answer}");
+    assert_eq!(answer["agent_metrics"]["max/accuracy"], 1.0);
+    assert_eq!(answer["key_metrics"]["mean/reward"], answer["agent_metrics"]["mean/reward"]);
+    assert_eq!(answer["group_level_metrics"][0]["mean/reward"], 0.5, "task 0's two repeats");
+    assert_eq!(answer["repeat_level_metrics"][1]["mean/reward"], 0.0, "repeat 1");
+    assert_eq!(request(&serve.address, "POST", "/aggregate_metrics", "[]", &[]).0, 400);
+}
+
+/// A policy on several ranks (one base URL each): every session stays on one rank, and the
+/// sessions spread over them.
+#[test]
+fn each_session_stays_on_one_rank_of_the_policy() {
+    let work = Workdir::new();
+    work.tasks(12);
+    let (first, second) = (Stub::start(&[]), Stub::start(&[]));
+    let serve = Serve::start(&work, &first, &["--base-url", &second.url]);
+    for row in std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines() {
+        let (status, _, body) = post_run(&serve.address, row);
+        assert_eq!(status, 200, "{body}");
+    }
+    let conversations =
+        |stub: &Stub| -> Vec<String> { stub.stats()["conversations"].as_object().unwrap().keys().cloned().collect() };
+    let (a, b) = (conversations(&first), conversations(&second));
+    assert!(!a.is_empty() && !b.is_empty(), "both ranks served sessions: {a:?} {b:?}");
+    assert!(a.iter().all(|c| !b.contains(c)), "no session on both ranks");
+    assert_eq!(a.len() + b.len(), 12);
+}
