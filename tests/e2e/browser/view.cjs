@@ -77,6 +77,11 @@ async function main() {
     await page.locator('a.prev').first().click();
     await page.waitForLoadState('load');
     check(await page.locator('#sessions tbody tr td:first-child').last().innerText() === lastOnFirst, 'previous goes back');
+    await page.selectOption('select[name=status]', 'finished');
+    await page.click('form.filters button[type=submit]');
+    await page.waitForLoadState('load');
+    check(page.url().includes('status=finished') && page.url().includes('limit=5'), 'a filter keeps the page size');
+    check(await page.locator('#sessions tbody tr').count() === 5, 'a filtered page holds the limit');
     await open(`/runs/${plan.run}/sessions`);
     await page.selectOption('select[name=termination]', 'agent_stop');
     await page.fill('input[name=reward_min]', '1');

@@ -92,6 +92,7 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>, u
             label { "reward ≤" input type="number" step="any" name="reward_max" value=[filter.reward_max]; }
             label { "task" input type="number" name="task" value=[filter.task]; }
             label { "trial" input type="number" name="trial" value=[filter.trial]; }
+            @if limit != DEFAULT_LIMIT { input type="hidden" name="limit" value=(limit); }
             button type="submit" { "Filter" }
             a href=(format!("/runs/{id}/sessions")) { "clear" }
         }
