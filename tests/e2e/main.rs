@@ -20,3 +20,4 @@ mod tau2_export;
 mod tau2_fidelity;
 mod usage;
 mod users;
+mod view;

@@ -48,6 +48,23 @@ pub enum Command {
     Tasks(TasksArgs),
     /// List the environments, with their tools and task counts.
     Envs(EnvsArgs),
+    /// Serve a web viewer of the database's runs, sessions and transcripts.
+    View(ViewArgs),
+}
+
+/// The viewer is read-only and serves loopback by default; any other address needs a token.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Address and port to serve on (port 0 picks a free one). An address other than loopback
+    /// requires --token-env.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// The environment variable that holds the token every request must carry (`Authorization:
+    /// Bearer TOKEN`, or `?token=TOKEN` once in a browser, which sets a cookie).
+    #[arg(long, value_name = "VAR")]
+    pub token_env: Option<String>,
 }
 
 /// `parley serve`: every run setting (the environment, the agent's endpoint, the user, limits),

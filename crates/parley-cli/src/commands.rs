@@ -7,3 +7,4 @@ pub mod run;
 pub mod serve;
 pub mod stub;
 pub mod tasks;
+pub mod view;

@@ -57,6 +57,7 @@ fn main() -> ExitCode {
                 Command::Fork(args) => commands::durable::fork(args).await,
                 Command::Tasks(args) => commands::tasks::tasks(args),
                 Command::Envs(args) => commands::envs::envs(args),
+                Command::View(args) => commands::view::view(args).await,
             }
         })
     });

@@ -17,6 +17,7 @@ mod edit;
 mod judge;
 mod load;
 mod read;
+mod view;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +37,7 @@ pub use delta::{DELTA_KEY, reconstruct};
 pub use judge::{VerdictCache, request_hash};
 pub use load::{CallFigures, RunRecord, Transcript};
 pub use read::{SessionRead, SessionRow, TokenTotals, Tokens};
+pub use view::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo};
 use writer::{Writer, WriterHandle};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

@@ -1,0 +1,264 @@
+//! Reads for the web viewer: every run's counts in one query, pages of sessions filtered and
+//! keyed by id (so a page costs the same at the start of a million sessions as at their end),
+//! and one session with its place among forks and trials. Never writes.
+
+use parley_core::{RunId, SessionId, StoreError};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+use crate::SqliteStore;
+use crate::load::column;
+use crate::read::SessionRow;
+
+/// One run's counts, as the list of runs shows them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunCounts {
+    pub run: RunId,
+    pub sessions: i64,
+    pub finished: i64,
+    /// Finished sessions that failed for a reason outside the agent.
+    pub failed: i64,
+    /// The mean reward of the finished sessions that did not fail, and how many there are.
+    pub mean_reward: Option<f64>,
+    pub scored: i64,
+}
+
+/// Which sessions of a run a page holds. Every field narrows; `None` leaves it open.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionFilter {
+    pub status: Option<String>,
+    pub termination: Option<String>,
+    pub failure: Option<String>,
+    pub reward_min: Option<f64>,
+    pub reward_max: Option<f64>,
+    pub task: Option<i64>,
+    pub trial: Option<i64>,
+}
+
+/// Where a page of sessions starts: keyset paging by session id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageAt {
+    First,
+    /// The sessions with ids above this one.
+    After(i64),
+    /// The sessions with ids below this one (the page before).
+    Before(i64),
+}
+
+/// One session with what relates it to others.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionInfo {
+    pub row: SessionRow,
+    pub run: RunId,
+    /// The session this one was forked from, and how many of its messages it shares.
+    pub forked_from: Option<SessionId>,
+    pub fork_at: Option<i64>,
+    pub finished_at: Option<String>,
+}
+
+impl SqliteStore {
+    /// Every run's session counts and mean reward, in one pass over the sessions.
+    pub async fn run_counts(&self) -> Result<Vec<RunCounts>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT run_id, COUNT(*) AS sessions,
+                    COALESCE(SUM(status = 'finished'), 0) AS finished,
+                    COALESCE(SUM(status = 'finished' AND failure IS NOT NULL), 0) AS failed,
+                    AVG(CASE WHEN status = 'finished' AND failure IS NULL THEN reward END) AS mean_reward,
+                    COALESCE(SUM(status = 'finished' AND failure IS NULL AND reward IS NOT NULL), 0) AS scored
+             FROM sessions GROUP BY run_id ORDER BY run_id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, "the sessions of every run (table `sessions`)"))?;
+        rows.iter()
+            .map(|r| {
+                let get = |name: &str| r.try_get(name).map_err(|e| self.damaged("the table `sessions`", &e));
+                Ok(RunCounts {
+                    run: get("run_id")?,
+                    sessions: get("sessions")?,
+                    finished: get("finished")?,
+                    failed: get("failed")?,
+                    mean_reward: r.try_get("mean_reward").map_err(|e| self.damaged("the table `sessions`", &e))?,
+                    scored: get("scored")?,
+                })
+            })
+            .collect()
+    }
+
+    /// At most `limit` sessions of a run that pass `filter`, in id order, from `at`.
+    pub async fn sessions_filtered(
+        &self,
+        run: RunId,
+        filter: &SessionFilter,
+        at: PageAt,
+        limit: usize,
+    ) -> Result<Vec<SessionRow>, StoreError> {
+        let mut query = QueryBuilder::<Sqlite>::new(
+            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms
+             FROM sessions WHERE run_id = ",
+        );
+        query.push_bind(run);
+        push_filter(&mut query, filter);
+        match at {
+            PageAt::First => query.push(" ORDER BY id"),
+            PageAt::After(id) => query.push(" AND id > ").push_bind(id).push(" ORDER BY id"),
+            // The page before is the nearest `limit` ids below, read backwards and turned round.
+            PageAt::Before(id) => query.push(" AND id < ").push_bind(id).push(" ORDER BY id DESC"),
+        };
+        query.push(" LIMIT ").push_bind(limit as i64);
+        let rows = query
+            .build()
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("a page of the sessions of run {run} (table `sessions`)")))?;
+        let mut page = rows.iter().map(|r| self.session_row(r)).collect::<Result<Vec<_>, _>>()?;
+        if matches!(at, PageAt::Before(_)) {
+            page.reverse();
+        }
+        Ok(page)
+    }
+
+    /// How many sessions of a run pass `filter`.
+    pub async fn sessions_matching(&self, run: RunId, filter: &SessionFilter) -> Result<u64, StoreError> {
+        let mut query = QueryBuilder::<Sqlite>::new("SELECT COUNT(*) FROM sessions WHERE run_id = ");
+        query.push_bind(run);
+        push_filter(&mut query, filter);
+        let count: i64 = query
+            .build_query_scalar()
+            .fetch_one(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("the sessions of run {run} (table `sessions`)")))?;
+        Ok(count as u64)
+    }
+
+    /// One session with its run and fork origin; [`StoreError::NotFound`] when there is none.
+    pub async fn session_info(&self, session: SessionId) -> Result<SessionInfo, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms,
+                    run_id, forked_from, fork_at, finished_at
+             FROM sessions WHERE id = ?",
+        )
+        .bind(session)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("session {session} (table `sessions`)")))?
+        .ok_or_else(|| StoreError::NotFound(format!("session {session}")))?;
+        let get = |name| (self, "sessions", session, name);
+        Ok(SessionInfo {
+            row: self.session_row(&row)?,
+            run: column(&row, get("run_id"))?,
+            forked_from: column(&row, get("forked_from"))?,
+            fork_at: column(&row, get("fork_at"))?,
+            finished_at: column(&row, get("finished_at"))?,
+        })
+    }
+
+    /// The other sessions of the same task in the same run (its other trials) and the sessions
+    /// forked from this one, as (id, trial, whether it is a fork of this one) in id order.
+    pub async fn related_sessions(&self, session: SessionId) -> Result<Vec<(SessionId, i64, bool)>, StoreError> {
+        // Two arms rather than one join on an OR, so that the trials are found through the
+        // (run_id, task_index, trial) index.
+        sqlx::query_as(
+            "SELECT id, trial, forked_from IS ?1 FROM sessions
+             WHERE run_id = (SELECT run_id FROM sessions WHERE id = ?1)
+               AND task_index = (SELECT task_index FROM sessions WHERE id = ?1) AND id != ?1
+             UNION
+             SELECT id, trial, 1 FROM sessions WHERE forked_from = ?1
+             ORDER BY 1 LIMIT 100",
+        )
+        .bind(session)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the sessions related to session {session}")))
+    }
+
+    /// The id a run's task was stored under.
+    pub async fn task_id(&self, run: RunId, task_index: i64) -> Result<Option<String>, StoreError> {
+        sqlx::query_scalar("SELECT task_id FROM tasks WHERE run_id = ? AND task_index = ?")
+            .bind(run)
+            .bind(task_index)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("task {task_index} of run {run} (table `tasks`)")))
+    }
+
+    fn session_row(&self, r: &SqliteRow) -> Result<SessionRow, StoreError> {
+        let id: i64 = r.try_get("id").map_err(|e| self.damaged("column `id` of table `sessions`", &e))?;
+        let get = |name: &'static str| (self, "sessions", id, name);
+        Ok(SessionRow {
+            id,
+            task_index: column(r, get("task_index"))?,
+            trial: column(r, get("trial"))?,
+            seed: column(r, get("seed"))?,
+            status: column(r, get("status"))?,
+            termination: column(r, get("termination"))?,
+            reward: column(r, get("reward"))?,
+            error: column(r, get("error"))?,
+            failure: column(r, get("failure"))?,
+            retries: column(r, get("retries"))?,
+            duration_ms: column(r, get("duration_ms"))?,
+        })
+    }
+}
+
+/// The filter's conditions, every value bound, never spliced into the statement.
+fn push_filter(query: &mut QueryBuilder<Sqlite>, filter: &SessionFilter) {
+    if let Some(status) = &filter.status {
+        query.push(" AND status = ").push_bind(status.clone());
+    }
+    if let Some(termination) = &filter.termination {
+        query.push(" AND termination = ").push_bind(termination.clone());
+    }
+    if let Some(failure) = &filter.failure {
+        query.push(" AND failure = ").push_bind(failure.clone());
+    }
+    if let Some(min) = filter.reward_min {
+        query.push(" AND reward >= ").push_bind(min);
+    }
+    if let Some(max) = filter.reward_max {
+        query.push(" AND reward <= ").push_bind(max);
+    }
+    if let Some(task) = filter.task {
+        query.push(" AND task_index = ").push_bind(task);
+    }
+    if let Some(trial) = filter.trial {
+        query.push(" AND trial = ").push_bind(trial);
+    }
+}
+
+/// One model call of a run as the run's page plots it: whose call it was, its latency and tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallFigure {
+    /// The simulated user's call (it produced a user message), else the agent's.
+    pub user: bool,
+    pub latency_ms: f64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+}
+
+impl SqliteStore {
+    /// Every model call of a run, in one pass. The figures sit after the raw bodies in
+    /// `model_calls`, so reading them reads the table; one pass instead of one per figure.
+    pub async fn call_figures(&self, run: RunId) -> Result<Vec<CallFigure>, StoreError> {
+        let rows: Vec<(bool, f64, i64, i64)> = sqlx::query_as(
+            "SELECT msg.role = 'user', m.latency_ms, m.prompt_tokens, m.completion_tokens
+             FROM model_calls m
+             JOIN sessions s ON s.id = m.session_id
+             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
+             WHERE s.run_id = ?",
+        )
+        .bind(run)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
+        Ok(rows
+            .into_iter()
+            .map(|(user, latency_ms, prompt_tokens, completion_tokens)| CallFigure {
+                user,
+                latency_ms,
+                prompt_tokens,
+                completion_tokens,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,132 @@
+//! A run's figures: its summary over every session and every model call, computed a page of
+//! sessions at a time and kept per run. A finished run's figures are computed once per viewer;
+//! a running run's are computed again when its counts have moved, but no sooner than ten times
+//! what the last computation took, so that the page of a very large run under way (whose model
+//! calls take seconds to read) does not keep the store busy.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use parley_core::Termination;
+use parley_scoring::{Outcome, SUCCESS, Summary, summarize};
+use parley_store::{SqliteStore, TokenTotals};
+
+use crate::error::PageError;
+
+/// Everything the run's page shows about its sessions.
+pub struct RunFigures {
+    pub summary: Summary,
+    pub failures: BTreeMap<String, usize>,
+    /// Per task: trials that count (infrastructure failures left out) and successes.
+    pub tasks: BTreeMap<i64, (usize, usize)>,
+    pub rewards: Vec<f64>,
+    pub total: usize,
+    pub unfinished: usize,
+    pub retries: i64,
+    pub tokens: TokenTotals,
+    /// Sorted latencies of the agent's and the user's model calls.
+    pub latencies: Vec<f64>,
+    pub user_latencies: Vec<f64>,
+    /// When these were computed.
+    pub at: Instant,
+}
+
+/// What a cached entry was computed from: the counts of sessions and finished sessions.
+type Key = (u64, u64);
+
+/// A run's figures with what they were computed from and how long they took.
+type Entry = (Key, Duration, Arc<RunFigures>);
+
+#[derive(Default)]
+pub struct FigureCache {
+    runs: Mutex<HashMap<i64, Entry>>,
+}
+
+impl FigureCache {
+    /// The figures of `run`, from the cache when they still hold.
+    pub async fn get(
+        &self,
+        store: &SqliteStore,
+        run: i64,
+        trials: usize,
+        running: bool,
+    ) -> Result<Arc<RunFigures>, PageError> {
+        let key = store.session_counts(run).await?;
+        if let Some((cached, took, figures)) = self.runs.lock().unwrap_or_else(|e| e.into_inner()).get(&run).cloned()
+            && (cached == key || (running && figures.at.elapsed() < took * 10))
+        {
+            return Ok(figures);
+        }
+        let start = Instant::now();
+        let figures = Arc::new(compute(store, run, trials).await?);
+        // The key is read before the figures, so a session that finished in between makes the
+        // next request compute again rather than be missed.
+        self.runs.lock().unwrap_or_else(|e| e.into_inner()).insert(run, (key, start.elapsed(), figures.clone()));
+        Ok(figures)
+    }
+}
+
+async fn compute(store: &SqliteStore, run: i64, trials: usize) -> Result<RunFigures, PageError> {
+    let mut outcomes = Vec::new();
+    let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+    let mut tasks: BTreeMap<i64, (usize, usize)> = BTreeMap::new();
+    let (mut total, mut unfinished, mut retries) = (0usize, 0usize, 0i64);
+    let mut after = 0;
+    loop {
+        let page = store.sessions_page(run, after, 4096).await?;
+        let Some(last) = page.last() else { break };
+        after = last.id;
+        for s in page {
+            total += 1;
+            retries += s.retries;
+            if s.status != "finished" {
+                unfinished += 1;
+                continue;
+            }
+            if let Some(f) = s.failure {
+                *failures.entry(f).or_default() += 1;
+            }
+            let termination = s.termination.unwrap_or_default();
+            let infrastructure = Termination::parse(&termination).is_none_or(Termination::is_infrastructure);
+            if !infrastructure {
+                let task = tasks.entry(s.task_index).or_default();
+                task.0 += 1;
+                task.1 += usize::from(s.reward.is_some_and(|r| r >= SUCCESS));
+            }
+            outcomes.push(Outcome {
+                task: s.task_index as usize,
+                infrastructure,
+                termination,
+                reward: s.reward,
+                duration_ms: s.duration_ms.unwrap_or(0.0),
+            });
+        }
+    }
+    let mut tokens = TokenTotals::default();
+    let (mut latencies, mut user_latencies) = (Vec::new(), Vec::new());
+    for call in store.call_figures(run).await? {
+        let (party, list) =
+            if call.user { (&mut tokens.user, &mut user_latencies) } else { (&mut tokens.agent, &mut latencies) };
+        party.model_calls += 1;
+        party.prompt_tokens += call.prompt_tokens;
+        party.completion_tokens += call.completion_tokens;
+        list.push(call.latency_ms);
+    }
+    latencies.sort_by(f64::total_cmp);
+    user_latencies.sort_by(f64::total_cmp);
+    let rewards = outcomes.iter().filter(|o| !o.infrastructure).filter_map(|o| o.reward).collect();
+    Ok(RunFigures {
+        summary: summarize(&outcomes, trials),
+        failures,
+        tasks,
+        rewards,
+        total,
+        unfinished,
+        retries,
+        tokens,
+        latencies,
+        user_latencies,
+        at: Instant::now(),
+    })
+}
