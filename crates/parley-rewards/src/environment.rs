@@ -1,0 +1,70 @@
+//! Any environment with a composite reward in place of (or around) its own scorer: the tools
+//! and state stay the environment's; the score is the composite's, which may weigh the
+//! environment's own reward as its `environment` component.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec};
+use serde_json::Value;
+
+use crate::{Composite, Context};
+
+/// An environment scored by a [`Composite`].
+pub struct RewardedEnvironment {
+    inner: Arc<dyn Environment>,
+    composite: Arc<Composite>,
+}
+
+impl RewardedEnvironment {
+    pub fn new(inner: Arc<dyn Environment>, composite: Arc<Composite>) -> RewardedEnvironment {
+        RewardedEnvironment { inner, composite }
+    }
+}
+
+#[async_trait]
+impl Environment for RewardedEnvironment {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
+        let inner = self.inner.open(task).await?;
+        Ok(Box::new(RewardedSession { inner, composite: self.composite.clone(), task: task.clone() }))
+    }
+}
+
+struct RewardedSession {
+    inner: Box<dyn EnvSession>,
+    composite: Arc<Composite>,
+    task: Task,
+}
+
+#[async_trait]
+impl EnvSession for RewardedSession {
+    fn tools(&self) -> &[ToolSpec] {
+        self.inner.tools()
+    }
+
+    fn user_tools(&self) -> &[ToolSpec] {
+        self.inner.user_tools()
+    }
+
+    async fn call(&mut self, party: Party, name: &str, arguments: &Value) -> Result<ToolOutput, EnvError> {
+        self.inner.call(party, name, arguments).await
+    }
+
+    async fn score(&mut self, transcript: &[Message], termination: Termination) -> Result<Reward, EnvError> {
+        let own = if self.composite.needs_environment() {
+            Some(self.inner.score(transcript, termination).await?)
+        } else {
+            None
+        };
+        let cx = Context { task: &self.task, transcript, termination, env_reward: own.as_ref() };
+        self.composite.score(&cx).await.map_err(|e| EnvError(format!("scoring task `{}`: {e}", self.task.id)))
+    }
+
+    async fn close(&mut self) {
+        self.inner.close().await;
+    }
+}
