@@ -312,6 +312,21 @@ crate::settings::options! {
         /// What an unreadable row of `--tasks` does [default: fail].
         #[arg(long, value_enum, value_name = "HOW")]
         pub bad_rows: Option<BadRows>,
+        /// A component of the reward, repeatable: `SCORER[:KEY=VALUE,...]`, where SCORER is
+        /// exact, choice, math, judge, reward-model, steps, tokens, format or environment, and the
+        /// keys are `weight`, `cap`, `name` and the scorer's options (`--reward math:weight=0.9
+        /// --reward steps:weight=-0.1,budget=8,cap=1`). The reward is the components' weighted
+        /// sum; each is kept in `reward_components`. In `parley.toml`: `[[reward]]` tables.
+        /// Given here, they replace the file's.
+        #[arg(long = "reward", value_name = "SCORER[:KEY=VALUE,...]", help_heading = "Rewards")]
+        #[serde(skip)]
+        pub reward: Vec<parley_rewards::RewardSpec>,
+        /// The least the composite reward may be; the difference is the `clamp` component.
+        #[arg(long, value_name = "X", help_heading = "Rewards")]
+        pub reward_min: Option<f64>,
+        /// The most the composite reward may be.
+        #[arg(long, value_name = "X", help_heading = "Rewards")]
+        pub reward_max: Option<f64>,
         /// Agent system prompt, put before each task's own messages.
         #[arg(long, value_name = "TEXT")]
         pub system_prompt: Option<String>,
@@ -437,6 +452,22 @@ pub struct StubArgs {
     /// under test, 1 leaves it more of the CPU: one thread answers thousands of requests a second.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Answer from a task file (NeMo Gym rows): a request whose first user text is a row's gets
+    /// that row's `--answer-field`, written by `--answer-format`.
+    #[arg(long, value_name = "ROWS.jsonl", help_heading = "Answers")]
+    pub answers: Option<PathBuf>,
+    /// The row field answered with (`expected_answer`: the right letter of an `mcqa` row).
+    #[arg(long, default_value = "expected_answer", value_name = "FIELD", help_heading = "Answers")]
+    pub answer_field: String,
+    /// The answer's text; `{answer}` is replaced by the answer, e.g. `The answer is \boxed{{answer}}`.
+    #[arg(long, default_value = "{answer}", value_name = "TEXT", help_heading = "Answers")]
+    pub answer_format: String,
+    /// Fraction of rows answered wrongly (another option, another number, other words).
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION", help_heading = "Answers")]
+    pub wrong_answers: f64,
+    /// Fraction of rows answered with no readable answer.
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION", help_heading = "Answers")]
+    pub malformed_answers: f64,
 }
 
 /// The environments whose tasks Parley can generate.

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use parley_core::Sampling;
-use parley_runtime::settings::{RemoteSettings, Tau2Settings, UserSettings, defaults};
+use parley_runtime::settings::{RemoteSettings, RewardSettings, Tau2Settings, UserSettings, defaults};
 use parley_runtime::{EnvKind, RunSettings};
 use serde::Deserialize;
 
@@ -57,12 +57,15 @@ macro_rules! options {
 }
 pub(crate) use options;
 
-/// `parley.toml`: one `[run]` table of [`RunOptions`]; unknown keys are refused by name.
+/// `parley.toml`: one `[run]` table of [`RunOptions`] and the reward's components as
+/// `[[reward]]` tables; unknown keys are refused by name.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     #[serde(default)]
     run: RunOptions,
+    #[serde(default)]
+    reward: Vec<parley_rewards::RewardSpec>,
 }
 
 impl RunOptions {
@@ -70,6 +73,8 @@ impl RunOptions {
     /// `./parley.toml` when it exists), with defaults for what neither gives; checked.
     pub fn resolve(self) -> anyhow::Result<RunSettings> {
         let file = load_file(self.settings.as_deref())?;
+        // `[[reward]]` sits beside `[run]`, so it is merged here: flags replace the file's list.
+        let components = if self.reward.is_empty() { file.reward } else { self.reward.clone() };
         let o = self.combine(file.run);
         let concurrency = o.concurrency.unwrap_or(defaults::CONCURRENCY);
         let settings = RunSettings {
@@ -135,6 +140,7 @@ impl RunOptions {
             max_response_bytes: o.max_response_bytes.unwrap_or_else(defaults::max_response_bytes),
             shutdown_grace_secs: o.shutdown_grace.unwrap_or_else(defaults::shutdown_grace),
             bad_rows: o.bad_rows.unwrap_or_default(),
+            reward: RewardSettings { components, min: o.reward_min, max: o.reward_max },
         };
         settings.check()?;
         Ok(settings)
@@ -250,6 +256,33 @@ mod tests {
                 proptest::prop_assert!(e.downcast_ref::<crate::error::UsageError>().is_some(), "{text}: {e}");
             }
         }
+    }
+
+    #[test]
+    fn reward_components_come_from_the_file_or_replace_it_from_flags() {
+        let text = "[run]\nreward_min = 0\n\n[[reward]]\nscorer = \"math\"\nweight = 0.9\n\n\
+                    [[reward]]\nscorer = \"steps\"\nweight = -0.1\ncap = 1\noptions = { budget = 8 }\n";
+        let s = resolve_file(text).unwrap();
+        let names: Vec<String> = s.reward.components.iter().map(|c| c.name()).collect();
+        assert_eq!(names, ["math", "steps"]);
+        assert_eq!((s.reward.components[1].options.budget, s.reward.min), (Some(8.0), Some(0.0)));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("parley.toml");
+        std::fs::write(&path, text).unwrap();
+        let flags = RunOptions {
+            settings: Some(path),
+            reward: vec!["exact:contains=true".parse().unwrap()],
+            ..RunOptions::default()
+        };
+        let s = flags.resolve().unwrap();
+        assert_eq!(s.reward.components.len(), 1);
+        assert_eq!(s.reward.components[0].options.contains, Some(true));
+        let err = resolve_file("[[reward]]\nscorer = \"steps\"\n").unwrap_err();
+        assert!(err.to_string().contains("budget"), "{err}");
+        let err = resolve_file("[[reward]]\nscorer = \"math\"\nwieght = 2\n").unwrap_err();
+        assert!(err.to_string().contains("wieght"), "{err}");
+        let err = resolve_file("[run]\nenv = \"custom\"\ntasks = \"Cargo.toml\"\n").unwrap_err();
+        assert!(err.to_string().contains("--reward"), "{err}");
     }
 
     #[test]

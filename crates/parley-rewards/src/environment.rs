@@ -68,3 +68,39 @@ impl EnvSession for RewardedSession {
         self.inner.close().await;
     }
 }
+
+/// An environment of tasks alone: no tools of its own, nothing to verify. A run of it is scored
+/// by its composite reward, for single-step tasks (a question, an answer) and multi-turn ones
+/// with a simulated user.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TasksOnly;
+
+struct TasksOnlySession;
+
+#[async_trait]
+impl Environment for TasksOnly {
+    fn name(&self) -> &str {
+        "custom"
+    }
+
+    async fn open(&self, _task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
+        Ok(Box::new(TasksOnlySession))
+    }
+}
+
+#[async_trait]
+impl EnvSession for TasksOnlySession {
+    fn tools(&self) -> &[ToolSpec] {
+        &[]
+    }
+
+    async fn call(&mut self, _party: Party, name: &str, _arguments: &Value) -> Result<ToolOutput, EnvError> {
+        // The engine refuses calls of tools the session does not offer before they get here;
+        // an answer rather than an error keeps a stray one from failing the session.
+        Ok(ToolOutput::error(format!("no tool `{name}` in this environment")))
+    }
+
+    async fn score(&mut self, _transcript: &[Message], _termination: Termination) -> Result<Reward, EnvError> {
+        Err(EnvError("the environment has no verifier of its own; give the run a [[reward]]".into()))
+    }
+}

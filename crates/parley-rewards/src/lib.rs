@@ -29,7 +29,7 @@ use parley_core::{Message, Role, Task, Termination};
 use serde_json::{Map, Value};
 
 pub use composite::{Component, Composite};
-pub use environment::RewardedEnvironment;
+pub use environment::{RewardedEnvironment, TasksOnly};
 pub use spec::{Endpoints, RewardSpec, ScorerKind, ScorerOptions};
 
 /// What a scorer reads: the task, the whole transcript (opening included) and how it ended.

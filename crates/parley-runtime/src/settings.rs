@@ -61,6 +61,19 @@ pub struct RunSettings {
     pub shutdown_grace_secs: f64,
     #[serde(default)]
     pub bad_rows: BadRows,
+    /// The composite reward; with no components the environment's own scorer gives the reward.
+    #[serde(default)]
+    pub reward: RewardSettings,
+}
+
+/// A composite reward: its components (`[[reward]]` in `parley.toml`, `--reward` on the command
+/// line) and the clamp of their weighted sum.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RewardSettings {
+    #[serde(default)]
+    pub components: Vec<parley_rewards::RewardSpec>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
 }
 
 /// The values a setting takes when neither a flag nor the settings file gives it.
@@ -271,6 +284,9 @@ impl RunSettings {
         check_key_env("--api-key-env", self.api_key_env.as_deref())?;
         let remote = &self.remote;
         match self.env {
+            EnvKind::Custom if remote.gym_config.is_some() && remote.server.is_some() => {
+                return Err(usage("--env custom takes tools from --config or --server, not both"));
+            }
             EnvKind::NemoGym => {
                 if remote.gym_config.is_some() == remote.server.is_some() {
                     return Err(usage("--env nemo-gym needs either --config CONFIG.yaml or --server URL"));
@@ -289,6 +305,25 @@ impl RunSettings {
                 return Err(usage("--env mcp needs at least one --mcp-stdio COMMAND or --mcp-http URL"));
             }
             _ => {}
+        }
+        for component in &self.reward.components {
+            component.check().map_err(|e| usage(e.to_string()))?;
+        }
+        let reward = &self.reward;
+        for (flag, bound) in [("--reward-min", reward.min), ("--reward-max", reward.max)] {
+            if let Some(b) = bound.filter(|b| !b.is_finite()) {
+                return Err(usage(format!("{flag} must be a finite number, not {b}")));
+            }
+        }
+        if let (Some(lo), Some(hi)) = (reward.min, reward.max)
+            && lo > hi
+        {
+            return Err(usage(format!("--reward-min {lo} is above --reward-max {hi}")));
+        }
+        if self.env == EnvKind::Custom && reward.components.is_empty() {
+            return Err(usage(
+                "--env custom is scored by its reward components: give at least one --reward SCORER or [[reward]]",
+            ));
         }
         if self.agent == AgentKind::Oracle && self.env.tau2().is_none() {
             return Err(usage("--agent oracle plays tau2 tasks' gold actions; use it with --env tau2:<domain>"));

@@ -24,6 +24,8 @@ pub struct StubConfig {
     pub user_turns: u32,
     /// The size of a `huge` fault's body, in bytes (default 32 MiB).
     pub huge_bytes: usize,
+    /// Answers from a task file, for requests whose first user text is a row's (default: none).
+    pub answers: Option<std::sync::Arc<crate::answers::AnswerKey>>,
 }
 
 impl Default for StubConfig {
@@ -38,6 +40,7 @@ impl Default for StubConfig {
             final_text: None,
             user_turns: 2,
             huge_bytes: 32 << 20,
+            answers: None,
         }
     }
 }
