@@ -11,6 +11,7 @@ mod net_faults;
 mod owners;
 mod reliability;
 mod remote;
+mod rewards;
 mod run;
 mod tau2;
 mod tau2_export;

@@ -452,6 +452,10 @@ pub struct StubArgs {
     /// under test, 1 leaves it more of the CPU: one thread answers thousands of requests a second.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// The final text of every conversation the answers do not cover (a judge that always says
+    /// `[[A=B]]`, say) [default: `Result: ` and the last tool result, or a greeting].
+    #[arg(long, value_name = "TEXT", help_heading = "Answers")]
+    pub final_text: Option<String>,
     /// Answer from a task file (NeMo Gym rows): a request whose first user text is a row's gets
     /// that row's `--answer-field`, written by `--answer-format`.
     #[arg(long, value_name = "ROWS.jsonl", help_heading = "Answers")]

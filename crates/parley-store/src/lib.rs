@@ -35,7 +35,7 @@ use sqlx::{Connection, SqliteConnection, SqlitePool};
 pub use delta::{DELTA_KEY, reconstruct};
 pub use judge::{VerdictCache, request_hash};
 pub use load::{CallFigures, RunRecord, Transcript};
-pub use read::{SessionRead, SessionRow, TokenTotals, Tokens};
+pub use read::{SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
 use writer::{Writer, WriterHandle};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

@@ -24,7 +24,7 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
         seed: args.seed,
         hang: Duration::from_secs(args.hang_secs),
         retry_after_secs: args.retry_after,
-        final_text: None,
+        final_text: args.final_text.clone(),
         user_turns: args.user_turns,
         huge_bytes: args.huge_bytes,
         answers: answers(args)?,
