@@ -177,8 +177,7 @@ impl Report {
             const SHOWN: usize = 20;
             for (task, f) in t.tasks.iter().take(SHOWN) {
                 let parts: Vec<String> = f.components.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
-                writeln!(
-                    w,
+                let line = format!(
                     "               {task:>4}  {:>8}  {:>6.3}  {:>8.4}  {:>7.3}  {:>5.2}  {}",
                     f.sessions,
                     f.mean_reward,
@@ -186,7 +185,8 @@ impl Report {
                     f.success_rate,
                     f.mean_steps,
                     parts.join(" · ")
-                )?;
+                );
+                writeln!(w, "{}", line.trim_end())?;
             }
             if t.tasks.len() > SHOWN {
                 writeln!(
