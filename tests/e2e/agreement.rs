@@ -1,0 +1,99 @@
+//! Parley's built-in scorers against NeMo Gym's own servers on the same rows and the same
+//! answers: the stub answers every row from the row itself (right, wrong or malformed), NeMo
+//! Gym's `mcqa` server scores one run (`--env nemo-gym`), Parley's `choice` scorer another
+//! (`--env custom`), and every row's reward must be equal.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Stub, Workdir, ok, read_jsonl, root};
+
+/// The venv `.ci/setup-peers` makes; missing, the test skips loudly, or fails under
+/// `PARLEY_REQUIRE_PEERS=1`.
+fn venv() -> Option<std::path::PathBuf> {
+    let venv = root().join(".venv-nemo-gym");
+    if venv.join(".parley-ready-0.7.0").is_file() {
+        return Some(venv);
+    }
+    let message = "NeMo Gym is not installed; run .ci/setup-peers";
+    assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
+    eprintln!("\n*** SKIPPED: {message} ***\n");
+    None
+}
+
+/// mcqa's shipped rows (both example files), and generated rows in every grading mode.
+fn mcqa_rows(server: &std::path::Path) -> Vec<Value> {
+    let mut rows: Vec<Value> = ["example.jsonl", "example_with_template_metadata.jsonl"]
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(server.join("data").join(f)).unwrap().lines().map(str::to_owned).collect::<Vec<_>>()
+        })
+        .map(|l| serde_json::from_str(&l).unwrap())
+        .collect();
+    // A row may name three of the four modes; `lenient_answer_colon_md` is the server's to choose
+    // (mcqa refuses a row that names it).
+    let modes = ["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon"];
+    let letters = ["A", "B", "C", "D"];
+    for i in 0..60 {
+        let options: Vec<Value> = letters.iter().map(|l| json!({*l: format!("option {l} of question {i}")})).collect();
+        let listed: Vec<String> = letters.iter().map(|l| format!("{l}: option {l} of question {i}")).collect();
+        rows.push(json!({
+            "responses_create_params": {"input": [{"role": "user",
+                "content": format!("Question {i}: which option is right?\n{}", listed.join("\n"))}]},
+            "options": options,
+            "expected_answer": letters[i % 4],
+            "grading_mode": modes[i % 3],
+        }));
+    }
+    rows
+}
+
+#[test]
+fn choice_agrees_with_nemo_gyms_mcqa_on_right_wrong_and_malformed_answers() {
+    let Some(venv) = venv() else { return };
+    let server = venv.join("lib/python3.13/site-packages/resources_servers/mcqa");
+    let work = Workdir::new();
+    let rows = mcqa_rows(&server);
+    let text: Vec<String> = rows.iter().map(Value::to_string).collect();
+    std::fs::write(work.path("rows.jsonl"), text.join("\n") + "\n").unwrap();
+    // A letter every grading mode can read, a wrong letter for 30% of rows, none for 20%.
+    let stub = Stub::start(&[
+        "--answers",
+        work.path("rows.jsonl").to_str().unwrap(),
+        "--answer-format",
+        "Answer: {answer}\n\\boxed{{answer}}",
+        "--wrong-answers",
+        "0.3",
+        "--malformed-answers",
+        "0.2",
+    ]);
+    let config = server.join("configs/mcqa.yaml");
+    let common = ["--tasks", "rows.jsonl", "--base-url", &stub.url, "--db", "parley.db"];
+    let mut gym = vec!["run", "--env", "nemo-gym", "--config", config.to_str().unwrap()];
+    gym.extend(["--gym-venv", venv.to_str().unwrap(), "--out", "gym.jsonl"]);
+    gym.extend(common);
+    ok(&work.parley(&gym));
+    let mut ours = vec!["run", "--env", "custom", "--reward", "choice", "--out", "parley.jsonl"];
+    ours.extend(common);
+    ok(&work.parley(&ours));
+
+    let by_task = |file: &str| -> std::collections::BTreeMap<u64, Value> {
+        read_jsonl(&work.path(file)).into_iter().map(|r| (r["_ng_task_index"].as_u64().unwrap(), r)).collect()
+    };
+    let (gym, parley) = (by_task("gym.jsonl"), by_task("parley.jsonl"));
+    assert_eq!((gym.len(), parley.len()), (rows.len(), rows.len()));
+    let mut rewards = std::collections::BTreeMap::<String, usize>::new();
+    for (task, theirs) in &gym {
+        let mine = &parley[task];
+        assert_eq!(mine["reward"], theirs["reward"], "task {task}: parley {mine}\nmcqa {theirs}");
+        assert_eq!(
+            mine["reward_details"]["choice"]["extracted_answer"], theirs["extracted_answer"],
+            "task {task}: the letters read"
+        );
+        *rewards.entry(theirs["reward"].to_string()).or_default() += 1;
+    }
+    // Right, wrong and malformed answers all occurred, so the rewards are not all alike.
+    assert!(rewards.get("1.0").is_some_and(|n| *n >= 20), "{rewards:?}");
+    assert!(rewards.get("0.0").is_some_and(|n| *n >= 15), "{rewards:?}");
+    let unread = gym.values().filter(|r| r["extracted_answer"].is_null()).count();
+    assert!(unread >= 8, "malformed answers: {unread}");
+}
