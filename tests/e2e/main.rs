@@ -16,5 +16,6 @@ mod rewards;
 mod run;
 mod tau2;
 mod tau2_export;
+mod tutorial;
 mod usage;
 mod users;

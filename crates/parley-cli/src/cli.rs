@@ -479,6 +479,8 @@ pub struct StubArgs {
 pub enum Generator {
     /// NeMo Gym's `example_multi_step` rows.
     MultiStep,
+    /// Single-step arithmetic questions with an `expected_answer`, for the math scorer.
+    Arithmetic,
 }
 
 #[derive(Debug, Args)]
