@@ -14,9 +14,7 @@ pub fn tasks(args: TasksArgs) -> anyhow::Result<()> {
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
     let (rows, kind): (Box<dyn Iterator<Item = serde_json::Value>>, &str) = match args.env {
-        Generator::MultiStep => {
-            (Box::new(environment_multi_step::generate(args.count, args.seed).into_iter()), "multi-step")
-        }
+        Generator::MultiStep => (Box::new(environment_multi_step::generate(args.count, args.seed)), "multi-step"),
         Generator::Arithmetic => (Box::new((0..args.count).map(|i| arithmetic(i, args.seed))), "arithmetic"),
     };
     for row in rows {
