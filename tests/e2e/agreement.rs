@@ -66,7 +66,8 @@ fn choice_agrees_with_nemo_gyms_mcqa_on_right_wrong_and_malformed_answers() {
         "--malformed-answers",
         "0.2",
     ]);
-    let config = server.join("configs/mcqa.yaml");
+    // The config named as `gym` names it, relative to NeMo Gym's package.
+    let config = std::path::PathBuf::from("resources_servers/mcqa/configs/mcqa.yaml");
     let common = ["--tasks", "rows.jsonl", "--base-url", &stub.url, "--db", "parley.db"];
     let mut gym = vec!["run", "--env", "nemo-gym", "--config", config.to_str().unwrap()];
     gym.extend(["--gym-venv", venv.to_str().unwrap(), "--out", "gym.jsonl"]);

@@ -280,7 +280,8 @@ impl Environments {
                 out.environment = domain.environment();
             }
             EnvKind::NemoGym => {
-                let (url, name, gymnasium) = match (&remote.server, &remote.gym_config) {
+                let config_path = remote.gym_config_path();
+                let (url, name, gymnasium) = match (&remote.server, &config_path) {
                     (Some(url), _) => (url.clone(), "nemo-gym".to_owned(), remote.gymnasium),
                     (None, Some(config)) => {
                         let venv = remote.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));

@@ -183,6 +183,27 @@ pub struct RemoteSettings {
     pub answer_match: Option<AnswerMatch>,
 }
 
+impl RemoteSettings {
+    /// The NeMo Gym config to start, resolved as `gym` resolves it: a path that exists as given,
+    /// else the same path inside the NeMo Gym package (`resources_servers/<name>/configs/<name>.yaml`
+    /// in the venv's site-packages).
+    pub fn gym_config_path(&self) -> Option<PathBuf> {
+        let config = self.gym_config.as_ref()?;
+        if config.exists() || config.is_absolute() {
+            return Some(config.clone());
+        }
+        let venv = self.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));
+        let packaged = std::fs::read_dir(venv.join("lib"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .map(|e| e.path().join("site-packages").join(config))
+            .find(|p| p.is_file());
+        Some(packaged.unwrap_or_else(|| config.clone()))
+    }
+}
+
 /// How the agent calls tools.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -291,8 +312,8 @@ impl RunSettings {
                 if remote.gym_config.is_some() == remote.server.is_some() {
                     return Err(usage("--env nemo-gym needs either --config CONFIG.yaml or --server URL"));
                 }
-                if let Some(config) = &remote.gym_config {
-                    check_file("--config", config)?;
+                if let Some(config) = remote.gym_config_path() {
+                    check_file("--config", &config)?;
                 }
                 check_url("--server", remote.server.as_deref(), "http://host:port")?;
                 if let Some(venv) = &remote.gym_venv
