@@ -98,3 +98,65 @@ fn choice_agrees_with_nemo_gyms_mcqa_on_right_wrong_and_malformed_answers() {
     let unread = gym.values().filter(|r| r["extracted_answer"].is_null()).count();
     assert!(unread >= 8, "malformed answers: {unread}");
 }
+
+/// Parley's math scorer (boxed answers only, as `math_with_judge` grades) against NeMo Gym's
+/// `math_with_judge` server (math-verify 0.8.0, no judge) on generated arithmetic rows and the
+/// server's shipped rows, answered right, wrong and malformed.
+#[test]
+fn math_agrees_with_nemo_gyms_math_with_judge_on_right_wrong_and_malformed_answers() {
+    let Some(venv) = venv() else { return };
+    let server = venv.join("lib/python3.13/site-packages/resources_servers/math_with_judge");
+    let work = Workdir::new();
+    ok(&work.parley(&["tasks", "arithmetic", "--count", "80", "--seed", "3", "--out", "arith.jsonl"]));
+    let mut rows: Vec<Value> = std::fs::read_to_string(work.path("arith.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    rows.extend(
+        std::fs::read_to_string(server.join("data/example.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap()),
+    );
+    for row in &mut rows {
+        // math_with_judge reads the question from the row.
+        let question = row["responses_create_params"]["input"][0]["content"].clone();
+        row.as_object_mut().unwrap().entry("question").or_insert(question);
+    }
+    let text: Vec<String> = rows.iter().map(Value::to_string).collect();
+    std::fs::write(work.path("rows.jsonl"), text.join("\n") + "\n").unwrap();
+    let stub = Stub::start(&[
+        "--answers",
+        work.path("rows.jsonl").to_str().unwrap(),
+        "--answer-format",
+        "Working it out, the result is $\\boxed{{answer}}$.",
+        "--wrong-answers",
+        "0.3",
+        "--malformed-answers",
+        "0.2",
+    ]);
+    let config = "resources_servers/math_with_judge/configs/math_with_judge.yaml";
+    let common = ["--tasks", "rows.jsonl", "--base-url", &stub.url, "--db", "parley.db"];
+    let mut gym = vec!["run", "--env", "nemo-gym", "--config", config, "--gym-venv", venv.to_str().unwrap()];
+    gym.extend(["--out", "gym.jsonl"]);
+    gym.extend(common);
+    ok(&work.parley(&gym));
+    let mut ours = vec!["run", "--env", "custom", "--reward", "math:require_boxed=true", "--out", "parley.jsonl"];
+    ours.extend(common);
+    ok(&work.parley(&ours));
+
+    let by_task = |file: &str| -> std::collections::BTreeMap<u64, Value> {
+        read_jsonl(&work.path(file)).into_iter().map(|r| (r["_ng_task_index"].as_u64().unwrap(), r)).collect()
+    };
+    let (gym, parley) = (by_task("gym.jsonl"), by_task("parley.jsonl"));
+    assert_eq!((gym.len(), parley.len()), (rows.len(), rows.len()));
+    let (mut right, mut zero) = (0, 0);
+    for (task, theirs) in &gym {
+        let mine = &parley[task];
+        assert_eq!(mine["reward"], theirs["reward"], "task {task}: parley {mine}\nmath_with_judge {theirs}");
+        right += usize::from(theirs["reward"] == json!(1.0));
+        zero += usize::from(theirs["reward"] == json!(0.0));
+    }
+    assert!(right >= 25 && zero >= 25, "right {right}, zero {zero}");
+}
