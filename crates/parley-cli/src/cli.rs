@@ -215,9 +215,13 @@ crate::settings::options! {
         /// tau2: variable holding the judge endpoint's API key.
         #[arg(long, value_name = "VAR", help_heading = "tau2")]
         pub judge_api_key_env: Option<String>,
-        /// NeMo Gym: the config (YAML) naming the resources servers Parley starts, as NeMo Gym does.
+        /// NeMo Gym: the configs (YAML, repeatable, merged in order as `gym env start --config`
+        /// merges them) naming the servers Parley starts as NeMo Gym does: every resources server,
+        /// and every model server, pointed at `--judge-base-url` or else the agent's endpoint. A
+        /// path that does not exist as given is looked up in NeMo Gym's package.
         #[arg(long, value_name = "CONFIG.yaml", help_heading = "Remote environments")]
-        pub config: Option<PathBuf>,
+        #[serde(default, deserialize_with = "crate::settings::one_or_many")]
+        pub config: Vec<PathBuf>,
         /// NeMo Gym: a resources server already running, instead of `--config`.
         #[arg(long, value_name = "URL", help_heading = "Remote environments")]
         pub server: Option<String>,

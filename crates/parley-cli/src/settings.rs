@@ -34,6 +34,25 @@ impl<T> Combine for Vec<T> {
     }
 }
 
+/// Reads a setting written as one value or a list of them (`config = "a.yaml"` or
+/// `config = ["a.yaml", "b.yaml"]`).
+pub fn one_or_many<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany<T> {
+        One(T),
+        Many(Vec<T>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
+}
+
 /// Declares the options struct once and derives its [`Combine`] from the same field list, so a
 /// new option cannot be forgotten by the merge.
 macro_rules! options {
@@ -88,7 +107,8 @@ impl RunOptions {
                 judge_api_key_env: o.judge_api_key_env,
             },
             remote: RemoteSettings {
-                gym_config: o.config,
+                gym_config: o.config.first().cloned(),
+                gym_config_more: o.config.iter().skip(1).cloned().collect(),
                 server: o.server,
                 server_name: o.server_name,
                 gym_venv: o.gym_venv,

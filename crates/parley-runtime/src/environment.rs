@@ -197,6 +197,23 @@ pub fn tau2_tasks(
     Ok(chosen.into_iter().take(limit).enumerate().map(|(index, t)| Arc::new(Task { index, ..t.clone() })).collect())
 }
 
+/// How a run starts NeMo Gym's servers: every resources server and every model server of the
+/// configs; the model servers (the resources servers' judges) are pointed at the judge's endpoint,
+/// or else the agent's, through NeMo Gym's `policy_*` globals.
+fn launch(settings: &RunSettings, venv: &std::path::Path) -> LaunchOptions {
+    let mut options = LaunchOptions::with_venv(venv);
+    options.server_types = vec!["resources_servers".into(), "responses_api_models".into()];
+    let t = &settings.tau2;
+    if let Some(base_url) = t.judge_base_url.clone().or_else(|| settings.base_url.clone()) {
+        let key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
+        let key = key_env.and_then(|v| std::env::var(v).ok()).unwrap_or_else(|| "none".into());
+        let model = t.judge_model.clone().unwrap_or_else(|| settings.model.clone());
+        options.overrides =
+            Some(serde_json::json!({"policy_base_url": base_url, "policy_api_key": key, "policy_model_name": model}));
+    }
+    options
+}
+
 /// The run's composite reward. Its judge is the judge endpoint (`--judge-base-url`, else the
 /// agent's) behind the store's verdict cache, so a rescore with an unchanged prompt asks nothing
 /// again; the cache is kept in `out` to count the calls it made.
@@ -293,14 +310,19 @@ impl Environments {
                             .into());
                         }
                         tracing::info!(config = %config.display(), "starting the NeMo Gym servers");
-                        let servers = NemoGymServers::start(config, &LaunchOptions::with_venv(&venv)).await?;
+                        let servers =
+                            NemoGymServers::start_all(&remote.gym_config_paths(), &launch(settings, &venv)).await?;
+                        // Model servers answer the resources servers (their judges); the agent
+                        // plays against one resources server.
+                        let resources: Vec<&parley_remote::RunningServer> =
+                            servers.servers().iter().filter(|s| s.server_type == "resources_servers").collect();
                         let server = match &remote.server_name {
                             Some(name) => servers.get(name).ok_or_else(|| {
                                 let names: Vec<&str> = servers.servers().iter().map(|s| s.name.as_str()).collect();
                                 usage(format!("--server-name {name}: the config names {}", names.join(", ")))
                             })?,
-                            None => match servers.servers() {
-                                [only] => only,
+                            None => match resources.as_slice() {
+                                [only] => *only,
                                 many => {
                                     let names: Vec<&str> = many.iter().map(|s| s.name.as_str()).collect();
                                     return Err(usage(format!(

@@ -173,6 +173,9 @@ pub enum AnswerMatch {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RemoteSettings {
     pub gym_config: Option<PathBuf>,
+    /// Configs merged over `gym_config`, in order (`--config` given more than once).
+    #[serde(default)]
+    pub gym_config_more: Vec<PathBuf>,
     pub server: Option<String>,
     pub server_name: Option<String>,
     pub gym_venv: Option<PathBuf>,
@@ -188,9 +191,17 @@ impl RemoteSettings {
     /// else the same path inside the NeMo Gym package (`resources_servers/<name>/configs/<name>.yaml`
     /// in the venv's site-packages).
     pub fn gym_config_path(&self) -> Option<PathBuf> {
-        let config = self.gym_config.as_ref()?;
+        self.gym_config.as_ref().map(|c| self.resolve_config(c))
+    }
+
+    /// Every config, resolved, in the order they are merged.
+    pub fn gym_config_paths(&self) -> Vec<PathBuf> {
+        self.gym_config.iter().chain(&self.gym_config_more).map(|c| self.resolve_config(c)).collect()
+    }
+
+    fn resolve_config(&self, config: &Path) -> PathBuf {
         if config.exists() || config.is_absolute() {
-            return Some(config.clone());
+            return config.to_path_buf();
         }
         let venv = self.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));
         let packaged = std::fs::read_dir(venv.join("lib"))
@@ -200,7 +211,7 @@ impl RemoteSettings {
             .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
             .map(|e| e.path().join("site-packages").join(config))
             .find(|p| p.is_file());
-        Some(packaged.unwrap_or_else(|| config.clone()))
+        packaged.unwrap_or_else(|| config.to_path_buf())
     }
 }
 
@@ -312,7 +323,7 @@ impl RunSettings {
                 if remote.gym_config.is_some() == remote.server.is_some() {
                     return Err(usage("--env nemo-gym needs either --config CONFIG.yaml or --server URL"));
                 }
-                if let Some(config) = remote.gym_config_path() {
+                for config in remote.gym_config_paths() {
                     check_file("--config", &config)?;
                 }
                 check_url("--server", remote.server.as_deref(), "http://host:port")?;
