@@ -160,3 +160,63 @@ fn math_agrees_with_nemo_gyms_math_with_judge_on_right_wrong_and_malformed_answe
     }
     assert!(right >= 25 && zero >= 25, "right {right}, zero {zero}");
 }
+
+/// NeMo Gym's `equivalence_llm_judge` with its swap check on, started by Parley from two configs
+/// (the server's and `openai_model`, pointed at a judge stub by `--judge-base-url`), against
+/// Parley's `judge` scorer talking to the same judge stub: the same rewards on every row.
+#[test]
+fn judge_agrees_with_nemo_gyms_equivalence_llm_judge_with_the_swap_check() {
+    let Some(venv) = venv() else { return };
+    let work = Workdir::new();
+    ok(&work.parley(&["tasks", "arithmetic", "--count", "60", "--seed", "5", "--out", "rows.jsonl"]));
+    let config = work.path("equivalence.yaml");
+    std::fs::write(
+        &config,
+        "equivalence_llm_judge:\n  resources_servers:\n    equivalence_llm_judge:\n      entrypoint: app.py\n\
+         \x20     judge_model_server: {type: responses_api_models, name: policy_model}\n\
+         \x20     judge_responses_create_params: {input: []}\n\
+         \x20     judge_prompt_template_fpath: prompt_templates/equivalence_llm_judge.txt\n\
+         \x20     check_twice_swap: true\n      reward_if_swap_fails: 0.0\n",
+    )
+    .unwrap();
+    let agent = Stub::start(&[
+        "--answers",
+        work.path("rows.jsonl").to_str().unwrap(),
+        "--wrong-answers",
+        "0.3",
+        "--malformed-answers",
+        "0.2",
+    ]);
+    let judge = Stub::start(&["--judge"]);
+    let common =
+        ["--tasks", "rows.jsonl", "--base-url", &agent.url, "--judge-base-url", &judge.url, "--db", "parley.db"];
+    let mut gym = vec!["run", "--env", "nemo-gym", "--config", config.to_str().unwrap(), "--config"];
+    gym.extend(["responses_api_models/openai_model/configs/openai_model.yaml", "--gym-venv", venv.to_str().unwrap()]);
+    gym.extend(["--server-name", "equivalence_llm_judge", "--out", "gym.jsonl"]);
+    gym.extend(common);
+    ok(&work.parley(&gym));
+    let gym_judgements = judge.stats()["requests"].as_u64().unwrap();
+    let mut ours = vec!["run", "--env", "custom", "--reward", "judge", "--out", "parley.jsonl"];
+    ours.extend(common);
+    ok(&work.parley(&ours));
+
+    let by_task = |file: &str| -> std::collections::BTreeMap<u64, Value> {
+        read_jsonl(&work.path(file)).into_iter().map(|r| (r["_ng_task_index"].as_u64().unwrap(), r)).collect()
+    };
+    let (gym, parley) = (by_task("gym.jsonl"), by_task("parley.jsonl"));
+    assert_eq!((gym.len(), parley.len()), (60, 60));
+    let mut right = 0;
+    for (task, theirs) in &gym {
+        let mine = &parley[task];
+        assert_eq!(mine["reward"], theirs["reward"], "task {task}: parley {mine}\nequivalence_llm_judge {theirs}");
+        let asked = |evaluations: &Value| evaluations.as_array().map_or(0, Vec::len);
+        assert_eq!(
+            asked(&mine["reward_details"]["judge"]["judge_verdicts"]),
+            asked(&theirs["judge_evaluations"]),
+            "task {task}: both asked the judge as often"
+        );
+        right += usize::from(theirs["reward"] == json!(1.0));
+    }
+    assert!((20..=50).contains(&right), "right answers: {right}");
+    assert!(gym_judgements >= 60 + right as u64, "NeMo Gym asked the judge twice for right answers");
+}

@@ -460,6 +460,10 @@ pub struct StubArgs {
     /// `[[A=B]]`, say) [default: `Result: ` and the last tool result, or a greeting].
     #[arg(long, value_name = "TEXT", help_heading = "Answers")]
     pub final_text: Option<String>,
+    /// Answer judge prompts (their last `GOLD:` and `CANDIDATE:` sections) with a verdict:
+    /// `[[A=B]]` when the candidate contains the gold text, else `[[A!=B]]`.
+    #[arg(long, help_heading = "Answers")]
+    pub judge: bool,
     /// Answer from a task file (NeMo Gym rows): a request whose first user text is a row's gets
     /// that row's `--answer-field`, written by `--answer-format`.
     #[arg(long, value_name = "ROWS.jsonl", help_heading = "Answers")]

@@ -68,6 +68,20 @@ impl AnswerKey {
     }
 }
 
+/// A judge's verdict on a prompt with `GOLD:` and `CANDIDATE:` sections (the last of each, since
+/// prompts may hold examples): `[[A=B]]` when the candidate, lowercased and with whitespace
+/// collapsed, contains the gold text so normalized; `None` for any other prompt. Containment is
+/// not symmetric, so a swapped second question can disagree with the first.
+pub fn verdict(prompt: &str) -> Option<&'static str> {
+    let gold_at = prompt.rfind("GOLD:\n")?;
+    let rest = &prompt[gold_at + "GOLD:\n".len()..];
+    let split = rest.find("\n\nCANDIDATE:\n")?;
+    let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
+    let gold = norm(&rest[..split]);
+    let candidate = norm(&rest[split + "\n\nCANDIDATE:\n".len()..]);
+    Some(if !gold.is_empty() && candidate.contains(&gold) { "Same content. [[A=B]]" } else { "They differ. [[A!=B]]" })
+}
+
 /// The text of a row's first user message, as a request carries it.
 fn first_user(row: &Value) -> Option<String> {
     let input = row.get("responses_create_params")?.get("input")?;
@@ -110,6 +124,14 @@ fn wrong_answer(row: &Value, right: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verdicts_read_the_last_gold_and_candidate() {
+        let prompt = "GOLD:\nx\n\nCANDIDATE:\nx\n\nNow:\nGOLD:\n42\n\nCANDIDATE:\nIt is 42.";
+        assert!(verdict(prompt).unwrap().ends_with("[[A=B]]"));
+        assert!(verdict("GOLD:\nIt is 42.\n\nCANDIDATE:\n42").unwrap().ends_with("[[A!=B]]"));
+        assert_eq!(verdict("hello"), None);
+    }
 
     #[test]
     fn answers_right_wrong_and_malformed_by_row() {

@@ -26,6 +26,9 @@ pub struct StubConfig {
     pub huge_bytes: usize,
     /// Answers from a task file, for requests whose first user text is a row's (default: none).
     pub answers: Option<std::sync::Arc<crate::answers::AnswerKey>>,
+    /// Whether a judge prompt (its last `GOLD:` and `CANDIDATE:` sections) is answered with a
+    /// verdict: `[[A=B]]` when the candidate contains the gold text, else `[[A!=B]]`.
+    pub judge: bool,
 }
 
 impl Default for StubConfig {
@@ -41,6 +44,7 @@ impl Default for StubConfig {
             user_turns: 2,
             huge_bytes: 32 << 20,
             answers: None,
+            judge: false,
         }
     }
 }

@@ -45,12 +45,14 @@
 //! 2. else, for a simulated user's request (its system text contains `###STOP###`), `Yes, please
 //!    go ahead.` while the request holds fewer than [`StubConfig::user_turns`] `assistant`
 //!    messages (the user's own earlier turns), then `Thank you, that is all. ###STOP###`;
-//! 3. else, when [`StubConfig::answers`] has a row whose first user text is the request's, that
+//! 3. else, with [`StubConfig::judge`], a judge verdict for a prompt with `GOLD:` and
+//!    `CANDIDATE:` sections (see [`verdict`]);
+//! 4. else, when [`StubConfig::answers`] has a row whose first user text is the request's, that
 //!    row's answer (see [`AnswerKey`]: right, wrong or malformed by a hash of the prompt);
-//! 4. else [`StubConfig::final_text`] when set;
-//! 5. else `Result: ` followed by the text of the last tool result of the current turn,
+//! 5. else [`StubConfig::final_text`] when set;
+//! 6. else `Result: ` followed by the text of the last tool result of the current turn,
 //!    when *k* > 0;
-//! 6. else `Hello from parley-stub.`.
+//! 7. else `Hello from parley-stub.`.
 //!
 //! So with the default two tool calls a conversation goes: tool call, tool call, final text;
 //! a structured-output request with tools makes its tool calls first and ends with the JSON.
@@ -162,7 +164,7 @@ mod stats;
 mod synth;
 mod turn;
 
-pub use answers::{AnswerKey, MALFORMED};
+pub use answers::{AnswerKey, MALFORMED, verdict};
 pub use config::{ConfigError, Faults, StubConfig};
 pub use server::{router, serve};
 pub use stats::{Stats, conversation_key};

@@ -99,6 +99,10 @@ impl<'a> Turn<'a> {
             synthesize(schema).to_string()
         } else if let Some(turns) = self.user_turns {
             if turns < config.user_turns as usize { USER_GOES_ON } else { USER_STOPS }.to_owned()
+        } else if let Some(verdict) =
+            self.first_user.as_deref().filter(|_| config.judge).and_then(crate::answers::verdict)
+        {
+            verdict.to_owned()
         } else if let Some(text) =
             config.answers.as_ref().and_then(|key| key.answer(self.first_user.as_deref()?, config.seed))
         {

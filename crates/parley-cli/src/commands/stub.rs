@@ -28,6 +28,7 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
         user_turns: args.user_turns,
         huge_bytes: args.huge_bytes,
         answers: answers(args)?,
+        judge: args.judge,
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     Ok(config)
