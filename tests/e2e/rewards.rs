@@ -192,3 +192,75 @@ fn bad_reward_components_are_usage_errors() {
         assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
     }
 }
+
+/// `--env custom` with tools from an MCP server (multi-step) and with a scripted user
+/// (multi-turn): the composite reward scores both, and its budget term counts the agent's turns.
+#[test]
+fn a_custom_environment_is_multi_step_with_mcp_tools_and_multi_turn_with_a_user() {
+    let work = Workdir::new();
+    let mcp = crate::harness::root().join(".mcp-peers");
+    let script = mcp.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if mcp.join(".parley-ready").is_file() {
+        let row = json!({"responses_create_params": {"input": "Echo something."}, "expected_answer": "Result"});
+        std::fs::write(work.path("tools.jsonl"), format!("{row}\n{row}\n")).unwrap();
+        let stub = Stub::start(&["--tool-calls", "1"]);
+        let command = format!("node {} stdio", script.display());
+        ok(&work.parley(&[
+            "run",
+            "--env",
+            "custom",
+            "--mcp-stdio",
+            &command,
+            "--tasks",
+            "tools.jsonl",
+            "--base-url",
+            &stub.url,
+            "--db",
+            "parley.db",
+            "--out",
+            "tools-out.jsonl",
+            "--reward",
+            "exact:contains=true,weight=0.8",
+            "--reward",
+            "steps:budget=4,weight=-0.1",
+        ]));
+        for row in read_jsonl(&work.path("tools-out.jsonl")) {
+            // A tool call, its output, then the answer quoting it: two agent turns.
+            assert_eq!(row["response"]["output"][0]["type"], "function_call", "{row}");
+            assert_eq!(row["reward_details"]["steps"]["used"], json!(2), "{row}");
+            assert_eq!(row["reward"], json!(0.75), "{row}");
+        }
+    } else {
+        let message = "the MCP reference server is not installed; run .ci/setup-peers";
+        assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
+        eprintln!("\n*** SKIPPED (the MCP half): {message} ***\n");
+    }
+
+    let row = json!({"responses_create_params": {"input": "Hi."}, "expected_answer": "hello",
+                     "follow_ups": ["Go on.", "Thanks."]});
+    std::fs::write(work.path("talk.jsonl"), format!("{row}\n")).unwrap();
+    let stub = Stub::start(&[]);
+    ok(&work.parley(&[
+        "run",
+        "--env",
+        "custom",
+        "--user",
+        "scripted",
+        "--tasks",
+        "talk.jsonl",
+        "--base-url",
+        &stub.url,
+        "--db",
+        "parley.db",
+        "--out",
+        "talk-out.jsonl",
+        "--reward",
+        "exact:contains=true",
+        "--reward",
+        "steps:budget=10,weight=-0.5",
+    ]));
+    let rows = read_jsonl(&work.path("talk-out.jsonl"));
+    // The opening, then two follow-ups: three agent turns, each `Hello from parley-stub.`.
+    assert_eq!(rows[0]["reward_details"]["steps"]["used"], json!(3), "{}", rows[0]);
+    assert_eq!(rows[0]["reward"], json!(1.0 - 0.15), "{}", rows[0]);
+}
