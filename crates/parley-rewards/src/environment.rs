@@ -104,3 +104,70 @@ impl EnvSession for TasksOnlySession {
         Err(EnvError("the environment has no verifier of its own; give the run a [[reward]]".into()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Endpoints, RewardSpec};
+    use serde_json::json;
+
+    /// An environment whose own verifier gives 0.5 with a field of its own.
+    struct Verified;
+
+    struct VerifiedSession;
+
+    #[async_trait]
+    impl Environment for Verified {
+        fn name(&self) -> &str {
+            "verified"
+        }
+
+        async fn open(&self, _task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
+            Ok(Box::new(VerifiedSession))
+        }
+    }
+
+    #[async_trait]
+    impl EnvSession for VerifiedSession {
+        fn tools(&self) -> &[ToolSpec] {
+            &[]
+        }
+
+        async fn call(&mut self, _: Party, _: &str, _: &Value) -> Result<ToolOutput, EnvError> {
+            Ok(ToolOutput::ok("ok"))
+        }
+
+        async fn score(&mut self, _: &[Message], _: Termination) -> Result<Reward, EnvError> {
+            Ok(Reward::new(0.5).with("accuracy", 0.5))
+        }
+    }
+
+    fn composite(specs: &[&str]) -> Arc<Composite> {
+        let specs: Vec<RewardSpec> = specs.iter().map(|s| s.parse().unwrap()).collect();
+        Arc::new(Composite::build(&specs, None, None, &Endpoints::default()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_environments_own_reward_is_a_component_and_its_fields_stay() {
+        let owned = crate::test_support::cx(&json!({"expected_answer": "4"}), "4");
+        let env = RewardedEnvironment::new(Arc::new(Verified), composite(&["environment:weight=2", "exact"]));
+        let mut session = env.open(&owned.task).await.unwrap();
+        let reward = session.score(&owned.transcript, Termination::AgentStop).await.unwrap();
+        assert_eq!(reward.value, 2.0);
+        assert_eq!(reward.breakdown["reward_components"], json!({"environment": 1.0, "exact": 1.0}));
+        assert_eq!(reward.breakdown["accuracy"], json!(0.5), "the verifier's fields are kept");
+    }
+
+    #[tokio::test]
+    async fn a_component_that_cannot_score_fails_the_score_and_tasks_only_has_no_verifier() {
+        let owned = crate::test_support::cx(&json!({}), "4");
+        let env = RewardedEnvironment::new(Arc::new(TasksOnly), composite(&["math"]));
+        let mut session = env.open(&owned.task).await.unwrap();
+        let err = session.score(&owned.transcript, Termination::AgentStop).await.unwrap_err();
+        assert!(err.0.contains("expected_answer"), "{err}");
+        let env = RewardedEnvironment::new(Arc::new(TasksOnly), composite(&["environment"]));
+        let mut session = env.open(&owned.task).await.unwrap();
+        assert!(session.score(&owned.transcript, Termination::AgentStop).await.is_err());
+        assert!(session.tools().is_empty());
+    }
+}
