@@ -264,3 +264,25 @@ fn a_custom_environment_is_multi_step_with_mcp_tools_and_multi_turn_with_a_user(
     assert_eq!(rows[0]["reward_details"]["steps"]["used"], json!(3), "{}", rows[0]);
     assert_eq!(rows[0]["reward"], json!(1.0 - 0.15), "{}", rows[0]);
 }
+
+/// A run whose judge was the in-process stub is rescored from its stored verdicts alone.
+#[test]
+fn a_run_judged_by_the_in_process_stub_is_rescored_from_its_verdicts() {
+    let work = Workdir::new();
+    math_tasks(&work, 3);
+    ok(&work.parley(&[
+        "run",
+        "--env",
+        "custom",
+        "--tasks",
+        "math.jsonl",
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
+        "--reward",
+        "judge",
+    ]));
+    let out = ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
+    assert!(out.contains("rescored 3 sessions of run 1: 0 changed; 0 judge calls, 3 verdicts reused"), "{out}");
+}

@@ -197,6 +197,28 @@ pub fn tau2_tasks(
     Ok(chosen.into_iter().take(limit).enumerate().map(|(index, t)| Arc::new(Task { index, ..t.clone() })).collect())
 }
 
+/// The judge of a stored run that named no endpoint (it ran against the in-process stub).
+struct NoJudge;
+
+#[async_trait::async_trait]
+impl parley_core::ModelClient for NoJudge {
+    fn endpoint(&self) -> &str {
+        "no judge endpoint"
+    }
+
+    async fn chat(
+        &self,
+        _request: parley_core::ChatRequest<'_>,
+    ) -> Result<parley_core::ChatReply, parley_core::ModelFailure> {
+        Err(parley_core::ModelFailure {
+            kind: parley_core::ModelFailureKind::Transport,
+            message: "the run named no judge endpoint and this request has no stored verdict; pass --judge-base-url"
+                .into(),
+            call: parley_core::ModelCall::default(),
+        })
+    }
+}
+
 /// How a run starts NeMo Gym's servers: every resources server and every model server of the
 /// configs; the model servers (the resources servers' judges) are pointed at the judge's endpoint,
 /// or else the agent's, through NeMo Gym's `policy_*` globals.
@@ -225,12 +247,20 @@ fn composite(settings: &RunSettings, store: Option<&SqliteStore>, out: &mut Envi
         ..Endpoints::default()
     };
     let needs_judge = settings.reward.components.iter().any(|c| c.scorer == ScorerKind::Judge);
-    if needs_judge && let Some(base_url) = t.judge_base_url.clone().or_else(|| settings.base_url.clone()) {
-        let api_key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
-        let client: Arc<dyn parley_core::ModelClient> = Arc::new(
-            ChatClient::new(&settings.endpoint(base_url, api_key_env))
-                .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
-        );
+    let base_url = t.judge_base_url.clone().or_else(|| settings.base_url.clone());
+    // A stored run whose judge was the in-process stub has no endpoint left: its verdicts still
+    // answer a rescore from the store, and a request it never judged fails, saying why.
+    if needs_judge && (base_url.is_some() || store.is_some()) {
+        let client: Arc<dyn parley_core::ModelClient> = match base_url {
+            Some(base_url) => {
+                let api_key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
+                Arc::new(
+                    ChatClient::new(&settings.endpoint(base_url, api_key_env))
+                        .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
+                )
+            }
+            None => Arc::new(NoJudge),
+        };
         endpoints.judge = Some(match (store, &out.judge) {
             (_, Some(cache)) => cache.clone() as Arc<dyn parley_core::ModelClient>,
             (Some(store), None) => {
