@@ -220,3 +220,54 @@ fn judge_agrees_with_nemo_gyms_equivalence_llm_judge_with_the_swap_check() {
     assert!((20..=50).contains(&right), "right answers: {right}");
     assert!(gym_judgements >= 60 + right as u64, "NeMo Gym asked the judge twice for right answers");
 }
+
+/// A verifier that reports its own failure (`equivalence_llm_judge` whose judge answers 500:
+/// NeMo Gym's failsafe answers `mask_sample: true`, `failure_kind: judge_failed`) fails the
+/// session as a classified environment error, left out of the rewards.
+#[test]
+fn a_verifier_reporting_its_own_failure_is_a_classified_failure() {
+    let Some(venv) = venv() else { return };
+    let work = Workdir::new();
+    ok(&work.parley(&["tasks", "arithmetic", "--count", "3", "--out", "rows.jsonl"]));
+    let config = work.path("equivalence.yaml");
+    std::fs::write(
+        &config,
+        "equivalence_llm_judge:\n  resources_servers:\n    equivalence_llm_judge:\n      entrypoint: app.py\n\
+         \x20     judge_model_server: {type: responses_api_models, name: policy_model}\n\
+         \x20     judge_responses_create_params: {input: []}\n\
+         \x20     judge_prompt_template_fpath: prompt_templates/equivalence_llm_judge.txt\n",
+    )
+    .unwrap();
+    let agent = Stub::start(&["--answers", work.path("rows.jsonl").to_str().unwrap()]);
+    let judge = Stub::start(&["--server-error", "1.0"]);
+    let out = ok(&work.parley(&[
+        "run",
+        "--env",
+        "nemo-gym",
+        "--config",
+        config.to_str().unwrap(),
+        "--config",
+        "responses_api_models/openai_model/configs/openai_model.yaml",
+        "--gym-venv",
+        venv.to_str().unwrap(),
+        "--server-name",
+        "equivalence_llm_judge",
+        "--tasks",
+        "rows.jsonl",
+        "--base-url",
+        &agent.url,
+        "--judge-base-url",
+        &judge.url,
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
+    ]));
+    assert!(out.contains("failures       environment_error 3") && out.contains("no scored sessions"), "{out}");
+    let failures = read_jsonl(&work.path("out_failures.jsonl"));
+    assert_eq!(failures.len(), 3);
+    for row in failures {
+        let message = row["_ng_failure_message"].as_str().unwrap();
+        assert!(message.contains("judge_failed, mask_sample"), "{message}");
+    }
+}
