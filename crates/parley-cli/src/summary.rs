@@ -96,7 +96,14 @@ impl Report {
                     .and_then(serde_json::Value::as_object)
                     .map(|parts| parts.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
                     .unwrap_or_default();
-                acc.add(&Shaped { task: s.task_index as usize, reward, steps: s.steps.max(0) as u64, components });
+                let success = breakdown.get("success").and_then(serde_json::Value::as_bool);
+                acc.add(&Shaped {
+                    task: s.task_index as usize,
+                    reward,
+                    steps: s.steps.max(0) as u64,
+                    components,
+                    success,
+                });
             }
         }
         self.training = acc.finish();

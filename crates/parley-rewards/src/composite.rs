@@ -15,6 +15,8 @@ pub struct Component {
     pub name: String,
     pub weight: f64,
     pub cap: Option<f64>,
+    /// Whether the component decides success (see [`RewardSpec::success`]).
+    pub success: bool,
     pub scorer: Arc<dyn Scorer>,
     pub kind: ScorerKind,
 }
@@ -35,6 +37,9 @@ pub struct Composite {
 
 /// The key of the clamp's adjustment in `reward_components`.
 pub const CLAMP: &str = "clamp";
+
+/// The breakdown's key saying whether the session succeeded, when a component decides it.
+pub const SUCCESS: &str = "success";
 
 impl Composite {
     /// Builds every component; names must be distinct, since they key `reward_components`.
@@ -74,8 +79,13 @@ impl Composite {
         let mut components = Map::new();
         let mut details = Map::new();
         let mut total = 0.0;
+        let mut success = None;
         for c in &self.components {
             let score = c.scorer.score(cx).await?;
+            if c.success {
+                let hit = score.value >= 1.0 - 1e-6;
+                success = Some(success.unwrap_or(true) && hit);
+            }
             let value = match c.cap {
                 Some(cap) => score.value.clamp(-cap, cap),
                 None => score.value,
@@ -99,6 +109,9 @@ impl Composite {
         }
         reward.breakdown.insert("reward_components".into(), Value::Object(components));
         reward.breakdown.insert("reward_details".into(), Value::Object(details));
+        if let Some(success) = success {
+            reward.breakdown.insert(SUCCESS.into(), json!(success));
+        }
         Ok(reward)
     }
 }
@@ -132,6 +145,19 @@ mod tests {
         let sum: f64 = parts.values().map(|v| v.as_f64().unwrap()).sum();
         assert!((sum - reward.value).abs() < 1e-12 && (reward.value - 0.95).abs() < 1e-12);
         assert_eq!(reward.breakdown["reward_details"]["math"]["extracted_answer"], json!("0.5"));
+        assert!(reward.breakdown.get(SUCCESS).is_none(), "no component decides success");
+
+        let decided = Composite::build(
+            &specs(&["math:success=true,weight=0.9", "steps:budget=1,weight=-0.1"]),
+            None,
+            None,
+            &Endpoints::default(),
+        )
+        .unwrap();
+        let reward = decided.score(&owned.as_cx()).await.unwrap();
+        assert!(reward.value < 1.0 && reward.breakdown[SUCCESS] == json!(true), "{reward:?}");
+        let wrong = cx(&json!({"expected_answer": "2"}), r"\boxed{0.5}");
+        assert_eq!(decided.score(&wrong.as_cx()).await.unwrap().breakdown[SUCCESS], json!(false));
     }
 
     #[tokio::test]

@@ -127,6 +127,10 @@ pub struct RewardSpec {
     pub weight: f64,
     /// The most the scorer's value counts for, before weighting (and `-cap` the least).
     pub cap: Option<f64>,
+    /// Whether this component says if the session succeeded: with any such component, a session
+    /// succeeds when each of them scores 1 (shaping terms then do not hide success).
+    #[serde(default)]
+    pub success: bool,
     #[serde(default)]
     pub options: ScorerOptions,
 }
@@ -137,7 +141,7 @@ fn one() -> f64 {
 
 impl RewardSpec {
     pub fn new(scorer: ScorerKind) -> RewardSpec {
-        RewardSpec { scorer, name: None, weight: 1.0, cap: None, options: ScorerOptions::default() }
+        RewardSpec { scorer, name: None, weight: 1.0, cap: None, success: false, options: ScorerOptions::default() }
     }
 
     /// The component's name in `reward_components`.
@@ -232,7 +236,14 @@ impl RewardSpec {
             }),
             ScorerKind::Environment => Arc::new(EnvironmentReward),
         };
-        Ok(Component { name: self.name(), weight: self.weight, cap: self.cap, scorer, kind: self.scorer })
+        Ok(Component {
+            name: self.name(),
+            weight: self.weight,
+            cap: self.cap,
+            success: self.success,
+            scorer,
+            kind: self.scorer,
+        })
     }
 }
 
@@ -257,7 +268,7 @@ impl Default for Endpoints {
     }
 }
 
-/// `SCORER[:key=value,...]`: `weight`, `cap` and `name` belong to the component, every other key
+/// `SCORER[:key=value,...]`: `weight`, `cap`, `name` and `success` belong to the component, every other key
 /// to the scorer's options. A value is read as JSON when it is JSON (`true`, `8`, `-0.1`) and
 /// as text otherwise.
 impl FromStr for RewardSpec {
@@ -275,7 +286,7 @@ impl FromStr for RewardSpec {
             let value = serde_json::from_str(value.trim()).unwrap_or_else(|_| Value::String(value.trim().to_owned()));
             let key = key.trim().replace('-', "_");
             match key.as_str() {
-                "weight" | "cap" | "name" => table.insert(key, value),
+                "weight" | "cap" | "name" | "success" => table.insert(key, value),
                 _ => options.insert(key, value),
             };
         }

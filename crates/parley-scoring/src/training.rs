@@ -17,6 +17,8 @@ pub struct Shaped {
     pub steps: u64,
     /// The composite reward's components (empty for an environment's own scorer).
     pub components: BTreeMap<String, f64>,
+    /// Success as the reward's own components decide it; `None`: the reward reached 1.
+    pub success: Option<bool>,
 }
 
 /// The figures of a group of sessions (the run, or one task).
@@ -26,7 +28,8 @@ pub struct Figures {
     pub mean_reward: f64,
     /// The population variance of the reward.
     pub reward_variance: f64,
-    /// The fraction of sessions whose reward reached 1.
+    /// The fraction of sessions that succeeded: as the reward's deciding components say, else
+    /// those whose reward reached 1.
     pub success_rate: f64,
     pub mean_steps: f64,
     /// The mean of each component over the group's sessions (a session without it counts 0).
@@ -57,7 +60,7 @@ impl Sums {
         self.n += 1;
         self.reward += s.reward;
         self.reward_sq += s.reward * s.reward;
-        self.successes += usize::from(s.reward >= SUCCESS);
+        self.successes += usize::from(s.success.unwrap_or(s.reward >= SUCCESS));
         self.steps += s.steps;
         for (name, value) in &s.components {
             *self.components.entry(name.clone()).or_default() += value;
@@ -105,7 +108,13 @@ mod tests {
     use super::*;
 
     fn shaped(task: usize, reward: f64, steps: u64, parts: &[(&str, f64)]) -> Shaped {
-        Shaped { task, reward, steps, components: parts.iter().map(|(k, v)| (k.to_string(), *v)).collect() }
+        Shaped {
+            task,
+            reward,
+            steps,
+            components: parts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            success: None,
+        }
     }
 
     #[test]
@@ -126,5 +135,8 @@ mod tests {
         let task0 = &m.tasks[&0];
         assert_eq!((task0.sessions, task0.success_rate, task0.mean_steps), (2, 0.5, 3.0));
         assert_eq!(m.tasks[&1].reward_variance, 0.0, "one rollout has no spread");
+        // A deciding component overrides the reward's threshold.
+        acc.add(&Shaped { success: Some(true), ..shaped(2, 0.9, 1, &[]) });
+        assert_eq!(acc.finish().unwrap().tasks[&2].success_rate, 1.0);
     }
 }
