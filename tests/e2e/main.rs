@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `parley` binary against `parley stub` on a real loopback port,
 //! with a real SQLite file.
 
+mod agreement;
 mod crash;
 mod durable;
 mod endpoint;
@@ -13,11 +14,13 @@ mod net_faults;
 mod owners;
 mod reliability;
 mod remote;
+mod rewards;
 mod run;
 mod serve;
 mod tau2;
 mod tau2_export;
 mod tau2_fidelity;
+mod tutorial;
 mod usage;
 mod users;
 mod view;

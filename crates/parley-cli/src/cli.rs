@@ -254,9 +254,13 @@ crate::settings::options! {
         /// tau2: variable holding the judge endpoint's API key.
         #[arg(long, value_name = "VAR", help_heading = "tau2")]
         pub judge_api_key_env: Option<String>,
-        /// NeMo Gym: the config (YAML) naming the resources servers Parley starts, as NeMo Gym does.
+        /// NeMo Gym: the configs (YAML, repeatable, merged in order as `gym env start --config`
+        /// merges them) naming the servers Parley starts as NeMo Gym does: every resources server,
+        /// and every model server, pointed at `--judge-base-url` or else the agent's endpoint. A
+        /// path that does not exist as given is looked up in NeMo Gym's package.
         #[arg(long, value_name = "CONFIG.yaml", help_heading = "Remote environments")]
-        pub config: Option<PathBuf>,
+        #[serde(default, deserialize_with = "crate::settings::one_or_many")]
+        pub config: Vec<PathBuf>,
         /// NeMo Gym: a resources server already running, instead of `--config`.
         #[arg(long, value_name = "URL", help_heading = "Remote environments")]
         pub server: Option<String>,
@@ -354,6 +358,21 @@ crate::settings::options! {
         /// What an unreadable row of `--tasks` does [default: fail].
         #[arg(long, value_enum, value_name = "HOW")]
         pub bad_rows: Option<BadRows>,
+        /// A component of the reward, repeatable: `SCORER[:KEY=VALUE,...]`, where SCORER is
+        /// exact, choice, math, judge, reward-model, steps, tokens, format or environment, and the
+        /// keys are `weight`, `cap`, `name` and the scorer's options (`--reward math:weight=0.9
+        /// --reward steps:weight=-0.1,budget=8,cap=1`). The reward is the components' weighted
+        /// sum; each is kept in `reward_components`. In `parley.toml`: `[[reward]]` tables.
+        /// Given here, they replace the file's.
+        #[arg(long = "reward", value_name = "SCORER[:KEY=VALUE,...]", help_heading = "Rewards")]
+        #[serde(skip)]
+        pub reward: Vec<parley_rewards::RewardSpec>,
+        /// The least the composite reward may be; the difference is the `clamp` component.
+        #[arg(long, value_name = "X", help_heading = "Rewards")]
+        pub reward_min: Option<f64>,
+        /// The most the composite reward may be.
+        #[arg(long, value_name = "X", help_heading = "Rewards")]
+        pub reward_max: Option<f64>,
         /// Agent system prompt, put before each task's own messages.
         #[arg(long, value_name = "TEXT")]
         pub system_prompt: Option<String>,
@@ -493,6 +512,30 @@ pub struct StubArgs {
     /// `/v1/responses` always as a `reasoning` item with `encrypted_content`.
     #[arg(long, value_name = "FIELD")]
     pub reasoning: Option<parley_stub::StubReasoning>,
+    /// The final text of every conversation the answers do not cover (a judge that always says
+    /// `[[A=B]]`, say) [default: `Result: ` and the last tool result, or a greeting].
+    #[arg(long, value_name = "TEXT", help_heading = "Answers")]
+    pub final_text: Option<String>,
+    /// Answer judge prompts (their last `GOLD:` and `CANDIDATE:` sections) with a verdict:
+    /// `[[A=B]]` when the candidate contains the gold text, else `[[A!=B]]`.
+    #[arg(long, help_heading = "Answers")]
+    pub judge: bool,
+    /// Answer from a task file (NeMo Gym rows): a request whose first user text is a row's gets
+    /// that row's `--answer-field`, written by `--answer-format`.
+    #[arg(long, value_name = "ROWS.jsonl", help_heading = "Answers")]
+    pub answers: Option<PathBuf>,
+    /// The row field answered with (`expected_answer`: the right letter of an `mcqa` row).
+    #[arg(long, default_value = "expected_answer", value_name = "FIELD", help_heading = "Answers")]
+    pub answer_field: String,
+    /// The answer's text; `{answer}` is replaced by the answer, e.g. `The answer is \boxed{{answer}}`.
+    #[arg(long, default_value = "{answer}", value_name = "TEXT", help_heading = "Answers")]
+    pub answer_format: String,
+    /// Fraction of rows answered wrongly (another option, another number, other words).
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION", help_heading = "Answers")]
+    pub wrong_answers: f64,
+    /// Fraction of rows answered with no readable answer.
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION", help_heading = "Answers")]
+    pub malformed_answers: f64,
 }
 
 /// The environments whose tasks Parley can generate.
@@ -500,6 +543,8 @@ pub struct StubArgs {
 pub enum Generator {
     /// NeMo Gym's `example_multi_step` rows.
     MultiStep,
+    /// Single-step arithmetic questions with an `expected_answer`, for the math scorer.
+    Arithmetic,
 }
 
 #[derive(Debug, Args)]

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use parley_core::Sampling;
-use parley_runtime::settings::{Need, RemoteSettings, Tau2Settings, UserSettings, defaults};
+use parley_runtime::settings::{Need, RemoteSettings, RewardSettings, Tau2Settings, UserSettings, defaults};
 use parley_runtime::{EnvKind, RunSettings};
 use serde::Deserialize;
 
@@ -34,6 +34,25 @@ impl<T> Combine for Vec<T> {
     }
 }
 
+/// Reads a setting written as one value or a list of them (`config = "a.yaml"` or
+/// `config = ["a.yaml", "b.yaml"]`).
+pub fn one_or_many<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany<T> {
+        One(T),
+        Many(Vec<T>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
+}
+
 /// Declares the options struct once and derives its [`Combine`] from the same field list, so a
 /// new option cannot be forgotten by the merge.
 macro_rules! options {
@@ -57,26 +76,15 @@ macro_rules! options {
 }
 pub(crate) use options;
 
-/// A key that takes one value or a list of them (`base_url = "..."` or `base_url = [...]`).
-pub fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
-    }
-    Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(one) => vec![one],
-        OneOrMany::Many(many) => many,
-    })
-}
-
-/// `parley.toml`: one `[run]` table of [`RunOptions`]; unknown keys are refused by name.
+/// `parley.toml`: one `[run]` table of [`RunOptions`] and the reward's components as
+/// `[[reward]]` tables; unknown keys are refused by name.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     #[serde(default)]
     run: RunOptions,
+    #[serde(default)]
+    reward: Vec<parley_rewards::RewardSpec>,
 }
 
 impl RunOptions {
@@ -89,6 +97,8 @@ impl RunOptions {
     /// As [`RunOptions::resolve`], for a front end whose tasks come later (a service).
     pub fn resolve_for(self, need: Need) -> anyhow::Result<RunSettings> {
         let file = load_file(self.settings.as_deref())?;
+        // `[[reward]]` sits beside `[run]`, so it is merged here: flags replace the file's list.
+        let components = if self.reward.is_empty() { file.reward } else { self.reward.clone() };
         let o = self.combine(file.run);
         let concurrency = o.concurrency.unwrap_or(defaults::CONCURRENCY);
         let settings = RunSettings {
@@ -102,7 +112,8 @@ impl RunOptions {
                 judge_api_key_env: o.judge_api_key_env,
             },
             remote: RemoteSettings {
-                gym_config: o.config,
+                gym_config: o.config.first().cloned(),
+                gym_config_more: o.config.iter().skip(1).cloned().collect(),
                 server: o.server,
                 server_name: o.server_name,
                 gym_venv: o.gym_venv,
@@ -156,6 +167,7 @@ impl RunOptions {
             max_response_bytes: o.max_response_bytes.unwrap_or_else(defaults::max_response_bytes),
             shutdown_grace_secs: o.shutdown_grace.unwrap_or_else(defaults::shutdown_grace),
             bad_rows: o.bad_rows.unwrap_or_default(),
+            reward: RewardSettings { components, min: o.reward_min, max: o.reward_max },
         };
         settings.check_for(need)?;
         Ok(settings)
@@ -273,6 +285,33 @@ mod tests {
                 proptest::prop_assert!(e.downcast_ref::<crate::error::UsageError>().is_some(), "{text}: {e}");
             }
         }
+    }
+
+    #[test]
+    fn reward_components_come_from_the_file_or_replace_it_from_flags() {
+        let text = "[run]\nreward_min = 0\n\n[[reward]]\nscorer = \"math\"\nweight = 0.9\n\n\
+                    [[reward]]\nscorer = \"steps\"\nweight = -0.1\ncap = 1\noptions = { budget = 8 }\n";
+        let s = resolve_file(text).unwrap();
+        let names: Vec<String> = s.reward.components.iter().map(|c| c.name()).collect();
+        assert_eq!(names, ["math", "steps"]);
+        assert_eq!((s.reward.components[1].options.budget, s.reward.min), (Some(8.0), Some(0.0)));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("parley.toml");
+        std::fs::write(&path, text).unwrap();
+        let flags = RunOptions {
+            settings: Some(path),
+            reward: vec!["exact:contains=true".parse().unwrap()],
+            ..RunOptions::default()
+        };
+        let s = flags.resolve().unwrap();
+        assert_eq!(s.reward.components.len(), 1);
+        assert_eq!(s.reward.components[0].options.contains, Some(true));
+        let err = resolve_file("[[reward]]\nscorer = \"steps\"\n").unwrap_err();
+        assert!(err.to_string().contains("budget"), "{err}");
+        let err = resolve_file("[[reward]]\nscorer = \"math\"\nwieght = 2\n").unwrap_err();
+        assert!(err.to_string().contains("wieght"), "{err}");
+        let err = resolve_file("[run]\nenv = \"custom\"\ntasks = \"Cargo.toml\"\n").unwrap_err();
+        assert!(err.to_string().contains("--reward"), "{err}");
     }
 
     #[test]

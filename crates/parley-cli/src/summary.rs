@@ -4,6 +4,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use parley_core::Termination;
+use parley_scoring::training::{Shaped, TrainingAccumulator, TrainingMetrics};
 use parley_scoring::{Outcome, Summary, percentile, summarize};
 use parley_store::{SqliteStore, TokenTotals};
 
@@ -20,6 +21,9 @@ pub struct Report {
     pub failures: std::collections::BTreeMap<String, usize>,
     /// Model-call retries over the run.
     pub retries: i64,
+    /// Reward variance, success rate, turns and reward components, for the run and per task
+    /// (read by `parley metrics` only: it reads every session's turns).
+    pub training: Option<TrainingMetrics>,
 }
 
 impl Report {
@@ -68,7 +72,42 @@ impl Report {
             call_ms_p99: percentile(&latencies, 0.99),
             user_call_ms_p50: percentile(&user_latencies, 0.5),
             user_call_ms_p99: percentile(&user_latencies, 0.99),
+            training: None,
         })
+    }
+
+    /// Adds the training metrics, reading the run's finished sessions a page at a time.
+    pub async fn with_training(mut self, store: &SqliteStore) -> anyhow::Result<Report> {
+        let mut acc = TrainingAccumulator::default();
+        let mut after = 0;
+        loop {
+            let page = store.session_shapes(self.run, after, 4096).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for s in page {
+                let infrastructure = s.failure.is_some()
+                    || Termination::parse(s.termination.as_deref().unwrap_or(""))
+                        .is_none_or(Termination::is_infrastructure);
+                let Some(reward) = s.reward.filter(|_| !infrastructure) else { continue };
+                let breakdown: serde_json::Value =
+                    s.breakdown.as_deref().and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default();
+                let components = breakdown
+                    .get("reward_components")
+                    .and_then(serde_json::Value::as_object)
+                    .map(|parts| parts.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
+                    .unwrap_or_default();
+                let success = breakdown.get("success").and_then(serde_json::Value::as_bool);
+                acc.add(&Shaped {
+                    task: s.task_index as usize,
+                    reward,
+                    steps: s.steps.max(0) as u64,
+                    components,
+                    success,
+                });
+            }
+        }
+        self.training = acc.finish();
+        Ok(self)
     }
 
     pub fn print(&self, w: &mut impl Write, elapsed: Option<Duration>) -> std::io::Result<()> {
@@ -128,7 +167,43 @@ impl Report {
             ms(self.call_ms_p99),
             ms(s.session_ms_p50),
             ms(s.session_ms_p99)
-        )
+        )?;
+        if let Some(t) = &self.training {
+            let r = &t.run;
+            writeln!(
+                w,
+                "training       variance {:.4} · success {:.3} · steps/session {:.2}",
+                r.reward_variance, r.success_rate, r.mean_steps
+            )?;
+            if !r.components.is_empty() {
+                let parts: Vec<String> = r.components.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
+                writeln!(w, "components     {} (means; they sum to the mean reward)", parts.join(" · "))?;
+            }
+            writeln!(w, "per task       task  sessions  reward  variance  success  steps  components")?;
+            // The table shows the first tasks; `--json` has every one.
+            const SHOWN: usize = 20;
+            for (task, f) in t.tasks.iter().take(SHOWN) {
+                let parts: Vec<String> = f.components.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
+                let line = format!(
+                    "               {task:>4}  {:>8}  {:>6.3}  {:>8.4}  {:>7.3}  {:>5.2}  {}",
+                    f.sessions,
+                    f.mean_reward,
+                    f.reward_variance,
+                    f.success_rate,
+                    f.mean_steps,
+                    parts.join(" · ")
+                );
+                writeln!(w, "{}", line.trim_end())?;
+            }
+            if t.tasks.len() > SHOWN {
+                writeln!(
+                    w,
+                    "               ... {} more tasks (parley metrics --json has them all)",
+                    t.tasks.len() - SHOWN
+                )?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -150,6 +225,7 @@ impl Report {
             "latency_ms": {"model_call_p50": self.call_ms_p50, "model_call_p99": self.call_ms_p99,
                            "user_call_p50": self.user_call_ms_p50, "user_call_p99": self.user_call_ms_p99,
                            "session_p50": s.session_ms_p50, "session_p99": s.session_ms_p99},
+            "training": self.training,
         })
     }
 }

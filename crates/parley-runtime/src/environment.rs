@@ -13,13 +13,14 @@ use parley_remote::{
     ExactMatch, GymnasiumEnvironment, GymnasiumUser, LaunchOptions, MatchMode, McpEnvironment, McpServerSpec,
     NemoGymEnvironment, NemoGymServers, ServerOptions,
 };
+use parley_rewards::{Composite, Endpoints, RewardedEnvironment, ScorerKind};
 use parley_store::{SqliteStore, VerdictCache};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{UsageError, usage};
 use crate::settings::{AnswerMatch, RunSettings, Split};
 
-/// Which environment a run drives. Written `multi-step`, `tau2:<domain>`, `nemo-gym` or `mcp`
+/// Which environment a run drives. Written `multi-step`, `tau2:<domain>`, `nemo-gym`, `mcp` or `custom`
 /// on the command line, in `parley.toml` and in the stored settings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -33,6 +34,9 @@ pub enum EnvKind {
     NemoGym,
     /// MCP servers over stdio or streamable HTTP.
     Mcp,
+    /// An environment from parts: tasks from a JSONL file, tools from MCP servers or a NeMo Gym
+    /// resources server (or none), and the run's composite reward.
+    Custom,
 }
 
 /// tau2's domains.
@@ -59,7 +63,7 @@ impl Tau2Domain {
 
 impl EnvKind {
     /// Every environment, as `--env` names them.
-    pub const ALL: [EnvKind; 7] = [
+    pub const ALL: [EnvKind; 8] = [
         EnvKind::MultiStep,
         EnvKind::Tau2(Tau2Domain::Mock),
         EnvKind::Tau2(Tau2Domain::Airline),
@@ -67,6 +71,7 @@ impl EnvKind {
         EnvKind::Tau2(Tau2Domain::Telecom),
         EnvKind::NemoGym,
         EnvKind::Mcp,
+        EnvKind::Custom,
     ];
 
     /// The tau2 domain, for tau2 environments.
@@ -95,6 +100,7 @@ impl fmt::Display for EnvKind {
             EnvKind::Tau2(domain) => write!(f, "tau2:{}", domain.as_str()),
             EnvKind::NemoGym => f.write_str("nemo-gym"),
             EnvKind::Mcp => f.write_str("mcp"),
+            EnvKind::Custom => f.write_str("custom"),
         }
     }
 }
@@ -191,6 +197,84 @@ pub fn tau2_tasks(
     Ok(chosen.into_iter().take(limit).enumerate().map(|(index, t)| Arc::new(Task { index, ..t.clone() })).collect())
 }
 
+/// The judge of a stored run that named no endpoint (it ran against the in-process stub).
+struct NoJudge;
+
+#[async_trait::async_trait]
+impl parley_core::ModelClient for NoJudge {
+    fn endpoint(&self) -> &str {
+        "no judge endpoint"
+    }
+
+    async fn chat(
+        &self,
+        _request: parley_core::ChatRequest<'_>,
+    ) -> Result<parley_core::ChatReply, parley_core::ModelFailure> {
+        Err(parley_core::ModelFailure {
+            kind: parley_core::ModelFailureKind::Transport,
+            message: "the run named no judge endpoint and this request has no stored verdict; pass --judge-base-url"
+                .into(),
+            call: parley_core::ModelCall::default(),
+        })
+    }
+}
+
+/// How a run starts NeMo Gym's servers: every resources server and every model server of the
+/// configs; the model servers (the resources servers' judges) are pointed at the judge's endpoint,
+/// or else the agent's, through NeMo Gym's `policy_*` globals.
+fn launch(settings: &RunSettings, venv: &std::path::Path) -> LaunchOptions {
+    let mut options = LaunchOptions::with_venv(venv);
+    options.server_types = vec!["resources_servers".into(), "responses_api_models".into()];
+    let t = &settings.tau2;
+    if let Some(base_url) = t.judge_base_url.clone().or_else(|| settings.base_url.clone()) {
+        let key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
+        let key = key_env.and_then(|v| std::env::var(v).ok()).unwrap_or_else(|| "none".into());
+        let model = t.judge_model.clone().unwrap_or_else(|| settings.model.clone());
+        options.overrides =
+            Some(serde_json::json!({"policy_base_url": base_url, "policy_api_key": key, "policy_model_name": model}));
+    }
+    options
+}
+
+/// The run's composite reward. Its judge is the judge endpoint (`--judge-base-url`, else the
+/// agent's) behind the store's verdict cache, so a rescore with an unchanged prompt asks nothing
+/// again; the cache is kept in `out` to count the calls it made.
+fn composite(settings: &RunSettings, store: Option<&SqliteStore>, out: &mut Environments) -> anyhow::Result<Composite> {
+    let t = &settings.tau2;
+    let mut endpoints = Endpoints {
+        judge_model: t.judge_model.clone().unwrap_or_else(|| settings.model.clone()),
+        timeout: settings.endpoint(String::new(), None).timeout,
+        ..Endpoints::default()
+    };
+    let needs_judge = settings.reward.components.iter().any(|c| c.scorer == ScorerKind::Judge);
+    let base_url = t.judge_base_url.clone().or_else(|| settings.base_url.clone());
+    // A stored run whose judge was the in-process stub has no endpoint left: its verdicts still
+    // answer a rescore from the store, and a request it never judged fails, saying why.
+    if needs_judge && (base_url.is_some() || store.is_some()) {
+        let client: Arc<dyn parley_core::ModelClient> = match base_url {
+            Some(base_url) => {
+                let api_key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
+                Arc::new(
+                    ChatClient::new(&settings.endpoint(base_url, api_key_env))
+                        .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
+                )
+            }
+            None => Arc::new(NoJudge),
+        };
+        endpoints.judge = Some(match (store, &out.judge) {
+            (_, Some(cache)) => cache.clone() as Arc<dyn parley_core::ModelClient>,
+            (Some(store), None) => {
+                let cache = Arc::new(VerdictCache::new(client, store.clone()));
+                out.judge = Some(cache.clone());
+                cache as Arc<dyn parley_core::ModelClient>
+            }
+            (None, None) => client,
+        });
+    }
+    let r = &settings.reward;
+    Ok(Composite::build(&r.components, r.min, r.max, &endpoints).map_err(|e| usage(e.to_string()))?)
+}
+
 /// The environment of a run, and whatever runs behind it.
 pub struct Environments {
     pub environment: Arc<dyn Environment>,
@@ -225,8 +309,16 @@ impl Environments {
             servers: None,
             mcp: None,
         };
-        match settings.env {
+        // A custom environment takes its tools from MCP servers or a NeMo Gym resources server
+        // when it names them, opened as those environments are; without them it has no tools.
+        let kind = match settings.env {
+            EnvKind::Custom if !remote.mcp_stdio.is_empty() || !remote.mcp_http.is_empty() => EnvKind::Mcp,
+            EnvKind::Custom if remote.server.is_some() || remote.gym_config.is_some() => EnvKind::NemoGym,
+            kind => kind,
+        };
+        match kind {
             EnvKind::MultiStep => {}
+            EnvKind::Custom => out.environment = Arc::new(parley_rewards::TasksOnly),
             EnvKind::Tau2(domain) => {
                 let (domain, judge) = tau2_domain(settings, domain, Judged::Yes(store))?;
                 out.judge = judge;
@@ -235,7 +327,8 @@ impl Environments {
                 out.environment = domain.environment();
             }
             EnvKind::NemoGym => {
-                let (url, name, gymnasium) = match (&remote.server, &remote.gym_config) {
+                let config_path = remote.gym_config_path();
+                let (url, name, gymnasium) = match (&remote.server, &config_path) {
                     (Some(url), _) => (url.clone(), "nemo-gym".to_owned(), remote.gymnasium),
                     (None, Some(config)) => {
                         let venv = remote.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));
@@ -247,14 +340,19 @@ impl Environments {
                             .into());
                         }
                         tracing::info!(config = %config.display(), "starting the NeMo Gym servers");
-                        let servers = NemoGymServers::start(config, &LaunchOptions::with_venv(&venv)).await?;
+                        let servers =
+                            NemoGymServers::start_all(&remote.gym_config_paths(), &launch(settings, &venv)).await?;
+                        // Model servers answer the resources servers (their judges); the agent
+                        // plays against one resources server.
+                        let resources: Vec<&parley_remote::RunningServer> =
+                            servers.servers().iter().filter(|s| s.server_type == "resources_servers").collect();
                         let server = match &remote.server_name {
                             Some(name) => servers.get(name).ok_or_else(|| {
                                 let names: Vec<&str> = servers.servers().iter().map(|s| s.name.as_str()).collect();
                                 usage(format!("--server-name {name}: the config names {}", names.join(", ")))
                             })?,
-                            None => match servers.servers() {
-                                [only] => only,
+                            None => match resources.as_slice() {
+                                [only] => *only,
                                 many => {
                                     let names: Vec<&str> = many.iter().map(|s| s.name.as_str()).collect();
                                     return Err(usage(format!(
@@ -308,6 +406,10 @@ impl Environments {
                 out.mcp = Some(env.clone());
                 out.environment = env;
             }
+        }
+        if !settings.reward.components.is_empty() {
+            let composite = composite(settings, store, &mut out)?;
+            out.environment = Arc::new(RewardedEnvironment::new(out.environment.clone(), Arc::new(composite)));
         }
         Ok(out)
     }

@@ -69,7 +69,9 @@ impl Runtime {
             Some(url) => url.clone(),
             None => start_stub(shutdown.clone()).await?,
         };
-        let environments = Environments::open(settings, Some(&store)).await?;
+        // The environment's judge defaults to the agent's endpoint, the in-process stub included.
+        let resolved = RunSettings { base_url: Some(base_url.clone()), ..settings.clone() };
+        let environments = Environments::open(&resolved, Some(&store)).await?;
         // The oracle needs no prompt; a model agent gets the settings' or the environment's.
         let system_prompt = match settings.agent {
             AgentKind::Oracle => None,

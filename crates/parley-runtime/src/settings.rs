@@ -68,6 +68,19 @@ pub struct RunSettings {
     /// Whether earlier turns' reasoning goes back to the model.
     #[serde(default)]
     pub reasoning: ReasoningMode,
+    /// The composite reward; with no components the environment's own scorer gives the reward.
+    #[serde(default)]
+    pub reward: RewardSettings,
+}
+
+/// A composite reward: its components (`[[reward]]` in `parley.toml`, `--reward` on the command
+/// line) and the clamp of their weighted sum.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RewardSettings {
+    #[serde(default)]
+    pub components: Vec<parley_rewards::RewardSpec>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
 }
 
 /// The values a setting takes when neither a flag nor the settings file gives it.
@@ -167,6 +180,9 @@ pub enum AnswerMatch {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RemoteSettings {
     pub gym_config: Option<PathBuf>,
+    /// Configs merged over `gym_config`, in order (`--config` given more than once).
+    #[serde(default)]
+    pub gym_config_more: Vec<PathBuf>,
     pub server: Option<String>,
     pub server_name: Option<String>,
     pub gym_venv: Option<PathBuf>,
@@ -175,6 +191,35 @@ pub struct RemoteSettings {
     pub mcp_http: Vec<String>,
     pub mcp_per_session: bool,
     pub answer_match: Option<AnswerMatch>,
+}
+
+impl RemoteSettings {
+    /// The NeMo Gym config to start, resolved as `gym` resolves it: a path that exists as given,
+    /// else the same path inside the NeMo Gym package (`resources_servers/<name>/configs/<name>.yaml`
+    /// in the venv's site-packages).
+    pub fn gym_config_path(&self) -> Option<PathBuf> {
+        self.gym_config.as_ref().map(|c| self.resolve_config(c))
+    }
+
+    /// Every config, resolved, in the order they are merged.
+    pub fn gym_config_paths(&self) -> Vec<PathBuf> {
+        self.gym_config.iter().chain(&self.gym_config_more).map(|c| self.resolve_config(c)).collect()
+    }
+
+    fn resolve_config(&self, config: &Path) -> PathBuf {
+        if config.exists() || config.is_absolute() {
+            return config.to_path_buf();
+        }
+        let venv = self.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));
+        let packaged = std::fs::read_dir(venv.join("lib"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .map(|e| e.path().join("site-packages").join(config))
+            .find(|p| p.is_file());
+        packaged.unwrap_or_else(|| config.to_path_buf())
+    }
 }
 
 /// How the agent calls tools.
@@ -323,12 +368,15 @@ impl RunSettings {
         check_key_env("--api-key-env", self.api_key_env.as_deref())?;
         let remote = &self.remote;
         match self.env {
+            EnvKind::Custom if remote.gym_config.is_some() && remote.server.is_some() => {
+                return Err(usage("--env custom takes tools from --config or --server, not both"));
+            }
             EnvKind::NemoGym => {
                 if remote.gym_config.is_some() == remote.server.is_some() {
                     return Err(usage("--env nemo-gym needs either --config CONFIG.yaml or --server URL"));
                 }
-                if let Some(config) = &remote.gym_config {
-                    check_file("--config", config)?;
+                for config in remote.gym_config_paths() {
+                    check_file("--config", &config)?;
                 }
                 check_url("--server", remote.server.as_deref(), "http://host:port")?;
                 if let Some(venv) = &remote.gym_venv
@@ -341,6 +389,25 @@ impl RunSettings {
                 return Err(usage("--env mcp needs at least one --mcp-stdio COMMAND or --mcp-http URL"));
             }
             _ => {}
+        }
+        for component in &self.reward.components {
+            component.check().map_err(|e| usage(e.to_string()))?;
+        }
+        let reward = &self.reward;
+        for (flag, bound) in [("--reward-min", reward.min), ("--reward-max", reward.max)] {
+            if let Some(b) = bound.filter(|b| !b.is_finite()) {
+                return Err(usage(format!("{flag} must be a finite number, not {b}")));
+            }
+        }
+        if let (Some(lo), Some(hi)) = (reward.min, reward.max)
+            && lo > hi
+        {
+            return Err(usage(format!("--reward-min {lo} is above --reward-max {hi}")));
+        }
+        if self.env == EnvKind::Custom && reward.components.is_empty() {
+            return Err(usage(
+                "--env custom is scored by its reward components: give at least one --reward SCORER or [[reward]]",
+            ));
         }
         if self.agent == AgentKind::Oracle && self.env.tau2().is_none() {
             return Err(usage("--agent oracle plays tau2 tasks' gold actions; use it with --env tau2:<domain>"));

@@ -255,3 +255,38 @@ impl SqliteStore {
         SessionRead { id, row }
     }
 }
+
+/// What the training metrics read of one finished session: its task, the agent's turns (its
+/// assistant messages), its reward and its newest score's breakdown (JSON text), whose
+/// `reward_components` hold a composite reward's parts.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct SessionShape {
+    pub id: i64,
+    pub task_index: i64,
+    pub termination: Option<String>,
+    pub failure: Option<String>,
+    pub reward: Option<f64>,
+    pub steps: i64,
+    pub breakdown: Option<String>,
+}
+
+impl SqliteStore {
+    /// Finished sessions of a run with ids above `after`, in id order, at most `limit`, as the
+    /// training metrics read them. One statement per page: the counts and the newest score come
+    /// from the tables' primary keys.
+    pub async fn session_shapes(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionShape>, StoreError> {
+        sqlx::query_as::<_, SessionShape>(
+            "SELECT s.id, s.task_index, s.termination, s.failure, s.reward,
+                    (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.role = 'assistant') AS steps,
+                    (SELECT breakdown FROM scores c WHERE c.session_id = s.id AND c.scorer = 'environment'
+                     ORDER BY c.version DESC LIMIT 1) AS breakdown
+             FROM sessions s WHERE s.run_id = ? AND s.id > ? AND s.status = 'finished' ORDER BY s.id LIMIT ?",
+        )
+        .bind(run)
+        .bind(after)
+        .bind(limit as i64)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the session shapes of run {run} after {after}")))
+    }
+}

@@ -26,6 +26,11 @@ pub struct StubConfig {
     pub huge_bytes: usize,
     /// Whether answers carry reasoning, and in which Chat Completions field (default: none).
     pub reasoning: Option<StubReasoning>,
+    /// Answers from a task file, for requests whose first user text is a row's (default: none).
+    pub answers: Option<std::sync::Arc<crate::answers::AnswerKey>>,
+    /// Whether a judge prompt (its last `GOLD:` and `CANDIDATE:` sections) is answered with a
+    /// verdict: `[[A=B]]` when the candidate contains the gold text, else `[[A!=B]]`.
+    pub judge: bool,
 }
 
 /// The Chat Completions field a reasoning model's thoughts come in. On `/v1/responses` every
@@ -78,6 +83,8 @@ impl Default for StubConfig {
             user_turns: 2,
             huge_bytes: 32 << 20,
             reasoning: None,
+            answers: None,
+            judge: false,
         }
     }
 }

@@ -12,6 +12,8 @@
 //! - `POST /v1/responses`: OpenAI Responses, non-streaming and stateless (`input` is all the
 //!   stub reads; `previous_response_id` is ignored).
 //! - `GET /stub/stats`: the request counters, see [Statistics](#statistics).
+//! - `POST /pooling`: a reward model in vLLM's pooling shape; the score (`data[0].data[0]`) is
+//!   the character count of the last `assistant` message's text over 100, at most 1.
 //!
 //! Any other path answers 404 with an OpenAI-style error. Bodies may be up to 64 MiB.
 //!
@@ -44,10 +46,14 @@
 //! 2. else, for a simulated user's request (its system text contains `###STOP###`), `Yes, please
 //!    go ahead.` while the request holds fewer than [`StubConfig::user_turns`] `assistant`
 //!    messages (the user's own earlier turns), then `Thank you, that is all. ###STOP###`;
-//! 3. else [`StubConfig::final_text`] when set;
-//! 4. else `Result: ` followed by the text of the last tool result of the current turn,
+//! 3. else, with [`StubConfig::judge`], a judge verdict for a prompt with `GOLD:` and
+//!    `CANDIDATE:` sections (see [`verdict`]);
+//! 4. else, when [`StubConfig::answers`] has a row whose first user text is the request's, that
+//!    row's answer (see [`AnswerKey`]: right, wrong or malformed by a hash of the prompt);
+//! 5. else [`StubConfig::final_text`] when set;
+//! 6. else `Result: ` followed by the text of the last tool result of the current turn,
 //!    when *k* > 0;
-//! 5. else `Hello from parley-stub.`.
+//! 7. else `Hello from parley-stub.`.
 //!
 //! So with the default two tool calls a conversation goes: tool call, tool call, final text;
 //! a structured-output request with tools makes its tool calls first and ends with the JSON.
@@ -156,6 +162,7 @@
 //!  "turns": {"9f0c1e2d3a4b5c6d/2": 1, "9f0c1e2d3a4b5c6d/4": 1, "9f0c1e2d3a4b5c6d/6": 1}}
 //! ```
 
+mod answers;
 mod chat;
 mod config;
 mod error;
@@ -167,6 +174,7 @@ mod stats;
 mod synth;
 mod turn;
 
+pub use answers::{AnswerKey, MALFORMED, verdict};
 pub use config::{ConfigError, Faults, StubConfig, StubReasoning};
 pub use server::{CallIds, router, serve, serve_with};
 pub use stats::{Stats, conversation_key};

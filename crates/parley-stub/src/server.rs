@@ -157,6 +157,7 @@ fn build(config: StubConfig, call_ids: CallIds) -> (Router, Arc<Shared>) {
         .route("/v1/chat/completions", post(complete::<Chat>))
         .route("/v1/responses", post(complete::<Responses>))
         .route("/stub/stats", get(stats))
+        .route("/pooling", post(pooling))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(Arc::clone(&shared));
@@ -172,6 +173,23 @@ async fn models() -> Json<Value> {
 
 async fn stats(State(shared): State<Arc<Shared>>) -> Json<Value> {
     Json(shared.stats.to_json())
+}
+
+/// A reward model in vLLM's pooling shape: the score of the last assistant message is the
+/// length of its text over 100, at most 1, so a test can predict it; anything without one
+/// scores 0.
+async fn pooling(body: Bytes) -> Response {
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return ApiError::invalid("the body must be a JSON object with `messages`").into_response();
+    };
+    let text = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.iter().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("assistant")))
+        .map(|m| crate::turn::text_of(m.get("content")).chars().count())
+        .unwrap_or(0);
+    let score = (text as f64 / 100.0).min(1.0);
+    Json(json!({"object": "list", "data": [{"index": 0, "object": "pooling", "data": [score]}]})).into_response()
 }
 
 async fn not_found(uri: Uri) -> Response {

@@ -37,6 +37,8 @@ pub(crate) struct Turn<'a> {
     /// For a simulated user's request (its system text names `###STOP###`): how many turns the
     /// user has had, i.e. the request's `assistant` messages.
     pub(crate) user_turns: Option<usize>,
+    /// The text of the first user message, which an answer key looks answers up by.
+    pub(crate) first_user: Option<Cow<'a, str>>,
 }
 
 /// What a simulated user says while it goes on, and when it is done.
@@ -114,6 +116,14 @@ impl<'a> Turn<'a> {
             synthesize(schema).to_string()
         } else if let Some(turns) = self.user_turns {
             if turns < config.user_turns as usize { USER_GOES_ON } else { USER_STOPS }.to_owned()
+        } else if let Some(verdict) =
+            self.first_user.as_deref().filter(|_| config.judge).and_then(crate::answers::verdict)
+        {
+            verdict.to_owned()
+        } else if let Some(text) =
+            config.answers.as_ref().and_then(|key| key.answer(self.first_user.as_deref()?, config.seed))
+        {
+            text
         } else if let Some(text) = &config.final_text {
             text.clone()
         } else if let Some(result) = &self.last_tool_result {

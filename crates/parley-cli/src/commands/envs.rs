@@ -47,5 +47,10 @@ pub fn envs(args: EnvsArgs) -> anyhow::Result<()> {
         "{:<14}  {:>5}  {:>10}  {:>6}  MCP servers: --mcp-stdio COMMAND, --mcp-http URL",
         "mcp", "-", "-", "rows"
     )?;
+    writeln!(
+        out,
+        "{:<14}  {:>5}  {:>10}  {:>6}  From parts: tasks from --tasks, tools from MCP or NeMo Gym (or none), --reward",
+        "custom", "-", "-", "rows"
+    )?;
     Ok(())
 }

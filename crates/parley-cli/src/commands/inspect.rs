@@ -216,7 +216,7 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
 pub async fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
     let store = open(&args.run.db.db).await?;
     let settings = settings_of(&store, args.run.run).await?;
-    let report = Report::load(&store, args.run.run, settings.trials as usize).await?;
+    let report = Report::load(&store, args.run.run, settings.trials as usize).await?.with_training(&store).await?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report.to_json())?;

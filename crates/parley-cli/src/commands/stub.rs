@@ -24,13 +24,40 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
         seed: args.seed,
         hang: Duration::from_secs(args.hang_secs),
         retry_after_secs: args.retry_after,
-        final_text: None,
+        final_text: args.final_text.clone(),
         user_turns: args.user_turns,
         huge_bytes: args.huge_bytes,
         reasoning: args.reasoning,
+        answers: answers(args)?,
+        judge: args.judge,
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     Ok(config)
+}
+
+/// The answer key of `--answers`, checked: its fractions lie in [0, 1] and add up to at most 1.
+fn answers(args: &StubArgs) -> anyhow::Result<Option<std::sync::Arc<parley_stub::AnswerKey>>> {
+    let Some(path) = &args.answers else { return Ok(None) };
+    let (wrong, malformed) = (args.wrong_answers, args.malformed_answers);
+    if !(0.0..=1.0).contains(&wrong) || !(0.0..=1.0).contains(&malformed) || wrong + malformed > 1.0 + 1e-9 {
+        return Err(usage(format!(
+            "--wrong-answers {wrong} and --malformed-answers {malformed}: each between 0 and 1, together at most 1"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| usage(format!("--answers {}: {e}", path.display())))?;
+    let mut key = parley_stub::AnswerKey::from_jsonl(&text, &args.answer_field)
+        .map_err(|e| usage(format!("--answers {}: {e}", path.display())))?;
+    if key.is_empty() {
+        return Err(usage(format!(
+            "--answers {}: no row has a first user message and a `{}` field",
+            path.display(),
+            args.answer_field
+        )));
+    }
+    key.format = args.answer_format.clone();
+    key.wrong = wrong;
+    key.malformed = malformed;
+    Ok(Some(std::sync::Arc::new(key)))
 }
 
 /// Connections a run opens at once and the stub has not accepted yet. A run of thousands of

@@ -28,8 +28,33 @@ pub fn reward_from_verify(verify: &Value, row: &Value) -> Result<Reward, String>
     Ok(Reward { value, breakdown })
 }
 
+/// A verifier's report of its own failure: NeMo Gym's `judge_failsafe` answers a verify whose
+/// judge failed with `mask_sample: true` and a `failure_kind` (`judge_failed`), so that the
+/// sample is left out of training. Such a score is no reward: the session fails, classified, and
+/// stays out of the means.
+pub fn verifier_failure(verify: &Value) -> Option<String> {
+    if verify.get("mask_sample").and_then(Value::as_bool) != Some(true) {
+        return None;
+    }
+    let kind = verify.get("failure_kind").and_then(Value::as_str).filter(|k| !k.is_empty())?;
+    let reason = verify.get("failure_reason").and_then(Value::as_str).unwrap_or("no reason given");
+    Some(format!("the verifier reports its own failure ({kind}, mask_sample): {}", parley_http::excerpt(reason)))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_masked_sample_with_a_failure_kind_is_the_verifiers_failure() {
+        let failed =
+            json!({"reward": 0.0, "mask_sample": true, "failure_kind": "judge_failed", "failure_reason": "429"});
+        assert!(verifier_failure(&failed).unwrap().contains("judge_failed"));
+        assert_eq!(
+            verifier_failure(&json!({"reward": 0.0, "mask_sample": false, "failure_kind": "judge_failed"})),
+            None
+        );
+        assert_eq!(verifier_failure(&json!({"reward": 1.0, "mask_sample": true})), None);
+    }
+
     use super::*;
     use serde_json::json;
 

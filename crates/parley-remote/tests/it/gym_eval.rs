@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use parley_core::{Environment, UserSimulator};
 use parley_remote::{GymnasiumEnvironment, GymnasiumUser, NemoGymEnvironment};
-use parley_stub::StubConfig;
+use parley_stub::{AnswerKey, StubConfig};
 use serde_json::Value;
 
 use crate::agents::stub_agent;
@@ -38,9 +39,15 @@ async fn rewards_equal_gym_eval_run_row_by_row() {
     if std::net::TcpListener::bind("127.0.0.1:11000").is_err() {
         panic!("port 11000 (NeMo Gym's head server) is taken; stop whatever holds it");
     }
-    // Every Gymnasium answer, and a boxed letter that is right for some mcqa rows only.
+    // Every Gymnasium answer for the other servers; mcqa's rows are answered from the rows
+    // themselves: the right letter, a wrong one (40%) or none (20%), so its rewards differ by row.
     let final_text = format!("{} \\boxed{{E}}", gymnasium::ALL_ANSWERS);
-    let (base, stop) = peers::stub(StubConfig { final_text: Some(final_text), ..StubConfig::default() }).await;
+    let mcqa_rows = peers::site_packages(&venv).join("resources_servers/mcqa/data/example.jsonl");
+    let mut answers = AnswerKey::from_jsonl(&std::fs::read_to_string(mcqa_rows).unwrap(), "expected_answer").unwrap();
+    answers.format = "Thinking done. \\boxed{{answer}}".into();
+    (answers.wrong, answers.malformed) = (0.4, 0.2);
+    let config = StubConfig { final_text: Some(final_text), answers: Some(Arc::new(answers)), ..StubConfig::default() };
+    let (base, stop) = peers::stub(config).await;
     let work = tempfile::tempdir().unwrap();
     let dir = work.path();
     let mut configs = vec!["responses_api_models/openai_model/configs/openai_model.yaml".to_owned()];
@@ -147,6 +154,10 @@ async fn rewards_equal_gym_eval_run_row_by_row() {
             }
         }
         eprintln!("{folder}: NeMo Gym {:?} | Parley {:?}", gym_rewards.values(), parley_rewards.values());
+        if folder == "mcqa" {
+            let distinct: std::collections::BTreeSet<String> = gym_rewards.values().map(|r| r.to_string()).collect();
+            assert!(distinct.len() > 1, "mcqa's rewards are not all alike: {gym_rewards:?}");
+        }
         table.push((folder, gym_rewards.clone(), parley_rewards.clone()));
         assert_eq!(parley_rewards, gym_rewards, "{folder}: Parley's rewards differ from gym eval run's");
     }

@@ -1,0 +1,154 @@
+//! Answers from a task file: the stub answers a request whose first user text is a row's with a
+//! field of that row (its `expected_answer`, or the right option letter), so that runs against
+//! it score correct answers; a stated fraction of rows gets a wrong answer and another a
+//! malformed one, chosen by a hash of the prompt, so that every scorer sees all three.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::hash::{Fnv, unit};
+
+/// What a row's prompt is answered with.
+#[derive(Debug, Clone, PartialEq)]
+struct RowAnswer {
+    right: String,
+    wrong: String,
+}
+
+/// The answers of a task file.
+#[derive(Debug, Clone, Default)]
+pub struct AnswerKey {
+    rows: HashMap<String, RowAnswer>,
+    /// The answer's text; `{answer}` is replaced by the answer.
+    pub format: String,
+    /// Fraction of rows answered wrongly.
+    pub wrong: f64,
+    /// Fraction of rows answered without an answer the scorers can read.
+    pub malformed: f64,
+}
+
+/// What a malformed answer says: no letter, no box, no number.
+pub const MALFORMED: &str = "I would rather not say.";
+
+impl AnswerKey {
+    /// Reads NeMo Gym rows (JSON lines); `field` names the answer. Rows without a first user
+    /// text or without the field are skipped; a line that is not JSON is an error naming it.
+    pub fn from_jsonl(text: &str, field: &str) -> Result<AnswerKey, String> {
+        let mut rows = HashMap::new();
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let row: Value = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+            let (Some(prompt), Some(answer)) = (first_user(&row), row.get(field).filter(|v| !v.is_null())) else {
+                continue;
+            };
+            let right = answer.as_str().map_or_else(|| answer.to_string(), str::to_owned);
+            let wrong = wrong_answer(&row, &right);
+            rows.insert(prompt, RowAnswer { right, wrong });
+        }
+        Ok(AnswerKey { rows, format: "{answer}".into(), wrong: 0.0, malformed: 0.0 })
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The answer to a request whose first user text is `prompt`, when a row has it.
+    pub(crate) fn answer(&self, prompt: &str, seed: u64) -> Option<String> {
+        let row = self.rows.get(prompt)?;
+        let draw = unit(Fnv::new().bytes(prompt.as_bytes()).u64(seed).finish());
+        if draw < self.malformed {
+            return Some(MALFORMED.to_owned());
+        }
+        let answer = if draw < self.malformed + self.wrong { &row.wrong } else { &row.right };
+        Some(self.format.replace("{answer}", answer))
+    }
+}
+
+/// A judge's verdict on a prompt with `GOLD:` and `CANDIDATE:` sections (the last of each, since
+/// prompts may hold examples): `[[A=B]]` when the candidate, lowercased and with whitespace
+/// collapsed, contains the gold text so normalized; `None` for any other prompt. Containment is
+/// not symmetric, so a swapped second question can disagree with the first.
+pub fn verdict(prompt: &str) -> Option<&'static str> {
+    let gold_at = prompt.rfind("GOLD:\n")?;
+    let rest = &prompt[gold_at + "GOLD:\n".len()..];
+    let split = rest.find("\n\nCANDIDATE:\n")?;
+    let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
+    let gold = norm(&rest[..split]);
+    let candidate = norm(&rest[split + "\n\nCANDIDATE:\n".len()..]);
+    Some(if !gold.is_empty() && candidate.contains(&gold) { "Same content. [[A=B]]" } else { "They differ. [[A!=B]]" })
+}
+
+/// The text of a row's first user message, as a request carries it.
+fn first_user(row: &Value) -> Option<String> {
+    let input = row.get("responses_create_params")?.get("input")?;
+    match input {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(items) => items.iter().find(|i| i.get("role").and_then(Value::as_str) == Some("user")).map(|i| {
+            match i.get("content") {
+                Some(Value::String(text)) => text.clone(),
+                Some(Value::Array(parts)) => {
+                    parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect()
+                }
+                _ => String::new(),
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// A wrong answer of the same kind: another option letter, another number, or other words.
+fn wrong_answer(row: &Value, right: &str) -> String {
+    if let Some(options) = row.get("options").and_then(Value::as_array) {
+        let other = options
+            .iter()
+            .filter_map(Value::as_object)
+            .flat_map(|o| o.keys())
+            .find(|k| !k.eq_ignore_ascii_case(right.trim()));
+        if let Some(other) = other {
+            return other.clone();
+        }
+    }
+    if let Ok(n) = right.trim().parse::<i64>() {
+        return (n.saturating_add(1)).to_string();
+    }
+    if let Ok(x) = right.trim().parse::<f64>() {
+        return (x + 1.0).to_string();
+    }
+    format!("not {right}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_read_the_last_gold_and_candidate() {
+        let prompt = "GOLD:\nx\n\nCANDIDATE:\nx\n\nNow:\nGOLD:\n42\n\nCANDIDATE:\nIt is 42.";
+        assert!(verdict(prompt).unwrap().ends_with("[[A=B]]"));
+        assert!(verdict("GOLD:\nIt is 42.\n\nCANDIDATE:\n42").unwrap().ends_with("[[A!=B]]"));
+        assert_eq!(verdict("hello"), None);
+    }
+
+    #[test]
+    fn answers_right_wrong_and_malformed_by_row() {
+        let text = r#"{"responses_create_params": {"input": "Q1"}, "expected_answer": "B", "options": [{"A": "x"}, {"B": "y"}]}
+{"responses_create_params": {"input": [{"role": "user", "content": "Q2"}]}, "expected_answer": 41}
+{"responses_create_params": {"input": "Q3"}}
+"#;
+        let mut key = AnswerKey::from_jsonl(text, "expected_answer").unwrap();
+        assert_eq!(key.len(), 2, "the row without the field is skipped");
+        key.format = "\\boxed{{answer}}".into();
+        assert_eq!(key.answer("Q1", 0).as_deref(), Some("\\boxed{B}"));
+        assert_eq!(key.answer("Q3", 0), None);
+        key.wrong = 1.0;
+        assert_eq!(key.answer("Q1", 0).as_deref(), Some("\\boxed{A}"));
+        assert_eq!(key.answer("Q2", 0).as_deref(), Some("\\boxed{42}"));
+        key.malformed = 1.0;
+        assert_eq!(key.answer("Q2", 0).as_deref(), Some(MALFORMED));
+        assert!(AnswerKey::from_jsonl("{", "x").unwrap_err().contains("line 1"));
+    }
+}
