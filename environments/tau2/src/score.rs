@@ -11,6 +11,7 @@
 
 mod action;
 mod communicate;
+mod diff;
 mod env;
 mod nl;
 
@@ -105,6 +106,7 @@ pub async fn score(
     let vacuous = vacuous_components(criteria);
     Ok(Reward::new(reward)
         .with("db_check", env.db_check)
+        .with("db_diff", env.diff)
         .with("env_assertions", env.checks)
         .with("action_checks", action.checks)
         .with("nl_assertions", nl.as_ref().map(|n| n.checks.clone()).unwrap_or(Value::Null))

@@ -141,9 +141,12 @@ async function main() {
     await open(`/sessions/${plan.tau2_match}`, 'session-tau2.png');
     check(await page.locator('#db-writes tbody tr').count() >= 1, 'a tau2 session lists the writes that changed its database');
     check((await text('#db-gold')).includes('equals the gold'), 'a matching final database is said to match');
+    check(await page.locator('#db-diff-initial tbody tr').count() >= 1, 'the fields its writes changed are listed');
+    check(await page.locator('#db-diff-gold').count() === 0, 'a matching database has no difference from the gold one');
     await open(`/sessions/${plan.tau2_differs}`, 'session-tau2-differs.png');
     check((await text('#db-gold')).includes('differs from the gold'), 'a differing final database is marked');
     check(await page.locator('#gold-missed tbody tr').count() >= 1, 'the gold actions it missed are listed');
+    check(await page.locator('#db-diff-gold tbody tr').count() >= 1, 'the fields where the final database differs from the gold one are listed');
 
     // Bad input gets a page, not a crash.
     for (const [url, status] of [['/runs/999999', 404], ['/sessions/x', 400], [`/runs/${plan.run}/sessions?reward_min=lots`, 400], ['/compare?a=1', 400]]) {

@@ -240,6 +240,41 @@ fn tau2(breakdown: &serde_json::Map<String, Value>, tools: &[ToolCallRecord]) ->
                 }
             }
         }
-        p.muted { "The score records whether the databases matched, not their contents, so a row-by-row difference between the final and gold databases cannot be shown from the store." }
+        @if let Some(diff) = breakdown.get("db_diff").filter(|d| !d.is_null()) {
+            (db_diff("Initial → final, field by field", "db-diff-initial", &diff["initial_to_final"]))
+            @if !diff["final_to_gold"].is_null() {
+                (db_diff("Final → gold, field by field", "db-diff-gold", &diff["final_to_gold"]))
+            }
+        } @else {
+            p.muted { "This score keeps no field-by-field difference of the databases (it was scored by an older Parley)." }
+        }
+    }
+}
+
+/// One recorded database difference (`db` and `user_db`): each changed field by its path, with
+/// its value before and after.
+fn db_diff(title: &str, id: &str, diff: &Value) -> Markup {
+    html! {
+        h3 { (title) }
+        table id=(id) {
+            thead { tr { th { "Database" } th { "Field" } th { "Before" } th { "After" } } }
+            tbody {
+                @for which in ["db", "user_db"] {
+                    @for change in diff[which]["changes"].as_array().into_iter().flatten() {
+                        tr {
+                            td { (which) }
+                            td { code { (change["path"].as_str().unwrap_or("?")) } }
+                            td { pre { (clipped(&json_text(&change["before"].to_string()))) } }
+                            td { pre { (clipped(&json_text(&change["after"].to_string()))) } }
+                        }
+                    }
+                }
+            }
+        }
+        @for which in ["db", "user_db"] {
+            @if diff[which]["cut"].as_bool() == Some(true) {
+                p.muted { (format!("{which}: {} fields differ; the first {} are shown.", diff[which]["total"], diff[which]["changes"].as_array().map_or(0, Vec::len))) }
+            }
+        }
     }
 }

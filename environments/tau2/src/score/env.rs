@@ -15,6 +15,9 @@ use crate::world::World;
 pub struct EnvOutcome {
     pub reward: f64,
     pub db_check: Value,
+    /// How the session changed the databases (`initial_to_final`) and, when they differ from
+    /// the gold ones, how (`final_to_gold`): see [`super::diff`]. Parley's own, not tau2's.
+    pub diff: Value,
     pub checks: Value,
     pub breakdown: Map<String, Value>,
     pub info: Value,
@@ -25,6 +28,7 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
         return Ok(EnvOutcome {
             reward: 1.0,
             db_check: json!({"db_match": true, "db_reward": 1.0}),
+            diff: Value::Null,
             // tau2 leaves `env_assertions` unset (null) here, not empty.
             checks: Value::Null,
             breakdown: Map::new(),
@@ -36,6 +40,8 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
 
     let mut gold = World::new(ctx.base.clone_box(), ctx.catalog.clone(), false);
     gold.set_state(ctx.spec, &ctx.spec.history).map_err(|e| format!("building the gold state: {e}"))?;
+    // Before the gold actions, the gold world is the session's initial state.
+    let initial = [gold.canonical(Requestor::Assistant), gold.canonical(Requestor::User)];
     let mut failed = Vec::new();
     for action in criteria.actions.iter().flatten() {
         let Some(requestor) = Requestor::parse(&action.requestor) else { continue };
@@ -54,6 +60,18 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
     }
 
     let db_match = gold.same_dbs(&predicted);
+    let final_dbs = [predicted.canonical(Requestor::Assistant), predicted.canonical(Requestor::User)];
+    let gold_dbs = [gold.canonical(Requestor::Assistant), gold.canonical(Requestor::User)];
+    let diffs = |from: &[Option<String>; 2], to: &[Option<String>; 2]| {
+        json!({
+            "db": super::diff::between(from[0].as_deref(), to[0].as_deref()),
+            "user_db": super::diff::between(from[1].as_deref(), to[1].as_deref()),
+        })
+    };
+    let diff = json!({
+        "initial_to_final": diffs(&initial, &final_dbs),
+        "final_to_gold": if db_match { Value::Null } else { diffs(&final_dbs, &gold_dbs) },
+    });
     let db_reward = if db_match { 1.0 } else { 0.0 };
     let db_check = json!({"db_match": db_match, "db_reward": db_reward});
     let info = if failed.is_empty() { Value::Null } else { json!({"failed_mutating_actions": failed}) };
@@ -90,5 +108,5 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
         breakdown.insert("ENV_ASSERTION".into(), json!(assertion_reward));
         reward *= assertion_reward;
     }
-    Ok(EnvOutcome { reward, db_check, checks: Value::Array(checks), breakdown, info })
+    Ok(EnvOutcome { reward, db_check, diff, checks: Value::Array(checks), breakdown, info })
 }
