@@ -477,9 +477,10 @@ def finish(results, args, work, *, latest):
         out_dir = Path(args.results)
         out_dir.mkdir(parents=True, exist_ok=True)
         stamp = results["date"].replace(":", "").replace("+0000", "Z")
-        for name in [f"{stamp}.json", "latest.json"] if latest else [f"{stamp}-{args.only}.json"]:
+        names = [f"{stamp}.json", "latest.json"] if latest else [f"{stamp}-{args.only}.json"]
+        for name in names:
             (out_dir / name).write_text(json.dumps(results, indent=2) + "\n")
-        print(f"bench: results in {out_dir / (stamp + '.json')} and {out_dir / 'latest.json'}", file=sys.stderr)
+        print(f"bench: results in {', '.join(str(out_dir / n) for n in names)}", file=sys.stderr)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 
