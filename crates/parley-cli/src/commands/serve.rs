@@ -70,7 +70,20 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ended = service.metrics.sessions_ended();
     runtime.store.finish_run(run, "finished").await?;
     drop(service);
-    let runtime = Arc::try_unwrap(runtime).map_err(|_| anyhow::anyhow!("sessions still hold the runtime"))?;
+    // The server's connection tasks let go of their handles to the service (and so to the
+    // runtime) as they wind down, a moment after the server returns.
+    let mut runtime = runtime;
+    let started = std::time::Instant::now();
+    let runtime = loop {
+        match Arc::try_unwrap(runtime) {
+            Ok(runtime) => break runtime,
+            Err(held) if started.elapsed() < std::time::Duration::from_secs(10) => {
+                runtime = held;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(_) => anyhow::bail!("sessions still hold the runtime 10 s after the server stopped"),
+        }
+    };
     runtime.stop().await?;
     eprintln!("parley serve: stopped after {ended} sessions (run {run})");
     Ok(())
