@@ -46,6 +46,24 @@ fn succeeded(mut child: Child, work: &Workdir, log: &str) -> String {
     stderr
 }
 
+/// A work folder with the tasks and the reference: the same run, never interrupted, against a
+/// stub of its own (`reference.db`, `reference.jsonl`).
+fn reference_run() -> Workdir {
+    let work = Workdir::new();
+    write_tasks(&work);
+    let reference_stub = Stub::start(&["--latency-ms", "40"]);
+    let out = work.parley(&run_args(&reference_stub, "reference.db", "reference.jsonl"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    work
+}
+
+/// A rollout file's rows, in a stable order.
+fn sorted_rows(work: &Workdir, name: &str) -> Vec<String> {
+    let mut rows: Vec<String> = read_jsonl(&work.path(name)).iter().map(Value::to_string).collect();
+    rows.sort();
+    rows
+}
+
 /// Turns the stub was asked more than once.
 fn repeated(stats: &Value) -> Vec<(String, u64)> {
     let turns = stats["turns"].as_object().unwrap();
@@ -54,11 +72,7 @@ fn repeated(stats: &Value) -> Vec<(String, u64)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_resumes_at_once_after_a_kill_finish_every_session_once() {
-    let work = Workdir::new();
-    write_tasks(&work);
-    let reference_stub = Stub::start(&["--latency-ms", "40"]);
-    let out = work.parley(&run_args(&reference_stub, "reference.db", "reference.jsonl"));
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let work = reference_run();
 
     let stub = Stub::start(&["--latency-ms", "40"]);
     let mut run = spawn(&work, &run_args(&stub, "crash.db", "crash.jsonl"), "run.log");
@@ -91,20 +105,12 @@ async fn two_resumes_at_once_after_a_kill_finish_every_session_once() {
         .collect();
     assert_eq!(asked_by_both, [], "turns asked by both resumes");
     assert!(repeated(&after).len() <= 3 * 8, "only turns in flight at the kill were asked again");
-    let mut rows: Vec<String> = read_jsonl(&work.path("crash.jsonl")).iter().map(Value::to_string).collect();
-    let mut reference: Vec<String> = read_jsonl(&work.path("reference.jsonl")).iter().map(Value::to_string).collect();
-    rows.sort();
-    reference.sort();
-    assert_eq!(rows, reference, "the rollout file holds every session once");
+    assert_eq!(sorted_rows(&work, "crash.jsonl"), sorted_rows(&work, "reference.jsonl"), "every session once");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resume_beside_the_live_run_drives_nothing_twice() {
-    let work = Workdir::new();
-    write_tasks(&work);
-    let reference_stub = Stub::start(&["--latency-ms", "40"]);
-    let out = work.parley(&run_args(&reference_stub, "reference.db", "reference.jsonl"));
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let work = reference_run();
 
     let stub = Stub::start(&["--latency-ms", "40"]);
     let run = spawn(&work, &run_args(&stub, "live.db", "live.jsonl"), "run.log");
@@ -116,9 +122,5 @@ async fn a_resume_beside_the_live_run_drives_nothing_twice() {
     assert_eq!(results(&work, "live.db").await, results(&work, "reference.db").await);
     assert_eq!(repeated(&stub.stats()), [], "no model call was asked twice");
     assert!(resumed.contains("resuming"), "{resumed}");
-    let mut rows: Vec<String> = read_jsonl(&work.path("live.jsonl")).iter().map(Value::to_string).collect();
-    let mut reference: Vec<String> = read_jsonl(&work.path("reference.jsonl")).iter().map(Value::to_string).collect();
-    rows.sort();
-    reference.sort();
-    assert_eq!(rows, reference, "the rollout file holds every session once");
+    assert_eq!(sorted_rows(&work, "live.jsonl"), sorted_rows(&work, "reference.jsonl"), "every session once");
 }
