@@ -1,4 +1,5 @@
-//! The bounded prefix of a body that error messages and log lines quote.
+//! What error messages and log lines quote of a remote answer: a bounded prefix of its body, and
+//! its error chain with known keys redacted.
 
 /// Bytes of a body an error or a log line quotes at most.
 const QUOTED: usize = 300;
@@ -28,6 +29,19 @@ pub fn excerpt_bytes(body: &[u8]) -> String {
         end -= 1;
     }
     format!("{}… ({} bytes in all)", &prefix[..end], body.len())
+}
+
+/// An error and its causes in one line ("error sending request: connection refused"), with every
+/// known key redacted: how a transport failure is told, in an error or a log line.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    crate::secrets::redact(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -20,5 +20,5 @@ mod retry;
 pub mod secrets;
 
 pub use body::{Answer, TooLarge, WholeBody, WholeBodyLayer};
-pub use excerpt::{excerpt, excerpt_bytes};
+pub use excerpt::{error_chain, excerpt, excerpt_bytes};
 pub use retry::{Attempt, GaveUp, Retry, RetryPolicy, Unaccepted, backoff, class_of_error, track};

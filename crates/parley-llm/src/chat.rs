@@ -15,7 +15,8 @@ use parley_core::{
     ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningReplay,
 };
 use parley_http::{
-    Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, excerpt, excerpt_bytes, secrets,
+    Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, error_chain, excerpt, excerpt_bytes,
+    secrets,
 };
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -274,17 +275,5 @@ fn classify(error: OpenAIError) -> (ModelFailureKind, String, Option<RawJson>) {
     if error.is::<TooLarge>() {
         return (ModelFailureKind::MalformedResponse, error.to_string(), None);
     }
-    (ModelFailureKind::Transport, secrets::redact(&chain(error.as_ref())).into_owned(), None)
-}
-
-/// An error and its causes in one line ("error sending request: connection refused").
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
+    (ModelFailureKind::Transport, error_chain(error.as_ref()), None)
 }

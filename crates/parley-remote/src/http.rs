@@ -283,7 +283,7 @@ impl HttpServer {
             let body = excerpt(&String::from_utf8_lossy(&unaccepted.body));
             return RemoteError::Malformed { server, call, cause: unaccepted.why.clone(), body };
         }
-        let cause = secrets::redact(&chain(error.as_ref())).into_owned();
+        let cause = parley_http::error_chain(error.as_ref());
         match error.downcast_ref::<reqwest::Error>() {
             Some(e) if e.is_connect() => RemoteError::Connect { server, call, attempts, cause },
             Some(_) => RemoteError::Transport { server, call, attempts, cause },
@@ -311,16 +311,4 @@ impl From<Answer> for Exchange {
             String::from_utf8(answer.body).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         Exchange { status: answer.status, retry_after, set_cookies, body }
     }
-}
-
-/// An error and its causes in one line ("error sending request: connection refused").
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
 }
