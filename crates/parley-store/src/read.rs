@@ -236,23 +236,26 @@ impl SqliteStore {
 
     fn session_read(&self, r: &SqliteRow) -> SessionRead {
         let id: i64 = r.try_get("id").unwrap_or_default();
+        SessionRead { id, row: self.session_fields(r, id) }
+    }
+
+    /// A row of [`session_columns!`] as a [`SessionRow`]; a column that cannot be read is named
+    /// with its table and the session `id`.
+    pub(crate) fn session_fields(&self, r: &SqliteRow, id: i64) -> Result<SessionRow, StoreError> {
         let get = |name: &'static str| (self, "sessions", id, name);
-        let row = (|| {
-            Ok(SessionRow {
-                id,
-                task_index: column(r, get("task_index"))?,
-                trial: column(r, get("trial"))?,
-                seed: column(r, get("seed"))?,
-                status: column(r, get("status"))?,
-                termination: column(r, get("termination"))?,
-                reward: column(r, get("reward"))?,
-                error: column(r, get("error"))?,
-                failure: column(r, get("failure"))?,
-                retries: column(r, get("retries"))?,
-                duration_ms: column(r, get("duration_ms"))?,
-            })
-        })();
-        SessionRead { id, row }
+        Ok(SessionRow {
+            id,
+            task_index: column(r, get("task_index"))?,
+            trial: column(r, get("trial"))?,
+            seed: column(r, get("seed"))?,
+            status: column(r, get("status"))?,
+            termination: column(r, get("termination"))?,
+            reward: column(r, get("reward"))?,
+            error: column(r, get("error"))?,
+            failure: column(r, get("failure"))?,
+            retries: column(r, get("retries"))?,
+            duration_ms: column(r, get("duration_ms"))?,
+        })
     }
 }
 

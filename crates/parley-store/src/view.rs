@@ -184,20 +184,7 @@ impl SqliteStore {
 
     fn session_row(&self, r: &SqliteRow) -> Result<SessionRow, StoreError> {
         let id: i64 = r.try_get("id").map_err(|e| self.damaged("column `id` of table `sessions`", &e))?;
-        let get = |name: &'static str| (self, "sessions", id, name);
-        Ok(SessionRow {
-            id,
-            task_index: column(r, get("task_index"))?,
-            trial: column(r, get("trial"))?,
-            seed: column(r, get("seed"))?,
-            status: column(r, get("status"))?,
-            termination: column(r, get("termination"))?,
-            reward: column(r, get("reward"))?,
-            error: column(r, get("error"))?,
-            failure: column(r, get("failure"))?,
-            retries: column(r, get("retries"))?,
-            duration_ms: column(r, get("duration_ms"))?,
-        })
+        self.session_fields(r, id)
     }
 }
 
