@@ -61,7 +61,13 @@ static LIST_SEPARATOR: LazyLock<Regex> = LazyLock::new(|| regex(r"(?i)^(?:\s*[/|
 
 /// Everything inside the last `\boxed{...}`, braces counted; `None` without a closed one.
 pub fn boxed_inner(text: &str) -> Option<&str> {
-    let start = text.rfind("\\boxed{")? + "\\boxed{".len();
+    command_inner(text, "\\boxed{")
+}
+
+/// Everything inside the last `command` (a LaTeX command with its opening brace, such as
+/// `\fbox{`) up to its matching brace; `None` without a closed one.
+pub fn command_inner<'a>(text: &'a str, command: &str) -> Option<&'a str> {
+    let start = text.rfind(command)? + command.len();
     let mut depth = 1usize;
     for (i, ch) in text[start..].char_indices() {
         match ch {

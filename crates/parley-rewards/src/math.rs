@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::choice::boxed_inner;
+use crate::choice::{boxed_inner, command_inner};
 use crate::{Context, Score, ScoreError, Scorer};
 
 /// Grades the reply's final answer against the row's expected answer.
@@ -51,7 +51,7 @@ impl Scorer for MathAnswer {
 /// The final answer of a reply: the last `\boxed{}` or `\fbox{}`, else the text after the last
 /// "answer is" or "Answer:" (to the end of its line or sentence), else the last number.
 pub fn extract_answer(reply: &str) -> Option<String> {
-    if let Some(inner) = boxed_inner(reply).or_else(|| fbox_inner(reply)) {
+    if let Some(inner) = boxed_inner(reply).or_else(|| command_inner(reply, "\\fbox{")) {
         return Some(inner.trim().to_owned());
     }
     let lower = reply.to_lowercase();
@@ -70,24 +70,6 @@ pub fn extract_answer(reply: &str) -> Option<String> {
         }
     }
     last_number(reply)
-}
-
-fn fbox_inner(text: &str) -> Option<&str> {
-    let start = text.rfind("\\fbox{")? + "\\fbox{".len();
-    let mut depth = 1usize;
-    for (i, ch) in text[start..].char_indices() {
-        match ch {
-            '{' => depth += 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(&text[start..start + i]);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
 }
 
 fn last_number(text: &str) -> Option<String> {
