@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use parley_core::Termination;
 use parley_scoring::training::{Shaped, TrainingAccumulator, TrainingMetrics};
-use parley_scoring::{Outcome, Summary, percentile, summarize};
-use parley_store::{SqliteStore, TokenTotals};
+use parley_scoring::{Summary, percentile, summarize};
+use parley_store::{RunOutcomes, SqliteStore, TokenTotals};
 
 pub struct Report {
     pub run: i64,
@@ -30,33 +30,7 @@ impl Report {
     /// The run's report, reading its sessions a page at a time: a run of a million sessions
     /// keeps only what the metrics need of each.
     pub async fn load(store: &SqliteStore, run: i64, trials: usize) -> anyhow::Result<Report> {
-        let mut outcomes = Vec::new();
-        let mut failures = std::collections::BTreeMap::new();
-        let (mut unfinished, mut retries) = (0, 0);
-        let mut after = 0;
-        loop {
-            let page = store.sessions_page(run, after, 4096).await?;
-            let Some(last) = page.last() else { break };
-            after = last.id;
-            for r in page {
-                retries += r.retries;
-                if r.status != "finished" {
-                    unfinished += 1;
-                    continue;
-                }
-                if let Some(failure) = r.failure {
-                    *failures.entry(failure).or_default() += 1;
-                }
-                let termination = r.termination.unwrap_or_default();
-                outcomes.push(Outcome {
-                    task: r.task_index as usize,
-                    infrastructure: Termination::parse(&termination).is_none_or(Termination::is_infrastructure),
-                    termination,
-                    reward: r.reward,
-                    duration_ms: r.duration_ms.unwrap_or(0.0),
-                });
-            }
-        }
+        let RunOutcomes { outcomes, failures, unfinished, retries, .. } = store.run_outcomes(run).await?;
         let mut latencies = store.call_latencies(run, "assistant").await?;
         latencies.sort_by(f64::total_cmp);
         let mut user_latencies = store.call_latencies(run, "user").await?;

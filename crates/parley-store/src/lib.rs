@@ -36,7 +36,7 @@ use sqlx::{Connection, SqliteConnection, SqlitePool};
 pub use delta::{DELTA_KEY, reconstruct};
 pub use judge::{VerdictCache, request_hash};
 pub use load::{CallFigures, RunRecord, Transcript};
-pub use read::{SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
+pub use read::{RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
 pub use view::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo};
 use writer::{Writer, WriterHandle};
 

@@ -105,7 +105,53 @@ impl SqliteStore {
     }
 }
 
+/// A run's sessions as its metrics see them: each finished session's outcome, failures by
+/// class, and the sessions not finished.
+#[derive(Debug, Default)]
+pub struct RunOutcomes {
+    pub outcomes: Vec<parley_scoring::Outcome>,
+    /// Finished sessions that failed outside the agent, by failure class.
+    pub failures: std::collections::BTreeMap<String, usize>,
+    pub total: usize,
+    pub unfinished: usize,
+    /// Model-call retries over every session.
+    pub retries: i64,
+}
+
 impl SqliteStore {
+    /// The run's outcomes, read a page at a time: a run of a million sessions keeps only what
+    /// the metrics need of each.
+    pub async fn run_outcomes(&self, run: RunId) -> Result<RunOutcomes, StoreError> {
+        let mut out = RunOutcomes::default();
+        let mut after = 0;
+        loop {
+            let page = self.sessions_page(run, after, 4096).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for s in page {
+                out.total += 1;
+                out.retries += s.retries;
+                if s.status != "finished" {
+                    out.unfinished += 1;
+                    continue;
+                }
+                if let Some(failure) = s.failure {
+                    *out.failures.entry(failure).or_default() += 1;
+                }
+                let termination = s.termination.unwrap_or_default();
+                out.outcomes.push(parley_scoring::Outcome {
+                    task: s.task_index as usize,
+                    infrastructure: parley_core::Termination::parse(&termination)
+                        .is_none_or(parley_core::Termination::is_infrastructure),
+                    termination,
+                    reward: s.reward,
+                    duration_ms: s.duration_ms.unwrap_or(0.0),
+                });
+            }
+        }
+        Ok(out)
+    }
+
     /// How many sessions the run has, and how many of them are finished.
     pub async fn session_counts(&self, run: RunId) -> Result<(u64, u64), StoreError> {
         let (total, finished): (i64, i64) =

@@ -8,9 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use parley_core::Termination;
-use parley_scoring::{Outcome, SUCCESS, Summary, summarize};
-use parley_store::{SqliteStore, TokenTotals};
+use parley_scoring::{SUCCESS, Summary, summarize};
+use parley_store::{RunOutcomes, SqliteStore, TokenTotals};
 
 use crate::error::PageError;
 
@@ -68,40 +67,12 @@ impl FigureCache {
 }
 
 async fn compute(store: &SqliteStore, run: i64, trials: usize) -> Result<RunFigures, PageError> {
-    let mut outcomes = Vec::new();
-    let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+    let RunOutcomes { outcomes, failures, total, unfinished, retries } = store.run_outcomes(run).await?;
     let mut tasks: BTreeMap<i64, (usize, usize)> = BTreeMap::new();
-    let (mut total, mut unfinished, mut retries) = (0usize, 0usize, 0i64);
-    let mut after = 0;
-    loop {
-        let page = store.sessions_page(run, after, 4096).await?;
-        let Some(last) = page.last() else { break };
-        after = last.id;
-        for s in page {
-            total += 1;
-            retries += s.retries;
-            if s.status != "finished" {
-                unfinished += 1;
-                continue;
-            }
-            if let Some(f) = s.failure {
-                *failures.entry(f).or_default() += 1;
-            }
-            let termination = s.termination.unwrap_or_default();
-            let infrastructure = Termination::parse(&termination).is_none_or(Termination::is_infrastructure);
-            if !infrastructure {
-                let task = tasks.entry(s.task_index).or_default();
-                task.0 += 1;
-                task.1 += usize::from(s.reward.is_some_and(|r| r >= SUCCESS));
-            }
-            outcomes.push(Outcome {
-                task: s.task_index as usize,
-                infrastructure,
-                termination,
-                reward: s.reward,
-                duration_ms: s.duration_ms.unwrap_or(0.0),
-            });
-        }
+    for o in outcomes.iter().filter(|o| !o.infrastructure) {
+        let task = tasks.entry(o.task as i64).or_default();
+        task.0 += 1;
+        task.1 += usize::from(o.reward.is_some_and(|r| r >= SUCCESS));
     }
     let mut tokens = TokenTotals::default();
     let (mut latencies, mut user_latencies) = (Vec::new(), Vec::new());
