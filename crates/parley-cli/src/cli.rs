@@ -400,6 +400,12 @@ crate::settings::options! {
         /// the field it came in, for endpoints whose template reads it. It is stored either way.
         #[arg(long, value_enum, value_name = "MODE")]
         pub reasoning: Option<ReasoningMode>,
+        /// Ask the policy for token ids and log-probs on every agent call (`logprobs`,
+        /// `top_logprobs: 0`, `return_tokens_as_token_ids`, as a vLLM server serving an RL trainer
+        /// expects), store them, send each assistant turn back with its own, and write them on
+        /// the assistant items of rollouts. Simulated users and judges never ask.
+        #[arg(long, num_args = 0, default_missing_value = "true")]
+        pub token_ids: Option<bool>,
 
         /// Who plays the user [default: none].
         #[arg(long, value_enum, value_name = "KIND", help_heading = "User simulation")]

@@ -144,6 +144,7 @@ impl RunOptions {
             raw_calls: o.raw_calls.unwrap_or(true),
             tool_mode: o.tool_mode.unwrap_or_default(),
             reasoning: o.reasoning.unwrap_or_default(),
+            token_ids: o.token_ids.unwrap_or(false),
             greeting: o.greeting,
             user: UserSettings {
                 kind: o.user.unwrap_or_default(),
@@ -227,7 +228,8 @@ mod tests {
              tool_mode = \"json\"\ngreeting = \"hi\"\nuser = \"scripted\"\nuser_model = \"um\"\nuser_temperature = 0.1\n\
              user_max_tokens = 5\nuser_seed = 11\nuser_persona = \"p\"\nmax_turns = 3\nstop_grace = 0\n\
              max_tool_output = 100\nmax_response_bytes = 1000\nshutdown_grace = 2\nbad_rows = \"skip\"\n\
-             answer_match = \"equals\"\nmcp_per_session = true\ngymnasium = true\nreasoning = \"keep\"\n",
+             answer_match = \"equals\"\nmcp_per_session = true\ngymnasium = true\nreasoning = \"keep\"\n\
+             token_ids = true\n",
         )
         .unwrap();
         assert_eq!(s.num_tasks, Some(7));
@@ -237,6 +239,7 @@ mod tests {
         assert_eq!(s.tool_mode, parley_runtime::settings::ToolMode::Json);
         assert_eq!(s.reasoning, parley_runtime::settings::ReasoningMode::Keep);
         assert_eq!(s.endpoint("http://h:1/v1".into(), None).reasoning, parley_core::ReasoningReplay::Keep);
+        assert!(s.policy_endpoint("http://h:1/v1".into()).token_ids && !s.endpoint("http://h:1/v1".into(), None).token_ids);
         assert_eq!(s.user.kind, parley_runtime::settings::UserKind::Scripted);
         assert_eq!(s.bad_rows, parley_runtime::settings::BadRows::Skip);
         assert_eq!(s.remote.answer_match, Some(parley_runtime::settings::AnswerMatch::Equals));

@@ -19,6 +19,7 @@ pub mod reward;
 pub mod session;
 pub mod store;
 pub mod task;
+pub mod tokens;
 pub mod user;
 pub mod view;
 
@@ -37,5 +38,6 @@ pub use store::{
     StoreError, ToolCallRecord, TurnRecord, Unusable,
 };
 pub use task::{Task, ToolLists, stable_seed};
+pub use tokens::TokenIds;
 pub use user::{UserFailure, UserSimulator, UserStop, UserTurn, UserView};
 pub use view::{Party, agent_view, user_view};

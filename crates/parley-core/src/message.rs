@@ -71,12 +71,24 @@ pub struct Message {
     /// What a reasoning model thought before it answered; assistant messages only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<Reasoning>,
+    /// The tokens a token-capturing policy generated this message with; assistant messages
+    /// only. Shared, since transcripts are cloned and a prompt's ids grow with the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<std::sync::Arc<crate::TokenIds>>,
 }
 
 impl Message {
     /// A message of `role` with no content yet: the base the constructors fill in.
     pub fn empty(role: Role) -> Message {
-        Message { role, content: None, parts: Vec::new(), tool_calls: Vec::new(), tool_call_id: None, reasoning: None }
+        Message {
+            role,
+            content: None,
+            parts: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            reasoning: None,
+            tokens: None,
+        }
     }
 
     pub fn text(role: Role, content: impl Into<String>) -> Message {

@@ -135,13 +135,18 @@ pub struct ModelCall {
     /// Attempts made, retries included.
     pub attempts: u32,
     pub error: Option<String>,
+    /// Why the model stopped (`stop`, `tool_calls`, `length`), as the endpoint said.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    /// The sampling settings the request carried.
+    #[serde(default)]
+    pub sampling: Option<Sampling>,
 }
 
 /// A successful call: the assistant message and its record.
 #[derive(Debug, Clone)]
 pub struct ChatReply {
     pub message: Message,
-    pub finish_reason: Option<String>,
     pub call: ModelCall,
 }
 

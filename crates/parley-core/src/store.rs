@@ -85,6 +85,9 @@ pub struct SessionOutcome {
     /// Model-call attempts beyond the first, over the whole session (the failed call's included).
     pub retries: u32,
     pub duration: Duration,
+    /// Why the agent's token ids are not one contiguous sequence, when they are not (see
+    /// [`crate::tokens::transcript_contiguity`]).
+    pub token_contiguity: Option<String>,
 }
 
 /// The generation of a session's claim. Every claim raises it by one, so a write made under an

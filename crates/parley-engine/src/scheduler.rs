@@ -119,6 +119,7 @@ fn panicked(id: SessionId, task: Arc<Task>, trial: u32, why: String) -> SessionR
             steps: 0,
             retries: 0,
             duration: Default::default(),
+            token_contiguity: None,
         },
         produced_from,
         usage: Default::default(),

@@ -364,6 +364,7 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         steps: state.steps,
         retries: state.retries,
         duration: started.elapsed(),
+        token_contiguity: parley_core::tokens::transcript_contiguity(&state.messages),
     };
     let ending =
         Ending { claim, taken_over, finished, last: std::mem::take(&mut state.pending), outcome: outcome.clone() };

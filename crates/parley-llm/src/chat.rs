@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
-use crate::wire;
+use crate::wire::{self, Dialect};
 
 /// How to reach one endpoint.
 #[derive(Debug, Clone)]
@@ -43,6 +43,9 @@ pub struct EndpointConfig {
     pub max_response_bytes: usize,
     /// Whether earlier turns' reasoning goes back to the endpoint.
     pub reasoning: ReasoningReplay,
+    /// Whether calls ask for token ids and log-probs (a policy serving an RL trainer) and send
+    /// earlier turns back with theirs.
+    pub token_ids: bool,
 }
 
 impl Default for EndpointConfig {
@@ -55,6 +58,7 @@ impl Default for EndpointConfig {
             max_concurrency: 256,
             max_response_bytes: 16 << 20,
             reasoning: ReasoningReplay::default(),
+            token_ids: false,
         }
     }
 }
@@ -76,7 +80,7 @@ pub enum ClientConfigError {
 pub struct ChatClient {
     client: Client<OpenAIConfig>,
     endpoint: Arc<str>,
-    reasoning: ReasoningReplay,
+    dialect: Dialect,
 }
 
 impl std::fmt::Debug for ChatClient {
@@ -102,9 +106,10 @@ impl ChatClient {
             None => openai.with_api_key(""),
         };
         let http = shared_http(base, config.max_concurrency)?;
+        let token_ids = config.token_ids;
         let service = ServiceBuilder::new()
             .map_result(hand_over)
-            .map_request(Completion)
+            .map_request(move |request| Completion(request, token_ids))
             .retry(RetryPolicy::new(config.max_retries, Duration::from_millis(200), Duration::from_secs(10)))
             .map_request(|completion: Completion| completion.0)
             .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::new(Semaphore::new(config.max_concurrency.max(1)))))
@@ -112,7 +117,8 @@ impl ChatClient {
             .layer(WholeBodyLayer { limit: config.max_response_bytes })
             .service(ReqwestService::new(http.clone()));
         let client = Client::build(http, openai).with_http_service(service);
-        Ok(ChatClient { client, endpoint: base.into(), reasoning: config.reasoning })
+        let dialect = Dialect { reasoning: config.reasoning, token_ids: config.token_ids };
+        Ok(ChatClient { client, endpoint: base.into(), dialect })
     }
 
     /// Sends the body's bytes as they are and takes the answer as text: the stack checks that it
@@ -130,32 +136,31 @@ impl ModelClient for ChatClient {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
-        let body = wire::request_body(&request, self.reasoning);
+        let body = wire::request_body(&request, self.dialect);
         let started = Instant::now();
         // Every kind of failed attempt, a 200 that is not a completion included, is retried by
         // the one policy inside the stack, within one budget.
         let (result, attempts) = parley_http::track(self.post(&body)).await;
         let mut call = ModelCall {
             endpoint: self.endpoint.to_string(),
-            request: RawJson::default(),
-            response: None,
-            usage: Default::default(),
             latency: started.elapsed(),
             attempts,
-            error: None,
+            sampling: Some(request.sampling.clone()),
+            ..ModelCall::default()
         };
         let failure = match result {
             // The policy accepted it as a completion, so it parses again; should it not, it is a
             // malformed answer like any other.
             Ok(raw) => match serde_json::from_str::<Value>(raw.get())
                 .map_err(|e| e.to_string())
-                .and_then(|v| wire::parse_reply(&v))
+                .and_then(|v| wire::parse_reply(&v, self.dialect.token_ids))
             {
                 Ok((message, finish_reason, usage)) => {
                     call.usage = usage;
+                    call.finish_reason = finish_reason;
                     call.response = Some(RawJson::from_raw(raw));
                     call.request = body;
-                    return Ok(ChatReply { message, finish_reason, call });
+                    return Ok(ChatReply { message, call });
                 }
                 Err(why) => {
                     call.response = Some(RawJson::from_raw(raw));
@@ -179,9 +184,9 @@ impl ModelClient for ChatClient {
 }
 
 /// A request of this client: every call posts a chat completion, so a 2xx is accepted only when
-/// its body is one.
+/// its body is one (with readable token ids, when the client asks for them).
 #[derive(Clone)]
-struct Completion(HttpRequestFactory);
+struct Completion(HttpRequestFactory, bool);
 
 impl Attempt for Completion {
     fn resend(&self) -> Option<Completion> {
@@ -191,7 +196,7 @@ impl Attempt for Completion {
     fn accept(&self, answer: &Answer) -> Result<(), String> {
         let body: Value = serde_json::from_slice(&answer.body)
             .map_err(|e| format!("the body is not JSON ({e}): {}", excerpt_bytes(&answer.body)))?;
-        wire::parse_reply(&body).map(drop).map_err(|why| format!("not a chat completion: {why}"))
+        wire::parse_reply(&body, self.1).map(drop).map_err(|why| format!("not a chat completion: {why}"))
     }
 }
 

@@ -1,7 +1,11 @@
 //! The Chat Completions wire format: requests built from borrowed transcripts, replies read
 //! from whatever the endpoint sent.
 
-use parley_core::{ChatRequest, Message, Part, RawJson, Reasoning, ReasoningReplay, Role, ToolCall, ToolSpec, Usage};
+use std::sync::Arc;
+
+use parley_core::{
+    ChatRequest, Message, Part, RawJson, Reasoning, ReasoningReplay, Role, TokenIds, ToolCall, ToolSpec, Usage,
+};
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
@@ -10,27 +14,46 @@ use serde_json::Value;
 /// built. Keys are written in sorted order, as a `serde_json::Value` would write them, so the
 /// bytes (and a stub's answers that depend on them) are what they have always been.
 ///
-/// `replay` decides whether earlier assistant turns carry their reasoning. Each message is
-/// written the same way on every turn, so a request is the previous one plus its new messages,
-/// which the store's request deltas rely on.
-pub(crate) fn request_body(request: &ChatRequest<'_>, replay: ReasoningReplay) -> RawJson {
+/// `dialect` decides whether earlier assistant turns carry their reasoning, and whether the
+/// call asks for token ids (and sends earlier turns' ids back). Each message is written the same
+/// way on every turn, so a request is the previous one plus its new messages, which the store's
+/// request deltas rely on.
+pub(crate) fn request_body(request: &ChatRequest<'_>, dialect: Dialect) -> RawJson {
     let sampling = request.sampling;
+    let tokens = dialect.token_ids.then_some(true);
     let body = Body {
+        logprobs: tokens,
         max_tokens: sampling.max_tokens,
-        messages: Messages(request.messages, replay),
+        messages: Messages(request.messages, dialect),
         model: request.model,
         response_format: request.response_format,
+        return_tokens_as_token_ids: tokens,
         seed: sampling.seed,
         temperature: sampling.temperature,
         tools: (!request.tools.is_empty()).then_some(Seq(request.tools)),
+        // Only the chosen token's log-prob: a server computes none without a number here.
+        top_logprobs: dialect.token_ids.then_some(0),
         top_p: sampling.top_p,
     };
     // Every field is a string, a number, a borrowed `Value` or a list of them: this cannot fail.
     RawJson::to_raw(&body).expect("a chat request serializes")
 }
 
+/// How a client writes its requests and reads its replies.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Dialect {
+    /// Whether earlier turns' reasoning goes back to the endpoint.
+    pub reasoning: ReasoningReplay,
+    /// Whether calls ask for token ids and log-probs, in the form of vLLM servers that serve RL
+    /// trainers (`logprobs`, `top_logprobs: 0`, `return_tokens_as_token_ids`), and earlier
+    /// turns go back with theirs.
+    pub token_ids: bool,
+}
+
 #[derive(Serialize)]
 struct Body<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
     messages: Messages<'a>,
@@ -38,11 +61,15 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    return_tokens_as_token_ids: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     seed: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<Seq<'a, ToolSpec>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_logprobs: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
 }
@@ -62,8 +89,8 @@ where
 /// One item in its Chat Completions form.
 struct Wire<'a, T>(&'a T);
 
-/// The transcript, each message with or without its reasoning as `replay` says.
-struct Messages<'a>(&'a [Message], ReasoningReplay);
+/// The transcript, each message with or without its reasoning and tokens as the dialect says.
+struct Messages<'a>(&'a [Message], Dialect);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -71,7 +98,7 @@ impl Serialize for Messages<'_> {
     }
 }
 
-struct ChatMessage<'a>(&'a Message, ReasoningReplay);
+struct ChatMessage<'a>(&'a Message, Dialect);
 
 /// A message's content parts in their Chat Completions form.
 struct Parts<'a>(&'a [Part]);
@@ -84,15 +111,22 @@ impl Serialize for Parts<'_> {
 
 impl Serialize for ChatMessage<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let ChatMessage(m, replay) = *self;
+        let ChatMessage(m, dialect) = *self;
         let mut map = serializer.serialize_map(None)?;
         if m.parts.is_empty() {
             map.serialize_entry("content", &m.content)?;
         } else {
             map.serialize_entry("content", &Parts(&m.parts))?;
         }
-        // Keys stay in sorted order: `reasoning` and `reasoning_content` sort before `role`.
-        if let Some(reasoning) = m.reasoning.as_ref().filter(|r| replay.sends(r, false)) {
+        // Keys stay in sorted order. A turn's tokens go back unchanged, so a server that splices
+        // them in never re-renders what its model generated.
+        let tokens = m.tokens.as_deref().filter(|_| dialect.token_ids && m.role == Role::Assistant);
+        if let Some(tokens) = tokens {
+            map.serialize_entry("generation_log_probs", &tokens.log_probs)?;
+            map.serialize_entry("generation_token_ids", &tokens.generation)?;
+            map.serialize_entry("prompt_token_ids", &tokens.prompt)?;
+        }
+        if let Some(reasoning) = m.reasoning.as_ref().filter(|r| dialect.reasoning.sends(r, false)) {
             map.serialize_entry(reasoning.spelling.chat_field(), &reasoning.text)?;
         }
         map.serialize_entry("role", m.role.as_str())?;
@@ -143,7 +177,8 @@ impl Serialize for Wire<'_, ToolSpec> {
 }
 
 /// The assistant message, finish reason and usage of a chat completion, or why it is not one.
-pub(crate) fn parse_reply(body: &Value) -> Result<(Message, Option<String>, Usage), String> {
+/// With `token_ids`, the message keeps the tokens the reply carries (see [`token_ids`]).
+pub(crate) fn parse_reply(body: &Value, token_ids: bool) -> Result<(Message, Option<String>, Usage), String> {
     let choice = body.get("choices").and_then(|c| c.get(0)).ok_or("the response has no `choices[0]`")?;
     let message = choice.get("message").ok_or("`choices[0]` has no `message`")?;
     // A list of parts is kept as parts (text-only lists become text); any other value is kept
@@ -180,7 +215,72 @@ pub(crate) fn parse_reply(body: &Value) -> Result<(Message, Option<String>, Usag
         completion_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
     });
     let reasoning = Reasoning::from_chat_message(message);
-    Ok((Message { content, parts, tool_calls, reasoning, ..Message::empty(Role::Assistant) }, finish_reason, usage))
+    let tokens = match token_ids {
+        true => token_ids_of(body, choice, message)?.map(Arc::new),
+        false => None,
+    };
+    let message = Message { content, parts, tool_calls, reasoning, tokens, ..Message::empty(Role::Assistant) };
+    Ok((message, finish_reason, usage))
+}
+
+/// The tokens of a reply, in whichever spelling the server wrote them: the three fields on
+/// `choices[0].message` (vLLM servers that serve RL trainers); vLLM's own `choices[0].token_ids`
+/// with a top-level `prompt_token_ids`; or, for the generated ids alone, the log-prob entries'
+/// tokens written `token_id:<n>`. Log-probs come from the message's field or from
+/// `choices[0].logprobs.content`. `None` when the reply carries no token ids at all; an error when
+/// it carries some that cannot be read or do not agree.
+fn token_ids_of(body: &Value, choice: &Value, message: &Value) -> Result<Option<TokenIds>, String> {
+    let ids = |value: &Value, field: &str| -> Result<Vec<u32>, String> {
+        let list = value.as_array().ok_or_else(|| format!("`{field}` must be a list of token ids"))?;
+        list.iter()
+            .map(|id| id.as_u64().and_then(|id| u32::try_from(id).ok()))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| format!("`{field}` holds something that is not a token id"))
+    };
+    // The log-prob entries, as (token id if written `token_id:<n>`, log-prob).
+    let entries = match choice.pointer("/logprobs/content") {
+        Some(Value::Array(entries)) => Some(
+            entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let logprob = e.get("logprob").and_then(Value::as_f64);
+                    let logprob = logprob.ok_or_else(|| format!("`logprobs.content[{i}]` has no numeric `logprob`"))?;
+                    let id = e.get("token").and_then(Value::as_str).and_then(|t| t.strip_prefix("token_id:"));
+                    Ok((id.and_then(|id| id.parse::<u32>().ok()), logprob))
+                })
+                .collect::<Result<Vec<_>, String>>()?,
+        ),
+        _ => None,
+    };
+    let prompt = match (message.get("prompt_token_ids"), body.get("prompt_token_ids")) {
+        (Some(p), _) if !p.is_null() => Some(ids(p, "message.prompt_token_ids")?),
+        (_, Some(p)) if !p.is_null() => Some(ids(p, "prompt_token_ids")?),
+        _ => None,
+    };
+    let generation = match (message.get("generation_token_ids"), choice.get("token_ids")) {
+        (Some(g), _) if !g.is_null() => Some(ids(g, "message.generation_token_ids")?),
+        (_, Some(g)) if !g.is_null() => Some(ids(g, "choices[0].token_ids")?),
+        _ => entries.as_ref().and_then(|e| e.iter().map(|(id, _)| *id).collect::<Option<Vec<u32>>>()),
+    };
+    let log_probs = match message.get("generation_log_probs") {
+        Some(Value::Array(list)) => Some(
+            list.iter()
+                .map(Value::as_f64)
+                .collect::<Option<Vec<f64>>>()
+                .ok_or("`message.generation_log_probs` holds something that is not a number")?,
+        ),
+        _ => entries.map(|e| e.into_iter().map(|(_, logprob)| logprob).collect()),
+    };
+    let (prompt, generation) = match (prompt, generation) {
+        (None, None) => return Ok(None),
+        (Some(prompt), Some(generation)) => (prompt, generation),
+        (None, Some(_)) => return Err("the reply has generated token ids but no `prompt_token_ids`".into()),
+        (Some(_), None) => return Err("the reply has `prompt_token_ids` but no generated token ids".into()),
+    };
+    let tokens = TokenIds { prompt, generation, log_probs: log_probs.unwrap_or_default() };
+    tokens.check()?;
+    Ok(Some(tokens))
 }
 
 #[cfg(test)]
@@ -265,7 +365,7 @@ mod tests {
         {
             let request =
                 ChatRequest { model: "m", messages: &messages, tools, sampling: &sampling, response_format: format };
-            assert_eq!(request_body(&request, ReasoningReplay::Auto).get(), request_json(&request).to_string());
+            assert_eq!(request_body(&request, Dialect::default()).get(), request_json(&request).to_string());
         }
     }
 
@@ -280,7 +380,7 @@ mod tests {
         let sampling = Sampling { temperature: Some(0.5), seed: Some(9), ..Sampling::default() };
         let body = request_body(
             &ChatRequest { model: "m", messages: &messages, tools: &tools, sampling: &sampling, response_format: None },
-            ReasoningReplay::Auto,
+            Dialect::default(),
         )
         .to_value();
         assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["name"], "f");
@@ -296,7 +396,7 @@ mod tests {
         let body = json!({"choices": [{"message": {"role": "assistant", "content": null,
             "tool_calls": [{"id": "x", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
             "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 4}});
-        let (m, finish, usage) = parse_reply(&body).unwrap();
+        let (m, finish, usage) = parse_reply(&body, false).unwrap();
         assert_eq!(m.tool_calls[0].arguments, "{\"a\":1}");
         assert_eq!(finish.as_deref(), Some("tool_calls"));
         assert_eq!(usage, Usage { prompt_tokens: 3, completion_tokens: 4 });
@@ -345,7 +445,7 @@ mod tests {
         /// Whatever an endpoint sends, reading it gives a reply or a reason, never a panic.
         #[test]
         fn any_body_is_a_reply_or_a_reason(body in json_value()) {
-            match parse_reply(&body) {
+            match parse_reply(&body, false) {
                 Ok((message, _, _)) => proptest::prop_assert_eq!(message.role, Role::Assistant),
                 Err(why) => proptest::prop_assert!(!why.is_empty()),
             }
@@ -356,13 +456,13 @@ mod tests {
     fn reasoning_is_read_in_either_spelling_and_sent_back_as_configured() {
         for field in ["reasoning_content", "reasoning"] {
             let body = json!({"choices": [{"message": {"role": "assistant", "content": "4", field: "2 + 2"}}]});
-            let (m, _, _) = parse_reply(&body).unwrap();
+            let (m, _, _) = parse_reply(&body, false).unwrap();
             assert_eq!(m.reasoning.as_ref().unwrap().text, "2 + 2");
             let messages = [Message::user("2 + 2?"), m, Message::user("and 3 + 3?")];
             let sampling = Sampling::default();
             let request =
                 ChatRequest { model: "m", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
-            let sent = |replay| request_body(&request, replay).to_value()["messages"][1].clone();
+            let sent = |replay| request_body(&request, Dialect { reasoning: replay, token_ids: false }).to_value()["messages"][1].clone();
             assert_eq!(sent(ReasoningReplay::Keep)[field], "2 + 2", "{field}");
             assert_eq!(sent(ReasoningReplay::Keep)["content"], "4");
             for replay in [ReasoningReplay::Auto, ReasoningReplay::Drop] {
@@ -386,7 +486,7 @@ mod tests {
         let messages = [user];
         let request =
             ChatRequest { model: "m", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
-        let body = request_body(&request, ReasoningReplay::Auto).to_value();
+        let body = request_body(&request, Dialect::default()).to_value();
         assert_eq!(
             body["messages"][0]["content"],
             json!([{"type": "text", "text": "what is this?"},
@@ -394,11 +494,74 @@ mod tests {
         );
         let reply = json!({"choices": [{"message": {"role": "assistant",
             "content": [{"type": "text", "text": "a "}, {"type": "text", "text": "pixel"}]}}]});
-        assert_eq!(parse_reply(&reply).unwrap().0.content.as_deref(), Some("a pixel"));
+        assert_eq!(parse_reply(&reply, false).unwrap().0.content.as_deref(), Some("a pixel"));
     }
 
     #[test]
     fn reply_without_choices_is_malformed() {
-        assert!(parse_reply(&json!({"id": "x"})).unwrap_err().contains("choices"));
+        assert!(parse_reply(&json!({"id": "x"}), false).unwrap_err().contains("choices"));
+    }
+
+    fn tokens(prompt: &[u32], generation: &[u32], log_probs: &[f64]) -> TokenIds {
+        TokenIds { prompt: prompt.to_vec(), generation: generation.to_vec(), log_probs: log_probs.to_vec() }
+    }
+
+    #[test]
+    fn token_ids_are_read_in_every_spelling() {
+        let expected = tokens(&[1, 2, 3], &[7, 8], &[-0.25, -1.5]);
+        // On the message, as vLLM servers serving RL trainers write them.
+        let on_message = json!({"choices": [{"message": {"role": "assistant", "content": "hi",
+            "prompt_token_ids": [1, 2, 3], "generation_token_ids": [7, 8], "generation_log_probs": [-0.25, -1.5]}}]});
+        // vLLM's `return_token_ids`, with log-probs from the entries.
+        let vllm = json!({"prompt_token_ids": [1, 2, 3], "choices": [{"token_ids": [7, 8],
+            "logprobs": {"content": [{"token": "a", "logprob": -0.25}, {"token": "b", "logprob": -1.5}]},
+            "message": {"role": "assistant", "content": "hi"}}]});
+        // Generated ids only as `token_id:<n>` log-prob tokens.
+        let as_tokens = json!({"prompt_token_ids": [1, 2, 3], "choices": [{"logprobs": {"content": [
+            {"token": "token_id:7", "logprob": -0.25}, {"token": "token_id:8", "logprob": -1.5}]},
+            "message": {"role": "assistant", "content": "hi"}}]});
+        for body in [on_message, vllm, as_tokens] {
+            let (m, _, _) = parse_reply(&body, true).unwrap();
+            assert_eq!(m.tokens.as_deref(), Some(&expected), "{body}");
+            // A client that did not ask for tokens keeps none, whatever the server sent.
+            assert_eq!(parse_reply(&body, false).unwrap().0.tokens, None);
+        }
+    }
+
+    #[test]
+    fn token_ids_that_do_not_agree_are_a_malformed_reply() {
+        let short = json!({"choices": [{"message": {"role": "assistant", "content": "hi",
+            "prompt_token_ids": [1], "generation_token_ids": [7, 8], "generation_log_probs": [-0.25]}}]});
+        assert!(parse_reply(&short, true).unwrap_err().contains("2 generated token ids but 1 log-probs"));
+        let no_prompt = json!({"choices": [{"token_ids": [7], "logprobs": {"content": [{"token": "x", "logprob": -1.0}]},
+            "message": {"role": "assistant", "content": "hi"}}]});
+        assert!(parse_reply(&no_prompt, true).unwrap_err().contains("no `prompt_token_ids`"));
+        let not_ids = json!({"prompt_token_ids": [1, "two"], "choices": [{"token_ids": [7],
+            "message": {"role": "assistant", "content": "hi"}}]});
+        assert!(parse_reply(&not_ids, true).unwrap_err().contains("not a token id"));
+    }
+
+    #[test]
+    fn a_capturing_request_asks_for_tokens_and_sends_earlier_turns_back_with_theirs() {
+        let mut earlier = Message::assistant("first");
+        earlier.tokens = Some(Arc::new(tokens(&[1, 2], &[3], &[-0.5])));
+        let messages = [Message::user("hi"), earlier, Message::user("again")];
+        let sampling = Sampling::default();
+        let request =
+            ChatRequest { model: "m", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
+        let capturing = request_body(&request, Dialect { token_ids: true, ..Dialect::default() }).to_value();
+        assert_eq!(capturing["logprobs"], true);
+        assert_eq!(capturing["top_logprobs"], 0);
+        assert_eq!(capturing["return_tokens_as_token_ids"], true);
+        assert_eq!(capturing["messages"][1]["prompt_token_ids"], json!([1, 2]));
+        assert_eq!(capturing["messages"][1]["generation_token_ids"], json!([3]));
+        assert_eq!(capturing["messages"][1]["generation_log_probs"], json!([-0.5]));
+        // The bytes are those of the same tree: keys in sorted order.
+        let body = request_body(&request, Dialect { token_ids: true, ..Dialect::default() });
+        assert_eq!(body.get(), capturing.to_string());
+        // Another client (a simulated user's, a judge's) neither asks nor sends them.
+        let plain = request_body(&request, Dialect::default()).to_value();
+        assert!(plain.get("logprobs").is_none() && plain.get("return_tokens_as_token_ids").is_none());
+        assert!(plain["messages"][1].get("prompt_token_ids").is_none());
     }
 }

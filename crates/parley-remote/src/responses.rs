@@ -87,8 +87,12 @@ impl ModelClient for ResponsesClient {
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
         let body = wire::request_json(&request, self.reasoning);
         let started = Instant::now();
-        let mut call =
-            ModelCall { endpoint: self.endpoint().to_owned(), request: RawJson::from(&body), ..ModelCall::default() };
+        let mut call = ModelCall {
+            endpoint: self.endpoint().to_owned(),
+            request: RawJson::from(&body),
+            sampling: Some(request.sampling.clone()),
+            ..ModelCall::default()
+        };
         // A 200 whose body is not a Responses object is retried by the one policy, within the
         // same budget as every other failed attempt.
         let (result, attempts) =
@@ -119,8 +123,9 @@ impl ModelClient for ResponsesClient {
             {
                 Ok(((message, finish_reason, usage), response)) => {
                     call.usage = usage;
+                    call.finish_reason = finish_reason;
                     call.response = Some(RawJson::from(&response));
-                    return Ok(ChatReply { message, finish_reason, call });
+                    return Ok(ChatReply { message, call });
                 }
                 // The policy accepted it, so this does not happen; should it, it is malformed.
                 Err(why) => (ModelFailureKind::MalformedResponse, format!("not a Responses object: {why}")),

@@ -201,7 +201,6 @@ pub(crate) mod test_support {
             match self.answers.lock().unwrap().pop() {
                 Some(text) => Ok(ChatReply {
                     message: Message::assistant(text),
-                    finish_reason: Some("stop".into()),
                     call: ModelCall::default(),
                 }),
                 None => Err(ModelFailure {

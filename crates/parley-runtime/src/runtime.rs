@@ -82,7 +82,7 @@ impl Runtime {
             AgentKind::ToolCalling => {
                 let mut ranks: Vec<Arc<dyn parley_core::ModelClient>> = Vec::new();
                 for url in std::iter::once(&base_url).chain(&settings.ranks) {
-                    let client = ChatClient::new(&settings.endpoint(url.clone(), settings.api_key_env.clone()))
+                    let client = ChatClient::new(&settings.policy_endpoint(url.clone()))
                         .map_err(|e| usage(format!("--base-url {url}: {e}")))?;
                     ranks.push(Arc::new(client));
                 }

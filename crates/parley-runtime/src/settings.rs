@@ -68,6 +68,10 @@ pub struct RunSettings {
     /// Whether earlier turns' reasoning goes back to the model.
     #[serde(default)]
     pub reasoning: ReasoningMode,
+    /// Whether the agent's calls ask the policy for token ids and log-probs and send each turn
+    /// back with its own (a vLLM server that serves an RL trainer).
+    #[serde(default)]
+    pub token_ids: bool,
     /// The composite reward; with no components the environment's own scorer gives the reward.
     #[serde(default)]
     pub reward: RewardSettings,
@@ -483,7 +487,14 @@ impl RunSettings {
             max_concurrency: self.endpoint_concurrency,
             max_response_bytes: self.max_response_bytes,
             reasoning: self.reasoning.into(),
+            token_ids: false,
         }
+    }
+
+    /// The policy's endpoint at `base_url` (one rank): the agent's calls, the only ones that
+    /// capture token ids when the run asks for them.
+    pub fn policy_endpoint(&self, base_url: String) -> EndpointConfig {
+        EndpointConfig { token_ids: self.token_ids, ..self.endpoint(base_url, self.api_key_env.clone()) }
     }
 
     /// The rollouts file: `--out`, or `rollouts-<run>.jsonl`.

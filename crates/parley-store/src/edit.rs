@@ -137,13 +137,14 @@ impl SqliteStore {
                     .ok_or_else(|| StoreError::NotFound(format!("session {source}")))?;
                     const COPIES: [&str; 3] = [
                         "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts,
-                                               reasoning)
-                         SELECT ?, seq, role, content, tool_calls, tool_call_id, parts, reasoning FROM messages
-                         WHERE session_id = ? AND seq < ?",
+                                               reasoning, tokens)
+                         SELECT ?, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens
+                         FROM messages WHERE session_id = ? AND seq < ?",
                         "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens,
-                                                  completion_tokens, latency_ms, attempts, error)
+                                                  completion_tokens, latency_ms, attempts, error, party,
+                                                  finish_reason, sampling)
                          SELECT ?, seq, endpoint, request, response, prompt_tokens, completion_tokens, latency_ms,
-                                attempts, error
+                                attempts, error, party, finish_reason, sampling
                          FROM model_calls WHERE session_id = ? AND seq < ?",
                         "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error,
                                                  is_write, malformed, truncated, duration_us)

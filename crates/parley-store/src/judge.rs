@@ -45,6 +45,8 @@ pub fn request_hash(request: &ChatRequest<'_>) -> String {
 #[derive(Serialize, Deserialize)]
 struct StoredReply {
     message: Message,
+    /// Where verdicts stored before the call's record had it keep the finish reason.
+    #[serde(default, skip_serializing)]
     finish_reason: Option<String>,
     call: ModelCall,
 }
@@ -90,8 +92,13 @@ impl VerdictCache {
         match serde_json::from_str::<StoredReply>(&text) {
             Ok(r) => Some(ChatReply {
                 message: r.message,
-                finish_reason: r.finish_reason,
-                call: ModelCall { usage: Usage::default(), latency: Duration::ZERO, attempts: 0, ..r.call },
+                call: ModelCall {
+                    usage: Usage::default(),
+                    latency: Duration::ZERO,
+                    attempts: 0,
+                    finish_reason: r.call.finish_reason.or(r.finish_reason),
+                    ..r.call
+                },
             }),
             Err(e) => {
                 tracing::warn!(error = %e, hash, "a stored judge verdict does not parse; asking the judge again");
@@ -101,11 +108,7 @@ impl VerdictCache {
     }
 
     async fn record(&self, hash: String, model: String, reply: &ChatReply) {
-        let stored = StoredReply {
-            message: reply.message.clone(),
-            finish_reason: reply.finish_reason.clone(),
-            call: reply.call.clone(),
-        };
+        let stored = StoredReply { message: reply.message.clone(), finish_reason: None, call: reply.call.clone() };
         let Ok(text) = serde_json::to_string(&stored) else { return };
         let error = self.store.write_error();
         let written = self

@@ -16,6 +16,7 @@ mod delta;
 mod edit;
 mod judge;
 mod load;
+#[macro_use]
 mod read;
 mod view;
 mod writer;

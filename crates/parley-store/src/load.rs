@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use parley_core::{Message, Party, Role, RunId, SessionId, StoreError, ToolCall, ToolCallRecord, Unusable, Usage};
+use parley_core::{
+    Message, Party, Role, RunId, Sampling, SessionId, StoreError, ToolCall, ToolCallRecord, Unusable, Usage,
+};
 use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::{Sqlite, SqliteRow};
@@ -68,6 +70,11 @@ pub struct CallFigures {
     pub usage: Usage,
     pub latency_ms: f64,
     pub attempts: u32,
+    /// Who made the call; `None` for calls recorded before Parley kept it.
+    pub party: Option<Party>,
+    pub finish_reason: Option<String>,
+    /// The sampling settings the request carried.
+    pub sampling: Option<Sampling>,
 }
 
 /// A session's committed transcript and what was recorded beside it.
@@ -162,7 +169,7 @@ impl SqliteStore {
         let pool = self.pool();
         let at = |table| (self, table, session);
         let rows = sqlx::query(
-            "SELECT seq, role, content, tool_calls, tool_call_id, parts, reasoning FROM messages
+            "SELECT seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens FROM messages
              WHERE session_id = ? ORDER BY seq",
         )
         .bind(session)
@@ -200,6 +207,10 @@ impl SqliteStore {
                 Some(json) => Some(serde_json::from_str(&json).map_err(|e| damaged("reasoning", e))?),
                 None => None,
             };
+            let tokens = match column::<Option<String>>(row, get("tokens"))? {
+                Some(json) => Some(serde_json::from_str(&json).map_err(|e| damaged("tokens", e))?),
+                None => None,
+            };
             messages.push(Message {
                 role: Role::parse(&role)
                     .ok_or_else(|| StoreError::Database(format!("session {session} message {seq}: role {role}")))?,
@@ -208,6 +219,7 @@ impl SqliteStore {
                 tool_calls,
                 tool_call_id: column(row, get("tool_call_id"))?,
                 reasoning,
+                tokens,
             });
         }
         let rows = sqlx::query(
@@ -238,7 +250,8 @@ impl SqliteStore {
             });
         }
         let rows = sqlx::query(
-            "SELECT seq, prompt_tokens, completion_tokens, latency_ms, attempts FROM model_calls
+            "SELECT seq, prompt_tokens, completion_tokens, latency_ms, attempts, party, finish_reason, sampling
+             FROM model_calls
              WHERE session_id = ? ORDER BY seq",
         )
         .bind(session)
@@ -256,6 +269,14 @@ impl SqliteStore {
                 },
                 latency_ms: column(r, get("latency_ms"))?,
                 attempts: column::<i64>(r, get("attempts"))? as u32,
+                party: column::<Option<String>>(r, get("party"))?.as_deref().and_then(Party::parse),
+                finish_reason: column(r, get("finish_reason"))?,
+                sampling: match column::<Option<String>>(r, get("sampling"))? {
+                    Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
+                        self.damaged(&format!("column `sampling` of table `model_calls` for session {session}"), &e)
+                    })?),
+                    None => None,
+                },
             });
         }
         Ok(Transcript { messages, tool_calls, calls })

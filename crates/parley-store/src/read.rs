@@ -30,6 +30,8 @@ pub struct SessionRow {
     /// Model-call attempts beyond the first.
     pub retries: i64,
     pub duration_ms: Option<f64>,
+    /// Why the agent's token ids are not one contiguous sequence, when they are not.
+    pub token_contiguity: Option<String>,
 }
 
 /// Token and call totals of one party's model calls.
@@ -51,7 +53,8 @@ impl SqliteStore {
     pub async fn sessions(&self, run: RunId) -> Result<Vec<SessionRow>, StoreError> {
         sqlx::query_as!(
             SessionRow,
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms
+            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms,
+                    token_contiguity
              FROM sessions WHERE run_id = ? ORDER BY id",
             run
         )
@@ -168,7 +171,8 @@ impl SqliteStore {
         let limit = limit as i64;
         sqlx::query_as!(
             SessionRow,
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms
+            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms,
+                    token_contiguity
              FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
             run,
             after,
@@ -201,7 +205,8 @@ impl SqliteStore {
 /// The columns of a [`SessionRow`], as a macro so that statements stay literals.
 macro_rules! session_columns {
     () => {
-        "id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms"
+        "id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms, \
+         token_contiguity"
     };
 }
 
@@ -301,6 +306,7 @@ impl SqliteStore {
             failure: column(r, get("failure"))?,
             retries: column(r, get("retries"))?,
             duration_ms: column(r, get("duration_ms"))?,
+            token_contiguity: column(r, get("token_contiguity"))?,
         })
     }
 }

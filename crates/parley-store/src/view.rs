@@ -93,10 +93,8 @@ impl SqliteStore {
         at: PageAt,
         limit: usize,
     ) -> Result<Vec<SessionRow>, StoreError> {
-        let mut query = QueryBuilder::<Sqlite>::new(
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms
-             FROM sessions WHERE run_id = ",
-        );
+        let mut query =
+            QueryBuilder::<Sqlite>::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE run_id = "));
         query.push_bind(run);
         push_filter(&mut query, filter);
         match at {
@@ -133,11 +131,11 @@ impl SqliteStore {
 
     /// One session with its run and fork origin; [`StoreError::NotFound`] when there is none.
     pub async fn session_info(&self, session: SessionId) -> Result<SessionInfo, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms,
-                    run_id, forked_from, fork_at, finished_at
-             FROM sessions WHERE id = ?",
-        )
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            session_columns!(),
+            ", run_id, forked_from, fork_at, finished_at FROM sessions WHERE id = ?"
+        ))
         .bind(session)
         .fetch_optional(self.pool())
         .await

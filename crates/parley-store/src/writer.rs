@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use parley_core::{Claim, Fence, SessionOutcome, StoreError, TurnRecord};
+use parley_core::{Claim, Fence, Party, Role, SessionOutcome, StoreError, TurnRecord};
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
@@ -202,9 +202,10 @@ impl Writer {
 
         let messages: Vec<_> =
             batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.claim.session, m))).collect();
-        for chunk in shaped(&messages, MAX_PARAMS / 8) {
+        for chunk in shaped(&messages, MAX_PARAMS / 9) {
             let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning) ",
+                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, \
+                 tokens) ",
             );
             q.push_values(chunk, |mut b, (session, m)| {
                 // Parts and reasoning are plain data (strings and JSON values): they serialize.
@@ -213,6 +214,7 @@ impl Writer {
                 let parts =
                     (!m.message.parts.is_empty()).then(|| serde_json::to_string(&m.message.parts).unwrap_or_default());
                 let reasoning = m.message.reasoning.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
+                let tokens = m.message.tokens.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default());
                 b.push_bind(*session)
                     .push_bind(m.seq as i64)
                     .push_bind(m.message.role.as_str())
@@ -220,31 +222,39 @@ impl Writer {
                     .push_bind(calls)
                     .push_bind(m.message.tool_call_id.as_deref())
                     .push_bind(parts)
-                    .push_bind(reasoning);
+                    .push_bind(reasoning)
+                    .push_bind(tokens);
             });
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
 
-        let calls: Vec<_> = messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, c))).collect();
+        let calls: Vec<_> =
+            messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, m.message.role, c))).collect();
         let tools: Vec<_> =
             batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.claim.session, t))).collect();
         self.unchecked += COMMIT_BYTES
             + messages.iter().map(|(_, m)| ROW_BYTES + message_bytes(&m.message)).sum::<usize>()
             + calls
                 .iter()
-                .map(|(_, _, c)| match raw {
+                .map(|(_, _, _, c)| match raw {
                     true => ROW_BYTES + c.request.get().len() + c.response.as_ref().map_or(0, |r| r.get().len()),
                     false => ROW_BYTES,
                 })
                 .sum::<usize>()
             + tools.iter().map(|(_, t)| ROW_BYTES + t.arguments.len() + t.output.len()).sum::<usize>();
 
-        for chunk in shaped(&calls, MAX_PARAMS / 11) {
+        for chunk in shaped(&calls, MAX_PARAMS / 14) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
-                 completion_tokens, latency_ms, attempts, error) ",
+                 completion_tokens, latency_ms, attempts, error, party, finish_reason, sampling) ",
             );
-            q.push_values(chunk, |mut b, (session, seq, c)| {
+            q.push_values(chunk, |mut b, (session, seq, role, c)| {
+                // The agent's calls produce its messages, the user's theirs.
+                let party = match role {
+                    Role::User => Party::User,
+                    _ => Party::Agent,
+                };
+                let sampling = c.sampling.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
                 b.push_bind(*session)
                     .push_bind(*seq as i64)
                     .push_bind(c.endpoint.as_str())
@@ -256,7 +266,10 @@ impl Writer {
                     .push_bind(c.usage.completion_tokens as i64)
                     .push_bind(c.latency.as_secs_f64() * 1e3)
                     .push_bind(c.attempts as i64)
-                    .push_bind(c.error.as_deref());
+                    .push_bind(c.error.as_deref())
+                    .push_bind(party.as_str())
+                    .push_bind(c.finish_reason.as_deref())
+                    .push_bind(sampling);
             });
             q.build().execute(&mut *tx).await.map_err(db_error)?;
         }
@@ -284,10 +297,10 @@ impl Writer {
         }
 
         let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.claim.session, o))).collect();
-        for chunk in shaped(&finished, MAX_PARAMS / 8) {
+        for chunk in shaped(&finished, MAX_PARAMS / 9) {
             // One statement for all sessions that ended in this batch.
             let mut q = QueryBuilder::<Sqlite>::new(
-                "WITH v (id, termination, reward, error, failure, steps, retries, duration_ms) AS (",
+                "WITH v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity) AS (",
             );
             q.push_values(chunk, |mut b, (session, o)| {
                 b.push_bind(*session)
@@ -297,12 +310,13 @@ impl Writer {
                     .push_bind(o.failure.map(|f| f.as_str()))
                     .push_bind(o.steps as i64)
                     .push_bind(o.retries as i64)
-                    .push_bind(o.duration.as_secs_f64() * 1e3);
+                    .push_bind(o.duration.as_secs_f64() * 1e3)
+                    .push_bind(o.token_contiguity.as_deref());
             });
             q.push(
                 ") UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward, \
                  error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries, \
-                 duration_ms = v.duration_ms, owner = NULL, lease_until = NULL, \
+                 duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, owner = NULL, lease_until = NULL, \
                  finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM v WHERE sessions.id = v.id",
             );
             q.build().execute(&mut *tx).await.map_err(db_error)?;

@@ -38,7 +38,7 @@ async fn a_tool_call_then_a_text() {
     let call = &reply.message.tool_calls[0];
     assert_eq!(call.name, "get_synonym_value");
     assert_eq!(call.arguments, "{\"synonym\":\"Synonym\"}");
-    assert_eq!(reply.finish_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(reply.call.finish_reason.as_deref(), Some("tool_calls"));
     assert!(reply.call.usage.total() > 0);
     messages.push(reply.message.clone());
     messages.push(Message::tool_result(call.id.clone(), "407"));

@@ -41,6 +41,7 @@ fn outcome() -> SessionOutcome {
         steps: 1,
         retries: 0,
         duration: Duration::from_millis(5),
+        token_contiguity: None,
     }
 }
 

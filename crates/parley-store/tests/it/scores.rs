@@ -32,6 +32,7 @@ async fn a_rescore_lands_one_version_for_the_whole_run_or_nothing() {
         steps: 1,
         retries: 0,
         duration: Duration::from_millis(1),
+        token_contiguity: None,
     };
     for &id in &ids {
         store.finish_session(Claim::unclaimed(id), TurnRecord::default(), &outcome).await.unwrap();
@@ -81,7 +82,6 @@ impl ModelClient for Judge {
         let n = self.asked.fetch_add(1, Ordering::Relaxed);
         Ok(ChatReply {
             message: Message::assistant(format!("yes ({n})")),
-            finish_reason: Some("stop".into()),
             call: ModelCall {
                 endpoint: self.endpoint().into(),
                 request: parley_core::RawJson::from(serde_json::json!({"model": request.model})),
@@ -89,7 +89,8 @@ impl ModelClient for Judge {
                 usage: Usage { prompt_tokens: 10, completion_tokens: 2 },
                 latency: Duration::from_millis(30),
                 attempts: 1,
-                error: None,
+                finish_reason: Some("stop".into()),
+                ..ModelCall::default()
             },
         })
     }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::{
-    Claim, FailureClass, Message, MessageRecord, ModelCall, Party, RawJson, Reward, RunSpec, SessionOutcome,
-    SessionSpec, SessionStore, Task, Termination, ToolCall, ToolCallRecord, TurnRecord, Usage,
+    Claim, FailureClass, Message, MessageRecord, ModelCall, Party, RawJson, Reward, RunSpec, Sampling, SessionOutcome,
+    SessionSpec, SessionStore, Task, Termination, TokenIds, ToolCall, ToolCallRecord, TurnRecord, Usage,
 };
 use parley_store::{SqliteStore, StoreOptions};
 use serde_json::json;
@@ -35,11 +35,19 @@ pub fn turn(first_seq: u32) -> TurnRecord {
         latency: Duration::from_micros(1_234_567),
         attempts: 2,
         error: None,
+        finish_reason: Some("tool_calls".into()),
+        sampling: Some(Sampling { temperature: Some(0.7), top_p: Some(1.0), ..Sampling::default() }),
     };
-    let asking = Message::assistant_calls(
+    let mut asking = Message::assistant_calls(
         Some("quotes \" backslash \\ tab \t nul-free ☃".into()),
         vec![ToolCall { id: "c1".into(), name: "add".into(), arguments: r#"{"n": 1}"#.into() }],
     );
+    // Log-probs a decimal round trip could bend, and the largest token id.
+    asking.tokens = Some(Arc::new(TokenIds {
+        prompt: vec![1, u32::MAX],
+        generation: vec![7, 0],
+        log_probs: vec![-1.0 / 3.0, -1e-300],
+    }));
     TurnRecord {
         messages: vec![
             MessageRecord { seq: first_seq, message: asking, call: Some(call) },
@@ -78,6 +86,7 @@ async fn turns_and_outcomes_come_back_exactly() {
         steps: 3,
         retries: 1,
         duration: Duration::from_millis(1500),
+        token_contiguity: Some("not contiguous at 2".into()),
     };
     store.finish_session(Claim::unclaimed(ids[0]), turn(2), &outcome(Some(reward), None)).await.unwrap();
     store
@@ -87,7 +96,10 @@ async fn turns_and_outcomes_come_back_exactly() {
 
     let transcript = store.transcript(ids[0]).await.unwrap();
     assert_eq!(transcript.messages.len(), 4);
-    assert_eq!(transcript.messages[0], turn(0).messages[0].message);
+    assert_eq!(transcript.messages[0], turn(0).messages[0].message, "tokens and log-probs to the bit");
+    let call = &transcript.calls[0];
+    assert_eq!((call.party, call.finish_reason.as_deref()), (Some(Party::Agent), Some("tool_calls")));
+    assert_eq!(call.sampling, turn(0).messages[0].call.clone().unwrap().sampling);
     assert_eq!(transcript.messages[3], Message::tool_result("c1", "1"));
     let tool = &transcript.tool_calls[0];
     assert_eq!((tool.write, tool.truncated, tool.is_error, tool.malformed), (true, true, false, false));
@@ -114,6 +126,8 @@ async fn turns_and_outcomes_come_back_exactly() {
     assert_eq!(sessions[0].get::<String, _>("error"), "a \"quoted\" error");
     assert_eq!(sessions[1].get::<Option<f64>, _>("reward"), None);
     assert_eq!(sessions[1].get::<String, _>("failure"), "timeout");
+    let page = store.sessions_page(1, 0, 10).await.unwrap();
+    assert_eq!(page[0].token_contiguity.as_deref(), Some("not contiguous at 2"));
     assert_eq!((sessions[0].get::<i64, _>("steps"), sessions[0].get::<i64, _>("retries")), (3, 1));
     let scores = store.latest_score(ids[0]).await.unwrap().unwrap();
     assert_eq!(scores.value.to_bits(), (0.1f64 + 0.2).to_bits());
@@ -149,7 +163,7 @@ async fn a_batch_that_fails_keeps_nothing_and_the_writer_goes_on() {
 /// Parts (an image, a part of unknown type) and reasoning (with a provider's opaque item) come
 /// back exactly, from the session and from a fork of it.
 #[tokio::test]
-async fn parts_and_reasoning_come_back_exactly_and_forks_keep_them() {
+async fn parts_reasoning_and_tokens_come_back_exactly_and_forks_keep_them() {
     use parley_core::{Part, Reasoning, ReasoningSpelling, Role};
     let dir = tempfile::tempdir().unwrap();
     let (store, ids) = store_with_sessions(&dir, 1).await;
@@ -168,6 +182,7 @@ async fn parts_and_reasoning_come_back_exactly_and_forks_keep_them() {
         spelling: ReasoningSpelling::Responses,
         items: vec![json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA=="})],
     });
+    answer.tokens = Some(Arc::new(TokenIds { prompt: vec![5, 6], generation: vec![9], log_probs: vec![-0.125] }));
     let messages = vec![
         MessageRecord { seq: 0, message: user, call: None },
         MessageRecord { seq: 1, message: answer, call: None },

@@ -189,7 +189,6 @@ impl ModelClient for Judge {
         self.seen.lock().unwrap().push(request.messages.to_vec());
         Ok(ChatReply {
             message: Message::assistant(self.answer.clone()),
-            finish_reason: None,
             call: ModelCall::default(),
         })
     }

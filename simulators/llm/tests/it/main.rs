@@ -30,7 +30,6 @@ impl ModelClient for Recorder {
         let text = self.replies.lock().unwrap().remove(0);
         Ok(ChatReply {
             message: Message::assistant(text),
-            finish_reason: Some("stop".into()),
             call: ModelCall::default(),
         })
     }
