@@ -20,6 +20,7 @@ mod serve;
 mod tau2;
 mod tau2_export;
 mod tau2_fidelity;
+mod tokens;
 mod tutorial;
 mod usage;
 mod users;

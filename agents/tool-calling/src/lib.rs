@@ -74,6 +74,7 @@ impl Agent for ToolCallingAgent {
             let mut message = json_mode::read(reply.message.content_str(), format!("call_{steps}"));
             // The reasoning behind a JSON answer is the model's all the same: keep it.
             message.reasoning = reply.message.reasoning;
+            message.tokens = reply.message.tokens;
             return Ok(AgentTurn { message, call: Some(reply.call) });
         }
         let request = ChatRequest {

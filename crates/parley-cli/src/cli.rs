@@ -518,6 +518,13 @@ pub struct StubArgs {
     /// `/v1/responses` always as a `reasoning` item with `encrypted_content`.
     #[arg(long, value_name = "FIELD")]
     pub reasoning: Option<parley_stub::StubReasoning>,
+    /// Answer Chat Completions requests that ask for token ids (`return_tokens_as_token_ids`, or
+    /// vLLM's `return_token_ids`) with deterministic ids and log-probs, as a vLLM server serving
+    /// an RL trainer does. `splice` (the default) splices the tokens of assistant messages sent
+    /// back into the prompt unchanged, so prompts are contiguous; `retokenize` renders them from
+    /// their text, breaking contiguity on purpose.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice")]
+    pub token_ids: Option<parley_stub::TokenMode>,
     /// The final text of every conversation the answers do not cover (a judge that always says
     /// `[[A=B]]`, say) [default: `Result: ` and the last tool result, or a greeting].
     #[arg(long, value_name = "TEXT", help_heading = "Answers")]

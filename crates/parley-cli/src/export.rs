@@ -151,9 +151,9 @@ pub async fn export(
     Ok(counts)
 }
 
-/// One message in the OpenAI chat fine-tuning form: content parts as Chat Completions parts, and
-/// the reasoning as `reasoning_content`, the field chat templates and trainers read, whichever
-/// field the endpoint wrote it in.
+/// One message in the OpenAI chat fine-tuning form: content parts as Chat Completions parts, the
+/// reasoning as `reasoning_content`, the field chat templates and trainers read, whichever field
+/// the endpoint wrote it in, and a token-capturing policy's token ids and log-probs.
 fn chat_message(m: &parley_core::Message) -> Value {
     let mut v = json!({"role": m.role.as_str(), "content": m.content});
     if !m.parts.is_empty() {
@@ -171,6 +171,9 @@ fn chat_message(m: &parley_core::Message) -> Value {
     }
     if let Some(id) = &m.tool_call_id {
         v["tool_call_id"] = json!(id);
+    }
+    if let (Some(tokens), Some(map)) = (&m.tokens, v.as_object_mut()) {
+        parley_core::nemo_gym::put_tokens(map, tokens);
     }
     v
 }

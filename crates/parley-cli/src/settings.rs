@@ -239,7 +239,9 @@ mod tests {
         assert_eq!(s.tool_mode, parley_runtime::settings::ToolMode::Json);
         assert_eq!(s.reasoning, parley_runtime::settings::ReasoningMode::Keep);
         assert_eq!(s.endpoint("http://h:1/v1".into(), None).reasoning, parley_core::ReasoningReplay::Keep);
-        assert!(s.policy_endpoint("http://h:1/v1".into()).token_ids && !s.endpoint("http://h:1/v1".into(), None).token_ids);
+        assert!(
+            s.policy_endpoint("http://h:1/v1".into()).token_ids && !s.endpoint("http://h:1/v1".into(), None).token_ids
+        );
         assert_eq!(s.user.kind, parley_runtime::settings::UserKind::Scripted);
         assert_eq!(s.bad_rows, parley_runtime::settings::BadRows::Skip);
         assert_eq!(s.remote.answer_match, Some(parley_runtime::settings::AnswerMatch::Equals));

@@ -54,7 +54,20 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
     Ok(Task { index, id, messages, tools, row })
 }
 
+/// One input item as a message; an assistant item from an earlier generation keeps its token
+/// fields, so that it goes back to the policy with them.
 fn message_from_item(item: &Value) -> Result<Message, String> {
+    let mut message = message_of_item(item)?;
+    if message.role == Role::Assistant && item.get("generation_token_ids").is_some() {
+        let tokens: crate::TokenIds = serde_json::from_value(item.clone())
+            .map_err(|e| format!("an assistant item's token fields cannot be read: {e}"))?;
+        tokens.check()?;
+        message.tokens = Some(std::sync::Arc::new(tokens));
+    }
+    Ok(message)
+}
+
+fn message_of_item(item: &Value) -> Result<Message, String> {
     match item.get("type").and_then(Value::as_str) {
         // A prior turn's reasoning, carried here as an assistant message of its own until
         // `attach_reasoning` joins it to the answer that follows it.
@@ -129,6 +142,7 @@ pub fn output_items(messages: &[Message]) -> Vec<Value> {
     for (i, m) in messages.iter().enumerate() {
         match m.role {
             Role::Assistant => {
+                let first = items.len();
                 // Reasoning comes first, as a Responses model writes it: the provider's own items
                 // when it gave them (with their `encrypted_content`), else one made from the text.
                 if let Some(reasoning) = &m.reasoning {
@@ -154,6 +168,13 @@ pub fn output_items(messages: &[Message]) -> Vec<Value> {
                         "arguments": call.arguments, "id": format!("fc_{}", call.id), "status": "completed",
                     }));
                 }
+                // A turn's tokens go on its last item, where trainers look for them.
+                if let Some(tokens) = &m.tokens
+                    && items.len() > first
+                    && let Some(Value::Object(last)) = items.last_mut()
+                {
+                    put_tokens(last, tokens);
+                }
             }
             Role::Tool => items.push(json!({
                 "type": "function_call_output",
@@ -165,6 +186,13 @@ pub fn output_items(messages: &[Message]) -> Vec<Value> {
         }
     }
     items
+}
+
+/// Writes a generation's three token fields into an output item or a chat message.
+pub fn put_tokens(item: &mut serde_json::Map<String, Value>, tokens: &crate::TokenIds) {
+    item.insert("prompt_token_ids".into(), json!(tokens.prompt));
+    item.insert("generation_token_ids".into(), json!(tokens.generation));
+    item.insert("generation_log_probs".into(), json!(tokens.log_probs));
 }
 
 /// A user or system message's Responses `content`: its text, or its parts as input parts
@@ -326,5 +354,29 @@ mod tests {
         assert_eq!(items[1]["type"], "function_call_output");
         assert_eq!(items[2]["content"][0]["text"], "done");
         assert_eq!(items.len(), 3);
+    }
+
+    #[test]
+    fn a_turns_tokens_go_on_its_last_item_and_are_read_back_from_a_row() {
+        let tokens = crate::TokenIds { prompt: vec![1, 2], generation: vec![3, 4], log_probs: vec![-0.5, -0.25] };
+        let calls = ["c1", "c2"].map(|id| ToolCall { id: id.into(), name: "f".into(), arguments: "{}".into() });
+        let mut turn = Message::assistant_calls(Some("checking".into()), calls.to_vec());
+        turn.tokens = Some(std::sync::Arc::new(tokens.clone()));
+        let items = output_items(&[Message::user("hi"), turn]);
+        let types: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["message", "message", "function_call", "function_call"]);
+        let carrying: Vec<usize> =
+            (0..items.len()).filter(|&i| items[i].get("generation_token_ids").is_some()).collect();
+        assert_eq!(carrying, [3], "only the turn's last item carries its tokens");
+        assert_eq!(items[3]["prompt_token_ids"], json!([1, 2]));
+        assert_eq!(items[3]["generation_log_probs"], json!([-0.5, -0.25]));
+        // A row whose input holds that item reads its tokens back, to send them to the policy.
+        let row = json!({"responses_create_params": {"input": [{"role": "user", "content": "hi"}, items[3].clone(),
+            {"type": "function_call_output", "call_id": "c2", "output": "ok"}]}});
+        let task = task_from_row(0, row).unwrap();
+        assert_eq!(task.messages[1].tokens.as_deref(), Some(&tokens));
+        let bad = json!({"responses_create_params": {"input": [{"type": "function_call", "call_id": "c", "name": "f",
+            "arguments": "{}", "prompt_token_ids": [1], "generation_token_ids": [2, 3], "generation_log_probs": [-1.0]}]}});
+        assert!(task_from_row(0, bad).unwrap_err().0.contains("log-probs"));
     }
 }

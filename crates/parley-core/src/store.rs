@@ -85,8 +85,8 @@ pub struct SessionOutcome {
     /// Model-call attempts beyond the first, over the whole session (the failed call's included).
     pub retries: u32,
     pub duration: Duration,
-    /// Why the agent's token ids are not one contiguous sequence, when they are not (see
-    /// [`crate::tokens::transcript_contiguity`]).
+    /// Why the token ids of the messages the session produced are not one contiguous sequence,
+    /// when they are not (see [`crate::tokens::first_discontiguous`]).
     pub token_contiguity: Option<String>,
 }
 

@@ -74,14 +74,15 @@ pub fn contiguity<'a>(generations: impl IntoIterator<Item = &'a TokenIds>) -> Op
     None
 }
 
-/// Why a transcript's token ids would be refused by a trainer, naming the first assistant
-/// message (by its position in the transcript) whose prompt does not extend what came before;
-/// `None` when they are contiguous or there are none.
-pub fn transcript_contiguity(messages: &[crate::Message]) -> Option<String> {
+/// The first message of `messages` (by position) whose token ids a trainer would refuse, and
+/// why: its prompt does not begin with every token of the generations before it. `None` when
+/// they are contiguous or there are none.
+pub fn first_discontiguous(messages: &[crate::Message]) -> Option<(usize, String)> {
     let generations: Vec<(usize, &TokenIds)> =
         messages.iter().enumerate().filter_map(|(i, m)| m.tokens.as_deref().map(|t| (i, t))).collect();
     let (at, why) = contiguity(generations.iter().map(|(_, t)| *t))?;
-    Some(format!("the assistant message at position {} of the transcript: {why}", generations[at].0))
+    let position = generations[at].0;
+    Some((position, format!("the assistant message at position {position} of the trajectory: {why}")))
 }
 
 #[cfg(test)]

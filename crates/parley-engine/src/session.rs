@@ -364,7 +364,8 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         steps: state.steps,
         retries: state.retries,
         duration: started.elapsed(),
-        token_contiguity: parley_core::tokens::transcript_contiguity(&state.messages),
+        token_contiguity: parley_core::tokens::first_discontiguous(&state.messages[produced_from..])
+            .map(|(_, why)| why),
     };
     let ending =
         Ending { claim, taken_over, finished, last: std::mem::take(&mut state.pending), outcome: outcome.clone() };

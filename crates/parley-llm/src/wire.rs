@@ -462,7 +462,10 @@ mod tests {
             let sampling = Sampling::default();
             let request =
                 ChatRequest { model: "m", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
-            let sent = |replay| request_body(&request, Dialect { reasoning: replay, token_ids: false }).to_value()["messages"][1].clone();
+            let sent = |replay| {
+                request_body(&request, Dialect { reasoning: replay, token_ids: false }).to_value()["messages"][1]
+                    .clone()
+            };
             assert_eq!(sent(ReasoningReplay::Keep)[field], "2 + 2", "{field}");
             assert_eq!(sent(ReasoningReplay::Keep)["content"], "4");
             for replay in [ReasoningReplay::Auto, ReasoningReplay::Drop] {

@@ -199,10 +199,7 @@ pub(crate) mod test_support {
             let prompt = request.messages.last().map(|m| m.content_str().to_owned()).unwrap_or_default();
             self.prompts.lock().unwrap().push(prompt);
             match self.answers.lock().unwrap().pop() {
-                Some(text) => Ok(ChatReply {
-                    message: Message::assistant(text),
-                    call: ModelCall::default(),
-                }),
+                Some(text) => Ok(ChatReply { message: Message::assistant(text), call: ModelCall::default() }),
                 None => Err(ModelFailure {
                     kind: ModelFailureKind::Status(500),
                     message: "the scripted judge has no more answers".into(),

@@ -3,6 +3,7 @@
 //! builder each, whether the session comes from a live run or from the store.
 
 use parley_core::nemo_gym::{response_object, rollout_row};
+use parley_core::tokens::first_discontiguous;
 use parley_core::{Message, Reward, RunId, Task, Usage};
 use parley_engine::SessionResult;
 use parley_store::{SessionRow, Transcript};
@@ -23,10 +24,27 @@ pub struct Rollout<'a> {
 impl Rollout<'_> {
     /// The NeMo Gym rollout row: the task row, `response` (a Responses object whose output is
     /// the trajectory), `reward` and the scorer's fields.
+    ///
+    /// Token ids go out only where a trainer would accept them: when a generation's prompt does
+    /// not extend the ones before it, it and every later one are written without their tokens
+    /// (so untrainable), and `_parley_token_contiguity` says why.
     pub fn row(&self, model: &str) -> Value {
         let unscored = Reward::new(0.0);
-        let response = response_object(model, self.produced, self.usage);
-        rollout_row(&self.task.row, response, self.reward.unwrap_or(&unscored), self.task.index, self.trial)
+        let discontiguous = first_discontiguous(self.produced);
+        let response = match &discontiguous {
+            None => response_object(model, self.produced, self.usage),
+            Some((at, _)) => {
+                let mut kept = self.produced.to_vec();
+                kept[*at..].iter_mut().for_each(|m| m.tokens = None);
+                response_object(model, &kept, self.usage)
+            }
+        };
+        let mut row =
+            rollout_row(&self.task.row, response, self.reward.unwrap_or(&unscored), self.task.index, self.trial);
+        if let (Some((_, why)), Some(map)) = (discontiguous, row.as_object_mut()) {
+            map.insert("_parley_token_contiguity".into(), json!(why));
+        }
+        row
     }
 }
 

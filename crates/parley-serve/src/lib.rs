@@ -11,6 +11,7 @@
 //! signal and gives the runtime.
 
 mod metrics;
+mod observe;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,7 +59,9 @@ pub struct Service {
     options: ServeOptions,
     /// Stops every session on shutdown; each request's session has its own child tokens.
     stop: Stop,
-    pub metrics: Metrics,
+    /// The runtime's parties, observed for the metrics.
+    parties: parley_engine::Parties,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Service {
@@ -71,7 +74,9 @@ impl Service {
         tasks: usize,
         options: ServeOptions,
     ) -> Service {
+        let metrics = Arc::new(Metrics::default());
         Service {
+            parties: observe::observed(&runtime.parties, &metrics),
             runtime,
             settings,
             run,
@@ -81,7 +86,7 @@ impl Service {
             running: Arc::new(Semaphore::new(options.concurrency)),
             options,
             stop: Stop::default(),
-            metrics: Metrics::default(),
+            metrics,
         }
     }
 
@@ -185,7 +190,7 @@ async fn drive(service: &Arc<Service>, task: Arc<Task>) -> Response {
     let job = Job { id: claim.session, fence: claim.fence, task, trial: 0, seed: spec.seed, prior: None };
     let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
     let _on_disconnect = stop.abort.clone().drop_guard();
-    let (parties, limits) = (service.runtime.parties.clone(), service.settings.limits());
+    let (parties, limits) = (service.parties.clone(), service.settings.limits());
     // The session runs on a task of its own: it ends and is recorded even when the client is
     // gone, and a panic in it is contained to it.
     service.metrics.started();
@@ -194,7 +199,8 @@ async fn drive(service: &Arc<Service>, task: Arc<Task>) -> Response {
         async move {
             let result = run_session(&parties, job, &limits, &stop).await;
             let outcome = &result.outcome;
-            counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()));
+            let discontiguous = outcome.token_contiguity.is_some();
+            counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()), discontiguous);
             result
         },
         tracing::info_span!("served_session", run = service.run),
@@ -202,7 +208,7 @@ async fn drive(service: &Arc<Service>, task: Arc<Task>) -> Response {
     let result = match session.await {
         Ok(result) => result,
         Err(e) => {
-            service.metrics.ended("infrastructure_error", Some("panic"));
+            service.metrics.ended("infrastructure_error", Some("panic"), false);
             return problem(StatusCode::INTERNAL_SERVER_ERROR, format!("the session panicked: {e}"));
         }
     };

@@ -1,6 +1,6 @@
 //! What `GET /metrics` reports, in Prometheus' text format: sessions in flight and queued,
-//! sessions finished by termination and failure class, requests refused, and the latency of
-//! `/run`.
+//! sessions finished by termination and failure class, requests refused, token contiguity
+//! violations, and latency histograms of `/run`, of model calls (by party) and of store commits.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -9,19 +9,88 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upper bounds of the `/run` latency buckets, in seconds.
-const BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
+const RUN_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
+/// Upper bounds of the model-call and commit buckets, in seconds: commits take milliseconds.
+const CALL_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0];
 
-#[derive(Debug, Default)]
+/// A Prometheus histogram: a count per bucket (cumulative), the sum and the count.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    buckets: Vec<AtomicU64>,
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        for (bound, count) in self.bounds.iter().zip(&self.buckets) {
+            if secs <= *bound {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.sum_micros.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Writes the histogram's samples; `labels` go before `le` (`party="agent",`).
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        for (bound, count) in self.bounds.iter().zip(&self.buckets) {
+            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{bound}\"}} {}", count.load(Ordering::Relaxed));
+        }
+        let count = self.count();
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {count}");
+        let braces = if labels.is_empty() { String::new() } else { format!("{{{}}}", labels.trim_end_matches(',')) };
+        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{braces} {count}");
+    }
+}
+
+#[derive(Debug)]
 pub struct Metrics {
     in_flight: AtomicI64,
     queued: AtomicI64,
     refused: AtomicU64,
     /// Sessions ended, by (termination, failure class).
     ended: Mutex<BTreeMap<(String, String), u64>>,
-    /// `/run` latencies: a count per bucket, the sum and the count.
-    run_buckets: [AtomicU64; BUCKETS.len()],
-    run_sum_micros: AtomicU64,
-    run_count: AtomicU64,
+    /// Sessions whose token ids a trainer would refuse.
+    discontiguous: AtomicU64,
+    run: Histogram,
+    /// Model calls of the agent (the policy) and of the simulated user.
+    pub agent_calls: Histogram,
+    pub user_calls: Histogram,
+    /// Store commits of turns and of session ends.
+    pub commits: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            in_flight: AtomicI64::new(0),
+            queued: AtomicI64::new(0),
+            refused: AtomicU64::new(0),
+            ended: Mutex::default(),
+            discontiguous: AtomicU64::new(0),
+            run: Histogram::new(RUN_BUCKETS),
+            agent_calls: Histogram::new(CALL_BUCKETS),
+            user_calls: Histogram::new(CALL_BUCKETS),
+            commits: Histogram::new(CALL_BUCKETS),
+        }
+    }
 }
 
 impl Metrics {
@@ -37,22 +106,18 @@ impl Metrics {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn ended(&self, termination: &str, failure: Option<&str>) {
+    pub(crate) fn ended(&self, termination: &str, failure: Option<&str>, discontiguous: bool) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if discontiguous {
+            self.discontiguous.fetch_add(1, Ordering::Relaxed);
+        }
         if let Ok(mut ended) = self.ended.lock() {
             *ended.entry((termination.to_owned(), failure.unwrap_or("").to_owned())).or_default() += 1;
         }
     }
 
     pub(crate) fn run_took(&self, took: Duration) {
-        let secs = took.as_secs_f64();
-        for (bound, count) in BUCKETS.iter().zip(&self.run_buckets) {
-            if secs <= *bound {
-                count.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.run_sum_micros.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
-        self.run_count.fetch_add(1, Ordering::Relaxed);
+        self.run.observe(took);
     }
 
     /// Sessions ended so far.
@@ -63,19 +128,27 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let load = |a: &AtomicI64| a.load(Ordering::Relaxed);
-        let _ = writeln!(out, "# HELP parley_sessions_in_flight Sessions being driven now.");
-        let _ = writeln!(out, "# TYPE parley_sessions_in_flight gauge");
+        let head = |out: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+        };
+        head(&mut out, "parley_sessions_in_flight", "gauge", "Sessions being driven now.");
         let _ = writeln!(out, "parley_sessions_in_flight {}", load(&self.in_flight));
-        let _ = writeln!(out, "# HELP parley_sessions_queued Requests waiting for a free slot.");
-        let _ = writeln!(out, "# TYPE parley_sessions_queued gauge");
+        head(&mut out, "parley_sessions_queued", "gauge", "Requests waiting for a free slot.");
         let _ = writeln!(out, "parley_sessions_queued {}", load(&self.queued));
-        let _ =
-            writeln!(out, "# HELP parley_requests_refused_total Requests answered 503: every slot and the queue full.");
-        let _ = writeln!(out, "# TYPE parley_requests_refused_total counter");
+        head(
+            &mut out,
+            "parley_requests_refused_total",
+            "counter",
+            "Requests answered 503: every slot and the queue full.",
+        );
         let _ = writeln!(out, "parley_requests_refused_total {}", self.refused.load(Ordering::Relaxed));
-        let _ =
-            writeln!(out, "# HELP parley_sessions_finished_total Sessions ended, by termination and failure class.");
-        let _ = writeln!(out, "# TYPE parley_sessions_finished_total counter");
+        head(
+            &mut out,
+            "parley_sessions_finished_total",
+            "counter",
+            "Sessions ended, by termination and failure class.",
+        );
         if let Ok(ended) = self.ended.lock() {
             for ((termination, failure), n) in ended.iter() {
                 let _ = writeln!(
@@ -84,15 +157,21 @@ impl Metrics {
                 );
             }
         }
-        let _ = writeln!(out, "# HELP parley_run_seconds Time from a /run request to its answer.");
-        let _ = writeln!(out, "# TYPE parley_run_seconds histogram");
-        for (bound, count) in BUCKETS.iter().zip(&self.run_buckets) {
-            let _ = writeln!(out, "parley_run_seconds_bucket{{le=\"{bound}\"}} {}", count.load(Ordering::Relaxed));
-        }
-        let count = self.run_count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "parley_run_seconds_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "parley_run_seconds_sum {}", self.run_sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "parley_run_seconds_count {count}");
+        head(
+            &mut out,
+            "parley_sessions_token_discontiguous_total",
+            "counter",
+            "Sessions whose token ids are not one contiguous sequence (answered without the tokens from there on).",
+        );
+        let _ =
+            writeln!(out, "parley_sessions_token_discontiguous_total {}", self.discontiguous.load(Ordering::Relaxed));
+        head(&mut out, "parley_run_seconds", "histogram", "Time from a /run request to its answer.");
+        self.run.render(&mut out, "parley_run_seconds", "");
+        head(&mut out, "parley_model_call_seconds", "histogram", "Model calls, retries included, by party.");
+        self.agent_calls.render(&mut out, "parley_model_call_seconds", "party=\"agent\",");
+        self.user_calls.render(&mut out, "parley_model_call_seconds", "party=\"user\",");
+        head(&mut out, "parley_store_commit_seconds", "histogram", "Store commits of turns and session ends.");
+        self.commits.render(&mut out, "parley_store_commit_seconds", "");
         out
     }
 }

@@ -31,6 +31,9 @@ pub struct StubConfig {
     /// Whether a judge prompt (its last `GOLD:` and `CANDIDATE:` sections) is answered with a
     /// verdict: `[[A=B]]` when the candidate contains the gold text, else `[[A!=B]]`.
     pub judge: bool,
+    /// Whether Chat Completions answers carry token ids and log-probs when a request asks for
+    /// them, and how prompts are tokenized (default: never).
+    pub token_ids: Option<crate::TokenMode>,
 }
 
 /// The Chat Completions field a reasoning model's thoughts come in. On `/v1/responses` every
@@ -85,6 +88,7 @@ impl Default for StubConfig {
             reasoning: None,
             answers: None,
             judge: false,
+            token_ids: None,
         }
     }
 }

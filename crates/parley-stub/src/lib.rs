@@ -172,9 +172,11 @@ mod responses;
 mod server;
 mod stats;
 mod synth;
+mod token_ids;
 mod turn;
 
 pub use answers::{AnswerKey, MALFORMED, verdict};
 pub use config::{ConfigError, Faults, StubConfig, StubReasoning};
 pub use server::{CallIds, router, serve, serve_with};
 pub use stats::{Stats, conversation_key};
+pub use token_ids::TokenMode;

@@ -20,6 +20,7 @@ use crate::error::ApiError;
 use crate::fault::{Fault, FaultDice};
 use crate::hash::{fnv, hex};
 use crate::stats::Stats;
+use crate::token_ids::{self, TokenMode};
 use crate::turn::{Answer, Turn, thought};
 use crate::{chat, responses};
 
@@ -46,6 +47,9 @@ trait Api {
 
     /// Adds the thought behind the answer to a rendered answer.
     fn add_reasoning(rendered: &mut Value, mode: StubReasoning, turn: &Turn<'_>, answer: &Answer<'_>);
+
+    /// Adds token ids and log-probs to a rendered answer, when the request asked for them.
+    fn add_token_ids(_rendered: &mut Value, _request: &Value, _mode: TokenMode) {}
 }
 
 struct Chat;
@@ -61,6 +65,9 @@ impl Api for Chat {
     fn add_reasoning(rendered: &mut Value, mode: StubReasoning, turn: &Turn<'_>, answer: &Answer<'_>) {
         let field = mode.chat_field(turn.tool_results);
         rendered["choices"][0]["message"][field] = Value::from(thought(answer, turn.tool_results));
+    }
+    fn add_token_ids(rendered: &mut Value, request: &Value, mode: TokenMode) {
+        token_ids::add(rendered, request, mode);
     }
 }
 
@@ -287,6 +294,9 @@ fn decide<A: Api>(shared: &Shared, body: &[u8]) -> Decision {
     let mut rendered = A::render(&turn, &answer, body_hash);
     if let Some(mode) = shared.config.reasoning {
         A::add_reasoning(&mut rendered, mode, &turn, &answer);
+    }
+    if let Some(mode) = shared.config.token_ids {
+        A::add_token_ids(&mut rendered, &value, mode);
     }
     Decision { response: Json(rendered).into_response(), hang: fault == Some(Fault::Hang) }
 }

@@ -32,10 +32,7 @@ impl ModelClient for AcceptingJudge {
 
     async fn chat(&self, _request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
         let content = r#"{"results": [{"expectedOutcome": "all", "reasoning": "scripted", "metExpectation": true}]}"#;
-        Ok(ChatReply {
-            message: Message::assistant(content),
-            call: ModelCall::default(),
-        })
+        Ok(ChatReply { message: Message::assistant(content), call: ModelCall::default() })
     }
 }
 

@@ -183,6 +183,11 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
                 writeln!(out, "    {}", paint.wrap("2", &format!("┆   {line}")))?;
             }
         }
+        if let Some(tokens) = &m.tokens {
+            let counts =
+                format!("┆ token ids: {} in the prompt, {} generated", tokens.prompt.len(), tokens.generation.len());
+            writeln!(out, "    {}", paint.wrap("2", &counts))?;
+        }
         if let Some(record) = transcript.tool_calls.iter().find(|t| t.seq as usize == seq) {
             if record.is_error {
                 let what = if record.malformed { "malformed call" } else { "tool error" };
@@ -200,6 +205,9 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
     }
     if row.retries > 0 {
         writeln!(out, "retries      {}", row.retries)?;
+    }
+    if let Some(why) = &row.token_contiguity {
+        writeln!(out, "token ids    {}", paint.wrap("33", &format!("not contiguous: {why}")))?;
     }
     if let Some(error) = &row.error {
         writeln!(out, "error        {}", paint.wrap("31", error))?;

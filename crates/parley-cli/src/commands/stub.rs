@@ -30,6 +30,7 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
         reasoning: args.reasoning,
         answers: answers(args)?,
         judge: args.judge,
+        token_ids: args.token_ids,
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     Ok(config)

@@ -187,10 +187,7 @@ impl ModelClient for Judge {
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
         assert_eq!(request.sampling.temperature, Some(0.0));
         self.seen.lock().unwrap().push(request.messages.to_vec());
-        Ok(ChatReply {
-            message: Message::assistant(self.answer.clone()),
-            call: ModelCall::default(),
-        })
+        Ok(ChatReply { message: Message::assistant(self.answer.clone()), call: ModelCall::default() })
     }
 }
 

@@ -28,10 +28,7 @@ impl ModelClient for Recorder {
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
         self.seen.lock().unwrap().push((request.messages.to_vec(), request.sampling.seed, request.tools.len()));
         let text = self.replies.lock().unwrap().remove(0);
-        Ok(ChatReply {
-            message: Message::assistant(text),
-            call: ModelCall::default(),
-        })
+        Ok(ChatReply { message: Message::assistant(text), call: ModelCall::default() })
     }
 }
 
