@@ -44,8 +44,9 @@ fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
         })
         .collect();
     std::fs::write(work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
-    let stub = Stub::start(&[]);
-    ok(&run(&work, &stub, &[]));
+    // The policy answers as NeMo RL's vLLM server does, token ids and log-probs included.
+    let stub = Stub::start(&["--token-ids"]);
+    ok(&run(&work, &stub, &["--token-ids"]));
     let expected = read_jsonl(&work.path("out.jsonl"));
 
     // One shared venv for the servers, as NeMo Gym's `skip_venv_if_present` allows.
@@ -69,6 +70,11 @@ fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
         .arg(format!("+uv_venv_dir={}", work.path("venvs").display()))
         .arg("+skip_venv_if_present=true")
         .arg(format!("+head_server.port={HEAD_PORT}"))
+        // The configuration's arguments, with the database in this test's folder.
+        .arg(format!(
+            "++parley_agent.responses_api_agents.parley.parley_args=[--env,multi-step,--db,{},--token-ids]",
+            work.path("parley-serve.db").display()
+        ))
         .current_dir(work.dir.path())
         .env("PATH", &path)
         .env("NEMO_GYM_EXTRA_ROOTS", &integration)
@@ -76,10 +82,12 @@ fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(work.path("env_start.err")).unwrap());
-    let _group = Group(std::os::unix::process::CommandExt::process_group(&mut start, 0).spawn().unwrap());
+    let mut group = Group(std::os::unix::process::CommandExt::process_group(&mut start, 0).spawn().unwrap());
     let begun = Instant::now();
     while !std::fs::read_to_string(&log).unwrap_or_default().contains("servers ready") {
         let err = std::fs::read_to_string(work.path("env_start.err")).unwrap_or_default();
+        let exited = group.0.try_wait().ok().flatten();
+        assert!(exited.is_none(), "gym env start exited ({exited:?}):\n{err}");
         assert!(begun.elapsed() < Duration::from_secs(240), "gym env start did not get ready:\n{err}");
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -107,7 +115,10 @@ fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
         assert_eq!(row["reward"], want["reward"], "task {index}");
         assert_eq!(row["response"]["output"], want["response"]["output"], "task {index}: the same trajectory");
         assert!(row["_parley_session"].is_i64(), "answered by Parley: {row}");
+        // What NeMo RL trains on: every model call's turn trainable, the whole row contiguous.
+        assert_eq!(crate::tokens::check_trainable(row), Ok(3), "task {index}: {row}");
     }
+    assert!(work.path("parley-serve.db").is_file(), "the served sessions were recorded where the arguments said");
     let metrics: Value =
         serde_json::from_str(&std::fs::read_to_string(work.path("gym_aggregate_metrics.json")).unwrap_or_default())
             .unwrap_or(Value::Null);

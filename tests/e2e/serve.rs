@@ -284,3 +284,63 @@ fn each_session_stays_on_one_rank_of_the_policy() {
     assert!(a.iter().all(|c| !b.contains(c)), "no session on both ranks");
     assert_eq!(a.len() + b.len(), 12);
 }
+
+/// A multi-turn tau2 conversation over `/run`, the simulated user an LLM: the policy captures
+/// tokens, so every turn of the agent carries contiguous token fields, and nothing of the
+/// user's does (its calls never ask for them, though its endpoint would answer them).
+#[tokio::test]
+async fn a_tau2_conversation_with_the_llm_user_carries_tokens_on_the_agents_items_only() {
+    let work = Workdir::new();
+    let data = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2");
+    let data = data.canonicalize().expect("tau2's data at ../shared/data/tau2").display().to_string();
+    let policy = Stub::start(&["--token-ids"]);
+    let user = Stub::start(&["--token-ids", "--user-turns", "2"]);
+    let serve = Serve::start(
+        &work,
+        &policy,
+        &["--env", "tau2:airline", "--data-dir", &data, "--user", "llm", "--user-base-url", &user.url, "--token-ids"],
+    );
+    for task in ["0", "7", "21"] {
+        let row = format!(
+            r#"{{"id": "{task}", "responses_create_params": {{"input": [], "temperature": 1.0, "top_p": 1.0}}}}"#
+        );
+        let (status, _, body) = post_run(&serve.address, &row);
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        let output = answer["response"]["output"].as_array().unwrap();
+        let users = output.iter().filter(|i| i["role"] == "user").count();
+        assert!(users >= 2, "a multi-turn conversation: {body}");
+        for item in output {
+            let agents = item["type"] == "function_call" || item["role"] == "assistant";
+            if !agents {
+                assert!(item.get("generation_token_ids").is_none(), "only the agent's items carry tokens: {item}");
+            }
+        }
+        let trainable = crate::tokens::check_trainable(&answer).unwrap();
+        let turns = output.iter().filter(|i| i["role"] == "assistant").count();
+        assert!(trainable >= turns, "every turn of the agent is trainable: {trainable} of {turns}");
+        assert!(answer.get("_parley_token_contiguity").is_none());
+    }
+    let (_, _, metrics) = request(&serve.address, "GET", "/metrics", "", &[]);
+    let count = |name: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}: {metrics}"));
+        line.rsplit_once(' ').unwrap().1.parse().unwrap()
+    };
+    assert!(count("parley_model_call_seconds_count{party=\"agent\"}") >= 6.0, "{metrics}");
+    assert!(count("parley_model_call_seconds_count{party=\"user\"}") >= 6.0, "{metrics}");
+    assert!(count("parley_store_commit_seconds_count") >= 6.0, "{metrics}");
+    assert_eq!(count("parley_sessions_token_discontiguous_total"), 0.0);
+    drop(serve);
+    // The user's calls were made without asking for tokens, and none were stored for them.
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path("serve.db").display())).await.unwrap();
+    let (asked, stored, calls): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM model_calls WHERE party = 'user' AND request LIKE '%logprobs%'),
+                (SELECT COUNT(*) FROM messages WHERE role = 'user' AND tokens IS NOT NULL),
+                (SELECT COUNT(*) FROM model_calls WHERE party = 'user')",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!((asked, stored), (0, 0));
+    assert!(calls >= 6);
+}
