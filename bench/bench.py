@@ -345,6 +345,7 @@ def plan(quick):
             "fixed": {"concurrency": 256, "latency_ms": 100, "waves": 2},
             "persistence_bound": {"concurrency": 32, "latency_ms": 50, "waves": 2},
             "stream": {"tasks": 2000, "concurrency": 64},
+            "service": {"gym": [(1, 5), (16, 32)], "parley": [(1, 10), (16, 64), (256, 512)]},
         }
     return {
         "tasks": 200,
@@ -359,6 +360,11 @@ def plan(quick):
         "persistence_bound": {"concurrency": 256, "latency_ms": 100, "waves": 10},
         # A training set's size: tasks are read lazily, so memory stays flat however many there are.
         "stream": {"tasks": 1_000_000, "concurrency": 256},
+        # `/run` as a trainer calls it, (concurrency, rollouts) per level.
+        "service": {
+            "gym": [(1, 100), (16, 800), (256, 2000)],
+            "parley": [(1, 1000), (16, 10_000), (256, 20_000)],
+        },
     }
 
 
@@ -368,9 +374,11 @@ def main():
     parser.add_argument("--parley", default=str(ROOT / "target/release/parley"), help="the parley binary")
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--only", choices=["stream"], help="run only this part (its results are not latest.json)")
+    parser.add_argument(
+        "--only", choices=["stream", "serve"], help="run only this part (its results are not latest.json)"
+    )
     args = parser.parse_args()
-    if args.only is None and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
+    if args.only != "stream" and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
         raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
     p = plan(args.quick)
     parley = args.parley
@@ -396,10 +404,16 @@ def main():
         # 1. NeMo Gym's own pipeline.
         gym = NemoGym(work, stub)
         results["nemo_gym_start_s"] = gym.start_s
+        if args.only == "serve":
+            results["service"] = service(parley, work, p, stub, gym, tasks)
+            finish(results, args, work, latest=False)
+            return
         for concurrency, repeats in p["gym"]:
             row = gym.eval(tasks, repeats, concurrency, stub)
             rows.append(row)
             show(row)
+        # 1b. A trainer's `/run`: NeMo Gym's simple_agent, then `parley serve`.
+        results["service"] = service(parley, work, p, stub, gym, tasks)
         gym.stop()
         gym = None
 
@@ -466,8 +480,10 @@ def finish(results, args, work, *, latest):
     if latest:
         results["summary"] = summarize(results)
         report(results)
-    else:
+    elif "stream" in results:
         report_stream(results)
+    else:
+        report_service(results["service"])
     if args.quick:
         check_quick(results)
         out = work / "results.json"
@@ -483,6 +499,128 @@ def finish(results, args, work, *, latest):
         print(f"bench: results in {', '.join(str(out_dir / n) for n in names)}", file=sys.stderr)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def service(parley, work, p, stub, gym, tasks):
+    """`/run` as a trainer calls it (bench/load.py, NeMo Gym's own HTTP client): NeMo Gym's
+    simple_agent on example_multi_step, then `parley serve --env multi-step`, against the same
+    stub and rows. Per level: rollouts/s, the CPU of the whole stack per rollout (the servers and
+    the stub; the client is the trainer's side and is reported apart), and for Parley the time
+    it adds to each model call: a rollout's `/run` latency less the latencies of its model calls
+    as Parley's client measured them (a direct call to the stub), over its calls."""
+    python = ROOT / ".venv-nemo-gym/bin/python"
+    config = get_json("http://127.0.0.1:11000/global_config_dict_yaml")
+    config = json.loads(config) if isinstance(config, str) else config
+    agent = config["example_multi_step_simple_agent"]["responses_api_agents"]["simple_agent"]
+    gym_url = f"http://{agent['host']}:{agent['port']}/run"
+    levels = []
+
+    def load(url, concurrency, count, watch, name):
+        m = measured(
+            [python, ROOT / "bench/load.py", url, tasks, "--count", count, "--concurrency", concurrency],
+            cwd=work, watch=watch, log=work / f"{name}.log",
+        )
+        out = json.loads(m["stdout"])
+        n = out["statuses"].get("200", 0)
+        if n != count:
+            raise SystemExit(f"bench: {name}: {count} rollouts asked, statuses {out['statuses']}")
+        durations = sorted(r[0] * 1e3 for r in out["rollouts"])
+        return m, out, {
+            "concurrency": concurrency,
+            "rollouts": n,
+            "rollouts_per_s": n / out["wall_s"],
+            "stack_cpu_ms": m["watched_cpu_s"] * 1e3 / n,
+            "client_cpu_ms": m["own_cpu_s"] * 1e3 / n,
+            "run_p50_ms": percentile(durations, 0.5),
+            "run_p99_ms": percentile(durations, 0.99),
+        }
+
+    for concurrency, count in p["service"]["gym"]:
+        _, _, row = load(gym_url, concurrency, count, [gym.proc.pid, stub.proc.pid], f"service-gym-c{concurrency}")
+        row["system"] = "NeMo Gym simple_agent /run"
+        levels.append(row)
+        show_service(row)
+    for concurrency, count in p["service"]["parley"]:
+        db = work / f"serve-c{concurrency}.db"
+        log = open(work / f"serve-c{concurrency}.log", "w")
+        serve = subprocess.Popen(
+            [parley, "serve", "--env", "multi-step", "--listen", "127.0.0.1:0", "--base-url", stub.url,
+             "--db", db, "-c", str(max(concurrency, 1)), "--queue", str(concurrency)],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+        )
+        try:
+            url = serve.stdout.readline().strip() + "/run"
+            if not url.startswith("http://"):
+                raise SystemExit(f"bench: parley serve did not start; see {log.name}")
+            _, out, row = load(url, concurrency, count, [serve.pid, stub.proc.pid], f"service-parley-c{concurrency}")
+        finally:
+            serve.terminate()
+            serve.wait()
+        # The model calls of each served session, as Parley's client timed them.
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            calls = dict(
+                (session, (n, total_ms))
+                for session, n, total_ms in conn.execute(
+                    "SELECT session_id, COUNT(*), SUM(latency_ms) FROM model_calls GROUP BY session_id"
+                )
+            )
+        added = sorted(
+            (took * 1e3 - calls[session][1]) / calls[session][0]
+            for took, session, _ in out["rollouts"]
+            if session in calls
+        )
+        row.update(
+            system="Parley serve /run",
+            added_per_call_p50_ms=percentile(added, 0.5),
+            added_per_call_p99_ms=percentile(added, 0.99),
+        )
+        levels.append(row)
+        show_service(row)
+    gym_rows = {r["concurrency"]: r for r in levels if r["system"].startswith("NeMo Gym")}
+    for row in levels:
+        base = gym_rows.get(row["concurrency"])
+        row["x_nemo_gym"] = row["rollouts_per_s"] / base["rollouts_per_s"] if base else None
+    top = max((r for r in levels if r["system"] == "Parley serve /run"), key=lambda r: r["concurrency"])
+    best_gym = max(r["rollouts_per_s"] for r in gym_rows.values())
+    return {
+        "levels": levels,
+        "x_nemo_gym_best": top["rollouts_per_s"] / best_gym,
+        "targets": {
+            "20x NeMo Gym's /run throughput": top["rollouts_per_s"] >= 20 * best_gym,
+            f"< 1 ms p99 added per model call at c = {top['concurrency']}": top["added_per_call_p99_ms"] < 1.0,
+        },
+    }
+
+
+SERVICE_COLUMNS = [
+    ("system", "{}", 28),
+    ("concurrency", "{}", 5),
+    ("rollouts", "{}", 6),
+    ("rollouts_per_s", "{:.0f}", 10),
+    ("x_nemo_gym", "{:.1f}x", 8),
+    ("stack_cpu_ms", "{:.2f}", 9),
+    ("client_cpu_ms", "{:.2f}", 9),
+    ("run_p50_ms", "{:.1f}", 8),
+    ("run_p99_ms", "{:.1f}", 8),
+    ("added_per_call_p50_ms", "{:.3f}", 10),
+    ("added_per_call_p99_ms", "{:.3f}", 10),
+]
+
+
+def show_service(row):
+    print("  ".join(cell(row, k, f, w) for k, f, w in SERVICE_COLUMNS), file=sys.stderr, flush=True)
+
+
+def report_service(service, header=True):
+    if header:
+        heads = ["system", "c", "n", "rollouts/s", "vs Gym", "stack ms", "client ms", "p50 ms", "p99 ms",
+                 "+call p50", "+call p99"]
+        print("  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                        for i, (h, (_, _, w)) in enumerate(zip(heads, SERVICE_COLUMNS))))
+    for row in service["levels"]:
+        print("  ".join(cell(row, k, f, w) for k, f, w in SERVICE_COLUMNS))
+    for target, met in service["targets"].items():
+        print(f"  [{'met' if met else 'MISSED'}] {target}")
 
 
 def scale(parley, work, p):
@@ -655,6 +793,7 @@ def summarize(results):
             "persistence on vs off < 10% throughput (CPU-bound, stub without latency)": 1 - on_mean / off_mean < 0.10,
             "1,000,000 generated tasks at c = 256 < 300 MiB resident": results["stream"]["rollouts"] >= 1_000_000
             and results["stream"]["peak_rss_mib"] < 300,
+            **results["service"]["targets"],
         },
     }
 
@@ -710,6 +849,11 @@ def report(results):
           f"{100 * s['persistence_cost_model_bound']:.1f}% when the model does "
           f"({fx_b['concurrency']} sessions, {fx_b['latency_ms']} ms)")
     report_stream(results, header=False)
+    print()
+    print("`/run` as a trainer calls it: stack ms = CPU per rollout of the servers and the stub; client ms =")
+    print("the trainer's side (bench/load.py); +call = time Parley adds to each model call (/run latency less")
+    print("its model calls' latencies, per call)")
+    report_service(results["service"])
     if results["quick"]:
         print("(--quick: too few rollouts for the targets to mean anything; they are not checked)")
         return

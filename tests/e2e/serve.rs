@@ -344,3 +344,15 @@ async fn a_tau2_conversation_with_the_llm_user_carries_tokens_on_the_agents_item
     assert_eq!((asked, stored), (0, 0));
     assert!(calls >= 6);
 }
+
+/// The policy serves the agent alone: a simulated user without an endpoint of its own is
+/// refused before anything starts, rather than sent to the trainer's policy server.
+#[test]
+fn the_simulated_user_never_defaults_to_the_policy() {
+    let work = Workdir::new();
+    let stub = Stub::start(&[]);
+    let out = work.parley(&["serve", "--listen", "127.0.0.1:0", "--base-url", &stub.url, "--user", "llm"]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--user-base-url"), "{}", text(&out.stderr));
+    assert_eq!(stub.stats()["requests"], 0);
+}

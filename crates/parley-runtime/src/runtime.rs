@@ -56,6 +56,10 @@ pub struct Front {
     /// The agent takes each task row's sampling settings over the run's (a trainer sets them
     /// per request).
     pub sampling_from_row: bool,
+    /// The policy's endpoints serve the agent alone: a simulated user and a judge get endpoints
+    /// of their own or none, never the policy's (a trainer's policy server rejects their sampling
+    /// settings, and their calls are not the policy's to train on).
+    pub policy_for_agent_only: bool,
 }
 
 impl Runtime {
@@ -69,8 +73,10 @@ impl Runtime {
             Some(url) => url.clone(),
             None => start_stub(shutdown.clone()).await?,
         };
-        // The environment's judge defaults to the agent's endpoint, the in-process stub included.
-        let resolved = RunSettings { base_url: Some(base_url.clone()), ..settings.clone() };
+        // The environment's judge defaults to the agent's endpoint, the in-process stub included,
+        // unless the policy serves the agent alone.
+        let judge_default = (!front.policy_for_agent_only).then(|| base_url.clone());
+        let resolved = RunSettings { base_url: judge_default, ..settings.clone() };
         let environments = Environments::open(&resolved, Some(&store)).await?;
         // The oracle needs no prompt; a model agent gets the settings' or the environment's.
         let system_prompt = match settings.agent {
@@ -103,6 +109,13 @@ impl Runtime {
             }
         };
         // A user the environment needs (Gymnasium observations) stands in when none is asked for.
+        if front.policy_for_agent_only && settings.user.kind == UserKind::Llm && settings.user.base_url.is_none() {
+            return Err(usage(
+                "the simulated user needs an endpoint of its own here: pass --user-base-url (its calls never go to \
+                 the policy)",
+            )
+            .into());
+        }
         let user = match user_simulator(settings, &base_url, &store).await? {
             Some(user) => Some(user),
             None => environments.user.clone(),

@@ -38,7 +38,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
         .await
         .with_context(|| format!("opening the store {}", settings.db.display()))?;
-    let runtime = Arc::new(Runtime::start_for(&settings, store, Front { sampling_from_row: true }).await?);
+    let runtime = Arc::new(
+        Runtime::start_for(&settings, store, Front { sampling_from_row: true, policy_for_agent_only: true }).await?,
+    );
     let mut recorded = settings.clone();
     recorded.system_prompt.clone_from(&runtime.system_prompt);
     let spec = RunSpec { environment: settings.env.to_string(), config: serde_json::to_value(&recorded)? };
