@@ -1,17 +1,30 @@
 //! A string-keyed map that keeps insertion order, like a Python dict. tau2's tool outputs list
 //! a dictionary's entries in the order they were loaded or added, so the databases cannot use
 //! `BTreeMap` (sorted) or `HashMap` (random). It never reorders entries.
+//!
+//! Copy on write: every session starts from a copy of its domain's database, and a session
+//! changes a few entries at most, so a clone shares the entries (and each value) with the map it
+//! was cloned from; a map copies its entry list on its first change, and a value on its own
+//! first change. Thousands of sessions over one airline database (7 MB of JSON) then cost their
+//! changes, not a database each.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct OrderedMap<V> {
-    entries: Vec<(String, V)>,
-    index: HashMap<String, usize>,
+    entries: Arc<Vec<(String, Arc<V>)>>,
+    index: Arc<HashMap<String, usize>>,
+}
+
+impl<V> Clone for OrderedMap<V> {
+    fn clone(&self) -> Self {
+        OrderedMap { entries: Arc::clone(&self.entries), index: Arc::clone(&self.index) }
+    }
 }
 
 /// Equality as a sorted-keys dump sees it: the same keys with equal values, in any order.
@@ -23,7 +36,7 @@ impl<V: PartialEq> PartialEq for OrderedMap<V> {
 
 impl<V> Default for OrderedMap<V> {
     fn default() -> Self {
-        OrderedMap { entries: Vec::new(), index: HashMap::new() }
+        OrderedMap { entries: Arc::default(), index: Arc::default() }
     }
 }
 
@@ -41,11 +54,7 @@ impl<V> OrderedMap<V> {
     }
 
     pub fn get(&self, key: &str) -> Option<&V> {
-        self.index.get(key).map(|&i| &self.entries[i].1)
-    }
-
-    pub fn get_mut(&mut self, key: &str) -> Option<&mut V> {
-        self.index.get(key).map(|&i| &mut self.entries[i].1)
+        self.index.get(key).map(|&i| &*self.entries[i].1)
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
@@ -55,28 +64,16 @@ impl<V> OrderedMap<V> {
     /// Inserts or replaces; a replaced entry keeps its position, as in a Python dict.
     pub fn insert(&mut self, key: String, value: V) {
         match self.index.get(&key) {
-            Some(&i) => self.entries[i].1 = value,
+            Some(&i) => Arc::make_mut(&mut self.entries)[i].1 = Arc::new(value),
             None => {
-                self.index.insert(key.clone(), self.entries.len());
-                self.entries.push((key, value));
+                Arc::make_mut(&mut self.index).insert(key.clone(), self.entries.len());
+                Arc::make_mut(&mut self.entries).push((key, Arc::new(value)));
             }
         }
-    }
-
-    /// Removes an entry, keeping the order of the rest (`dict.pop`).
-    pub fn remove(&mut self, key: &str) -> Option<V> {
-        let i = self.index.remove(key)?;
-        let (_, value) = self.entries.remove(i);
-        for (_, slot) in self.index.iter_mut() {
-            if *slot > i {
-                *slot -= 1;
-            }
-        }
-        Some(value)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&String, &V)> {
-        self.entries.iter().map(|(k, v)| (k, v))
+        self.entries.iter().map(|(k, v)| (k, &**v))
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &String> {
@@ -84,7 +81,27 @@ impl<V> OrderedMap<V> {
     }
 
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.entries.iter().map(|(_, v)| v)
+        self.entries.iter().map(|(_, v)| &**v)
+    }
+}
+
+impl<V: Clone> OrderedMap<V> {
+    /// The value to change: copied first if another map still shares it.
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut V> {
+        let &i = self.index.get(key)?;
+        Some(Arc::make_mut(&mut Arc::make_mut(&mut self.entries)[i].1))
+    }
+
+    /// Removes an entry, keeping the order of the rest (`dict.pop`).
+    pub fn remove(&mut self, key: &str) -> Option<V> {
+        let i = Arc::make_mut(&mut self.index).remove(key)?;
+        let (_, value) = Arc::make_mut(&mut self.entries).remove(i);
+        for (_, slot) in Arc::make_mut(&mut self.index).iter_mut() {
+            if *slot > i {
+                *slot -= 1;
+            }
+        }
+        Some(Arc::unwrap_or_clone(value))
     }
 }
 
@@ -92,7 +109,7 @@ impl<V> OrderedMap<V> {
     /// Moves the named keys to the front, in the given order (for maps read from TOML, whose
     /// parser sorts keys: see [`toml_table_keys`]).
     pub fn reorder(&mut self, order: &[String]) {
-        let mut entries = std::mem::take(&mut self.entries);
+        let mut entries = std::mem::take(Arc::make_mut(&mut self.entries));
         let mut ordered = Vec::with_capacity(entries.len());
         for key in order {
             if let Some(i) = entries.iter().position(|(k, _)| k == key) {
@@ -100,8 +117,8 @@ impl<V> OrderedMap<V> {
             }
         }
         ordered.extend(entries);
-        self.index = ordered.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
-        self.entries = ordered;
+        self.index = Arc::new(ordered.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect());
+        self.entries = Arc::new(ordered);
     }
 }
 
@@ -143,8 +160,8 @@ impl<V> FromIterator<(String, V)> for OrderedMap<V> {
 impl<V: Serialize> Serialize for OrderedMap<V> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(self.entries.len()))?;
-        for (k, v) in &self.entries {
-            map.serialize_entry(k, v)?;
+        for (k, v) in self.entries.iter() {
+            map.serialize_entry(k, &**v)?;
         }
         map.end()
     }
@@ -191,6 +208,22 @@ mod tests {
         let text = "[t.z]\nx = 1\n[t.z.inner]\n[t.a]\n[u]\n[t.m]\n";
         m.reorder(&toml_table_keys(text, "t"));
         assert_eq!(m.keys().collect::<Vec<_>>(), ["z", "a", "m"]);
+    }
+
+    #[test]
+    fn a_clone_shares_its_entries_until_either_changes() {
+        let mut a: OrderedMap<Vec<i64>> = [("x".into(), vec![1]), ("y".into(), vec![2])].into_iter().collect();
+        let mut b = a.clone();
+        assert!(Arc::ptr_eq(&a.entries, &b.entries));
+        b.get_mut("x").unwrap().push(9);
+        assert_eq!((a.get("x"), b.get("x")), (Some(&vec![1]), Some(&vec![1, 9])));
+        // The value left alone is still shared; the changed one is not.
+        assert!(Arc::ptr_eq(&a.entries[1].1, &b.entries[1].1));
+        assert!(!Arc::ptr_eq(&a.entries[0].1, &b.entries[0].1));
+        a.insert("z".into(), vec![3]);
+        assert_eq!((a.len(), b.len()), (3, 2));
+        assert_eq!(b.remove("y"), Some(vec![2]));
+        assert_eq!(a.get("y"), Some(&vec![2]));
     }
 
     #[test]
