@@ -22,7 +22,8 @@ use parley_core::{
     Claim, Claimed, Owner, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
     TurnRecord, Unusable,
 };
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::StoreOptions;
 use writer::PgWriter;
@@ -50,6 +51,9 @@ pub(crate) use {pg_now_ms, pg_now_text};
 /// at once; many machines share one server, whose `max_connections` (100 by default) bounds them
 /// all together.
 const POOL_CONNECTIONS: u32 = 8;
+
+/// How long opening the store waits for the server to answer.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A PostgreSQL database (or one schema of it, by the URL's `options=-c search_path=...`) holding
 /// any number of runs.
@@ -98,22 +102,27 @@ impl PgStore {
     /// [`open`](PgStore::open) with options already parsed (tests set a schema of their own).
     pub async fn connect_with(connect: PgConnectOptions, options: StoreOptions) -> Result<PgStore, StoreError> {
         let name: Arc<str> = display_name(&connect).into();
-        let pool = PgPoolOptions::new()
-            .max_connections(POOL_CONNECTIONS)
-            .connect_with(connect.application_name("parley"))
+        let connect = connect.application_name("parley");
+        // One connection first, given up after CONNECT_TIMEOUT: a pool would retry a refused
+        // connection until its acquire timeout, and a wrong URL should be said at once.
+        let unreachable = |e: &dyn std::fmt::Display| {
+            StoreError::Database(format!(
+                "cannot connect to {name}: {e}; is the server running and reachable, and does the database exist?"
+            ))
+        };
+        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
             .await
-            .map_err(|e| {
-                StoreError::Database(format!(
-                    "cannot connect to {name}: {e}; is the server running and reachable, and does the database exist?"
-                ))
-            })?;
-        check_schema(&pool, &name).await?;
+            .map_err(|_| unreachable(&format!("no answer in {} s", CONNECT_TIMEOUT.as_secs())))?
+            .map_err(|e| unreachable(&e))?;
+        check_schema(&mut conn, &name).await?;
         // Several machines may start at once: sqlx's migrator holds an advisory lock while it
         // applies migrations, so each is applied once.
         MIGRATOR
-            .run(&pool)
+            .run(&mut conn)
             .await
             .map_err(|e| StoreError::Database(format!("migrating {name} (migrations/postgres): {e}")))?;
+        let _ = conn.close().await;
+        let pool = PgPoolOptions::new().max_connections(POOL_CONNECTIONS).connect_lazy_with(connect);
         let writer = PgWriter::spawn(pool.clone(), Arc::clone(&name), options, crate::turns_persisted());
         Ok(PgStore { pool, writer, name })
     }
@@ -144,11 +153,11 @@ impl PgStore {
 }
 
 /// Refuses a database whose schema holds tables but not Parley's, or Parley's at a newer version.
-async fn check_schema(pool: &PgPool, name: &str) -> Result<(), StoreError> {
+async fn check_schema(conn: &mut PgConnection, name: &str) -> Result<(), StoreError> {
     let failed = |e: sqlx::Error| StoreError::Database(format!("{name}: reading its tables: {e}"));
     let tables: Vec<String> =
         sqlx::query_scalar("SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1")
-            .fetch_all(pool)
+            .fetch_all(&mut *conn)
             .await
             .map_err(failed)?;
     if tables.is_empty() {
@@ -166,7 +175,7 @@ async fn check_schema(pool: &PgPool, name: &str) -> Result<(), StoreError> {
         });
     }
     let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .map_err(failed)?;
     let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);

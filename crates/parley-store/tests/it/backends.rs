@@ -5,10 +5,12 @@
 //! PostgreSQL case without a reachable server fails instead of passing vacuously.
 
 mod cases;
+mod postgres_only;
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use parley_core::{Reward, RunId, SessionId, SessionStore, StoreError};
 use parley_store::{PgStore, SessionRow, SqliteStore, StoreOptions, Transcript};
@@ -61,7 +63,12 @@ impl Db {
             }
         };
         let connect = PgConnectOptions::from_str(&url).unwrap_or_else(|e| panic!("{POSTGRES_VARIABLE}={url}: {e}"));
-        let admin = match PgPoolOptions::new().max_connections(1).connect_with(connect.clone()).await {
+        let admin = match PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(connect.clone())
+            .await
+        {
             Ok(admin) => admin,
             Err(e) if required => panic!("the PostgreSQL server at {url} cannot be reached ({e}): {how}"),
             Err(e) => {
@@ -88,6 +95,14 @@ impl Db {
             Place::Postgres { connect, .. } => {
                 Store::Postgres(PgStore::connect_with((**connect).clone(), StoreOptions::default()).await.unwrap())
             }
+        }
+    }
+
+    /// What a PostgreSQL database's stores connect with; `None` for SQLite.
+    pub fn connect_options(&self) -> Option<PgConnectOptions> {
+        match &self.place {
+            Place::Postgres { connect, .. } => Some((**connect).clone()),
+            Place::Sqlite(_) => None,
         }
     }
 

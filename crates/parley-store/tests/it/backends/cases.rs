@@ -13,7 +13,7 @@ use serde_json::json;
 use super::{Db, Store};
 use crate::writer::turn;
 
-fn run_of(n: usize) -> (RunSpec, Vec<Arc<Task>>, Vec<SessionSpec>) {
+pub fn run_of(n: usize) -> (RunSpec, Vec<Arc<Task>>, Vec<SessionSpec>) {
     let task = Arc::new(Task {
         index: 0,
         id: "t".into(),
