@@ -206,3 +206,45 @@ on_both!(
     a_finished_session_is_released_and_never_claimed_again,
     a_failed_batch_keeps_nothing_and_the_next_is_written,
 );
+
+/// How many commits a second each store takes from 32 sessions committing 2 KB turns at once,
+/// each waiting for its commit before the next (as the engine does). A measurement, not a test:
+/// `cargo nextest run -p parley-store --run-ignored only commit_rate --no-capture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; run it by name"]
+async fn commit_rate() {
+    use parley_core::{Claim, Message, MessageRecord, TurnRecord};
+    const SESSIONS: usize = 32;
+    const TURNS: u32 = 300;
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(db) = Db::new(backend).await else { continue };
+        let store = db.open().await;
+        let (spec, tasks, specs) = cases::run_of(SESSIONS);
+        let (_, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+        let text = "word ".repeat(2048 / 5);
+        let started = std::time::Instant::now();
+        let sessions = ids.iter().map(|&id| {
+            let (store, text) = (store.seam(), text.clone());
+            tokio::spawn(async move {
+                for seq in 0..TURNS {
+                    let message = Message::assistant(text.clone());
+                    let turn =
+                        TurnRecord { messages: vec![MessageRecord { seq, message, call: None }], tool_calls: vec![] };
+                    store.commit_turn(Claim::unclaimed(id), turn).await.unwrap();
+                }
+            })
+        });
+        for s in futures::future::join_all(sessions).await {
+            s.unwrap();
+        }
+        let elapsed = started.elapsed();
+        let commits = SESSIONS as f64 * f64::from(TURNS);
+        println!(
+            "{backend:?}: {commits} commits of 2 KB turns from {SESSIONS} sessions in {:.2} s: {:.0} commits/s",
+            elapsed.as_secs_f64(),
+            commits / elapsed.as_secs_f64()
+        );
+        store.close().await;
+        db.remove().await;
+    }
+}
