@@ -205,6 +205,7 @@ on_both!(
     a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written,
     a_finished_session_is_released_and_never_claimed_again,
     a_failed_batch_keeps_nothing_and_the_next_is_written,
+    commits_renewals_and_claims_at_once_all_go_through,
 );
 
 /// How many commits a second each store takes from 32 sessions committing 2 KB turns at once,

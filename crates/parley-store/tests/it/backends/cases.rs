@@ -279,3 +279,57 @@ pub async fn a_failed_batch_keeps_nothing_and_the_next_is_written(db: &Db) {
     assert_eq!(messages(&store, ids[0]).await, 4, "the next batch is written");
     store.close().await;
 }
+
+pub async fn commits_renewals_and_claims_at_once_all_go_through(db: &Db) {
+    let (owner_store, claimer_store) = (db.open().await, db.open().await);
+    let (spec, tasks, specs) = run_of(64);
+    let owner = Owner::new(Duration::from_secs(30));
+    let (run, claims) = owner_store.create_claimed_run(&spec, &tasks, &specs, &owner).await.unwrap();
+    let store = owner_store.seam();
+    let sessions = claims.iter().map(|&claim| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            for first in (0..20).step_by(2) {
+                store.commit_turn(claim, turn(first)).await.unwrap();
+            }
+            store.finish_session(claim, TurnRecord::default(), &outcome()).await.unwrap();
+        })
+    });
+    // Renewals lock the owner's rows and claims pass over them while the batches hold them:
+    // none of them may wait on another in a cycle, and none takes a live session.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renewing = {
+        let (store, owner, stop) = (Arc::clone(&store), owner.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                store.renew_claims(&owner).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let claiming = {
+        let (store, stop) = (claimer_store.seam(), Arc::clone(&stop));
+        let other = Owner::new(Duration::from_secs(30));
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let claimed = store.claim_sessions(run, &other, 8).await.unwrap();
+                assert!(claimed.claims.is_empty(), "a live session was claimed: {claimed:?}");
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    for s in futures::future::join_all(sessions).await {
+        s.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    renewing.await.unwrap();
+    claiming.await.unwrap();
+    let rows = owner_store.sessions_page(run, 0, 100).await.unwrap();
+    assert!(rows.iter().all(|r| r.status == "finished"), "every session finished");
+    for claim in &claims {
+        assert_eq!(messages(&owner_store, claim.session).await, 20);
+    }
+    assert_eq!(owner_store.renew_claims(&owner).await.unwrap(), 0, "finished sessions are released");
+    owner_store.close().await;
+    claimer_store.close().await;
+}
