@@ -16,6 +16,7 @@ mod delta;
 mod edit;
 mod judge;
 mod load;
+mod pg;
 #[macro_use]
 mod read;
 mod view;
@@ -37,6 +38,7 @@ use sqlx::{Connection, SqliteConnection, SqlitePool};
 pub use delta::{DELTA_KEY, reconstruct};
 pub use judge::{VerdictCache, request_hash};
 pub use load::{CallFigures, RunRecord, Transcript};
+pub use pg::{PgStore, is_postgres_url};
 pub use read::{RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
 pub use view::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo};
 use writer::{Writer, WriterHandle};

@@ -1,0 +1,207 @@
+//! Who drives each session, on PostgreSQL: runs created with their sessions claimed, claims of
+//! what nobody holds, renewal and release, each one transaction on the pool.
+//!
+//! The statements are those of the SQLite store's `claims`, with PostgreSQL's locking added:
+//! machines claiming at once pass over each other's rows (`FOR UPDATE SKIP LOCKED`), and renewal
+//! and release lock an owner's rows in id order, the order the writer locks a batch's rows in,
+//! so that neither waits on the other in a cycle.
+
+use std::sync::Arc;
+
+use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, SessionSpec, StoreError, Task};
+
+use super::{PgStore, pg_now_ms};
+
+fn lease_ms(owner: &Owner) -> i64 {
+    i64::try_from(owner.lease.as_millis()).unwrap_or(i64::MAX / 2)
+}
+
+impl PgStore {
+    /// Adds more tasks and their sessions to a run, in one transaction: a run over more tasks
+    /// than fit in memory is recorded a batch at a time. The sessions are claimed by `owner`
+    /// (fence 1) or unclaimed.
+    pub async fn extend_run(
+        &self,
+        run: RunId,
+        tasks: &[Arc<Task>],
+        sessions: &[SessionSpec],
+        owner: Option<&Owner>,
+    ) -> Result<Vec<Claim>, StoreError> {
+        Ok(self.insert_sessions(Ok(run), tasks, sessions, owner).await?.1)
+    }
+
+    /// Inserts tasks and sessions into `run`, or into a new run made from the spec, in one
+    /// transaction; the sessions are claimed by `owner` (fence 1) or unclaimed.
+    pub(crate) async fn insert_sessions(
+        &self,
+        run: Result<RunId, &RunSpec>,
+        tasks: &[Arc<Task>],
+        sessions: &[SessionSpec],
+        owner: Option<&Owner>,
+    ) -> Result<(RunId, Vec<Claim>), StoreError> {
+        let error = self.error("creating a run's tasks and sessions (tables `runs`, `tasks`, `sessions`)");
+        let mut tx = self.pool.begin().await.map_err(&error)?;
+        let run: RunId = match run {
+            Ok(run) => run,
+            Err(spec) => sqlx::query_scalar("INSERT INTO runs (environment, config) VALUES ($1, $2) RETURNING id")
+                .bind(&spec.environment)
+                .bind(spec.config.to_string())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(&error)?,
+        };
+        // Arrays bound whole: one statement of one shape for any number of rows.
+        let indexes: Vec<i64> = tasks.iter().map(|t| t.index as i64).collect();
+        let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+        let rows: Vec<String> = tasks.iter().map(|t| t.row.to_string()).collect();
+        sqlx::query(
+            "INSERT INTO tasks (run_id, task_index, task_id, row)
+             SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[])",
+        )
+        .bind(run)
+        .bind(&indexes)
+        .bind(&ids)
+        .bind(&rows)
+        .execute(&mut *tx)
+        .await
+        .map_err(&error)?;
+        // Ids come from the column's sequence before the insert, so they are known in the order
+        // of `sessions` without relying on the order RETURNING gives.
+        let mut ids: Vec<i64> =
+            sqlx::query_scalar("SELECT nextval(pg_get_serial_sequence('sessions', 'id')) FROM generate_series(1, $1)")
+                .bind(sessions.len() as i64)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(&error)?;
+        ids.sort_unstable();
+        let (owner, lease) = match owner {
+            Some(o) => (Some(o.id.as_str()), lease_ms(o)),
+            None => (None, 0),
+        };
+        let fence = if owner.is_some() { Fence(1) } else { Fence::UNCLAIMED };
+        sqlx::query(concat!(
+            "INSERT INTO sessions (id, run_id, task_index, trial, seed, owner, lease_until, fence)
+             SELECT v.id, $2, v.task_index, v.trial, v.seed, $6::text,
+                    CASE WHEN $6::text IS NULL THEN NULL ELSE ",
+            pg_now_ms!(),
+            " + $7 END, $8
+             FROM UNNEST($1::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) AS v (id, task_index, trial, seed)"
+        ))
+        .bind(&ids)
+        .bind(run)
+        .bind(sessions.iter().map(|s| s.task_index as i64).collect::<Vec<_>>())
+        .bind(sessions.iter().map(|s| i64::from(s.trial)).collect::<Vec<_>>())
+        // Integers are signed: the seed's bits are kept, reinterpreted, as on SQLite.
+        .bind(sessions.iter().map(|s| s.seed as i64).collect::<Vec<_>>())
+        .bind(owner)
+        .bind(lease)
+        .bind(fence.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(&error)?;
+        tx.commit().await.map_err(&error)?;
+        Ok((run, ids.into_iter().map(|session| Claim { session, fence }).collect()))
+    }
+
+    /// The owners holding live leases on the run's unfinished sessions, with how many each holds.
+    pub async fn owners(&self, run: RunId) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(concat!(
+            "SELECT owner, COUNT(*) FROM sessions WHERE run_id = $1 AND status = 'pending' AND owner IS NOT NULL
+             AND lease_until >= ",
+            pg_now_ms!(),
+            " GROUP BY owner ORDER BY owner"
+        ))
+        .bind(run)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.error(&format!("reading the owners of run {run} (table `sessions`)")))?;
+        Ok(rows.into_iter().map(|(owner, n)| (owner, n as u64)).collect())
+    }
+
+    /// Ends `owner`'s leases on the run's sessions now, for an owner known to be gone: its
+    /// sessions can be claimed at once. Its fences stay, so were it alive its commits would be
+    /// refused.
+    pub async fn expire_owner(&self, run: RunId, owner: &str) -> Result<u64, StoreError> {
+        let expired = sqlx::query(
+            "UPDATE sessions SET lease_until = 0
+             WHERE id IN (SELECT id FROM sessions WHERE run_id = $1 AND owner = $2 AND status = 'pending'
+                          ORDER BY id FOR UPDATE)",
+        )
+        .bind(run)
+        .bind(owner)
+        .execute(&self.pool)
+        .await
+        .map_err(self.error(&format!("expiring the leases of {owner} on run {run} (table `sessions`)")))?;
+        Ok(expired.rows_affected())
+    }
+
+    pub(crate) async fn claim(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
+        let error = self.error(&format!("claiming sessions of run {run} for {} (table `sessions`)", owner.id));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut tx = self.pool.begin().await.map_err(&error)?;
+        // The rows are picked and locked in a CTE (always run once, since it locks), passing over
+        // rows another claimer or a writer holds; the update then raises each one's fence.
+        let mut claimed: Vec<(i64, i64)> = sqlx::query_as(concat!(
+            "WITH picked AS (
+                 SELECT id FROM sessions
+                 WHERE run_id = $3 AND status = 'pending' AND (owner IS NULL OR lease_until < ",
+            pg_now_ms!(),
+            ")
+                 ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
+             UPDATE sessions s SET owner = $1, lease_until = ",
+            pg_now_ms!(),
+            " + $2, fence = s.fence + 1
+             FROM picked WHERE s.id = picked.id
+             RETURNING s.id, s.fence"
+        ))
+        .bind(&owner.id)
+        .bind(lease_ms(owner))
+        .bind(run)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(&error)?;
+        let held_elsewhere: i64 = sqlx::query_scalar(concat!(
+            "SELECT COUNT(*) FROM sessions WHERE run_id = $1 AND status = 'pending'
+             AND owner IS NOT NULL AND owner <> $2 AND lease_until >= ",
+            pg_now_ms!()
+        ))
+        .bind(run)
+        .bind(&owner.id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(&error)?;
+        tx.commit().await.map_err(&error)?;
+        // RETURNING gives no order.
+        claimed.sort_unstable();
+        let claims = claimed.into_iter().map(|(session, fence)| Claim { session, fence: Fence(fence) });
+        Ok(Claimed { claims: claims.collect(), held_elsewhere: held_elsewhere as u64 })
+    }
+
+    pub(crate) async fn renew(&self, owner: &Owner) -> Result<u64, StoreError> {
+        let renewed = sqlx::query(concat!(
+            "UPDATE sessions SET lease_until = ",
+            pg_now_ms!(),
+            " + $1
+             WHERE id IN (SELECT id FROM sessions WHERE owner = $2 AND status = 'pending' ORDER BY id FOR UPDATE)"
+        ))
+        .bind(lease_ms(owner))
+        .bind(&owner.id)
+        .execute(&self.pool)
+        .await
+        .map_err(self.error(&format!("renewing the claims of {} (table `sessions`)", owner.id)))?;
+        Ok(renewed.rows_affected())
+    }
+
+    pub(crate) async fn release(&self, owner: &Owner) -> Result<u64, StoreError> {
+        let released = sqlx::query(
+            "UPDATE sessions SET owner = NULL, lease_until = NULL
+             WHERE id IN (SELECT id FROM sessions WHERE owner = $1 ORDER BY id FOR UPDATE)",
+        )
+        .bind(&owner.id)
+        .execute(&self.pool)
+        .await
+        .map_err(self.error(&format!("releasing the claims of {} (table `sessions`)", owner.id)))?;
+        Ok(released.rows_affected())
+    }
+}

@@ -1,0 +1,543 @@
+//! Turns on PostgreSQL: a few writer tasks take every turn queued at once, write them in one
+//! transaction, and acknowledge each after the commit (group commit, as on SQLite).
+//!
+//! Unlike SQLite, PostgreSQL takes writes from many connections at once, so [`WRITERS`] tasks
+//! share the queue, each on a connection of the pool: one batch is being committed (waiting on
+//! the server's WAL flush) while the next is gathered and written. Rows go in as arrays bound
+//! whole (`INSERT ... SELECT * FROM UNNEST($1, $2, ...)`): one statement per table of one fixed
+//! text for any number of rows, so the connection prepares it once, and no batch meets the limit
+//! on bound parameters.
+//!
+//! Fencing: a batch locks its sessions' rows in id order (`SELECT ... ORDER BY id FOR UPDATE`),
+//! so no claim can raise a fence between the read and the commit, and two batches never wait on
+//! each other in a cycle; a write whose claim is older than its session's fence is answered
+//! [`StoreError::Fenced`] and left out, and the batch's other writes go on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parley_core::{Claim, Fence, Party, Role, SessionId, SessionOutcome, StoreError, TurnRecord};
+use sqlx::PgPool;
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tracing::Instrument;
+
+use super::pg_now_text;
+use crate::StoreOptions;
+use crate::delta::Deltas;
+
+/// Writer tasks sharing the queue. Two keep the server busy while a commit waits on its WAL
+/// flush; more only split the same turns into smaller batches.
+const WRITERS: usize = 2;
+/// Turns taken into one transaction at most.
+const MAX_BATCH: usize = 1024;
+/// How often a batch is tried when the server cancels it to break a deadlock or a serialization
+/// conflict (neither should happen, as rows are locked in id order; this is the server's word).
+const ATTEMPTS: usize = 3;
+
+struct Write {
+    claim: Claim,
+    turn: TurnRecord,
+    outcome: Option<SessionOutcome>,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+#[derive(Clone)]
+pub(crate) struct PgWriter {
+    tx: mpsc::UnboundedSender<Write>,
+    /// `false` only in the benchmark mode without per-turn persistence (see `NO_TURNS_VARIABLE`).
+    turns: bool,
+    /// Raw requests become deltas against the session's previous call; `None` without raw bodies.
+    deltas: Option<Arc<Deltas>>,
+}
+
+impl PgWriter {
+    pub(crate) fn spawn(pool: PgPool, name: Arc<str>, options: StoreOptions, turns: bool) -> PgWriter {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let rx = Arc::new(Mutex::new(rx));
+        for n in 0..WRITERS {
+            let span = tracing::info_span!("store_writer", db = %name, writer = n);
+            let task = Task { pool: pool.clone(), name: Arc::clone(&name), raw: options.raw_model_calls };
+            tokio::spawn(task.run(Arc::clone(&rx)).instrument(span));
+        }
+        PgWriter { tx, turns, deltas: options.raw_model_calls.then(Arc::default) }
+    }
+
+    pub(crate) async fn write(
+        &self,
+        claim: Claim,
+        turn: TurnRecord,
+        outcome: Option<SessionOutcome>,
+    ) -> Result<(), StoreError> {
+        let session = claim.session;
+        let mut turn = match (self.turns, outcome.is_some()) {
+            (true, _) => turn,
+            (false, false) => return Ok(()),
+            (false, true) => TurnRecord::default(),
+        };
+        // On the session's own task, so the writer does no more than write.
+        if let Some(deltas) = &self.deltas {
+            deltas.encode(session, &mut turn, outcome.is_some());
+        }
+        let (done, ack) = oneshot::channel();
+        self.tx
+            .send(Write { claim, turn, outcome, done })
+            .map_err(|_| StoreError::WriterGone("the writer tasks have ended".into()))?;
+        let result =
+            ack.await.unwrap_or_else(|_| Err(StoreError::WriterGone("the writer task ended before committing".into())));
+        if result.is_err()
+            && let Some(deltas) = &self.deltas
+        {
+            // A later delta must never name a call that was not stored.
+            deltas.forget(session);
+        }
+        result
+    }
+}
+
+struct Task {
+    pool: PgPool,
+    /// The database, named in the errors of writes that fail.
+    name: Arc<str>,
+    raw: bool,
+}
+
+impl Task {
+    async fn run(self, rx: Arc<Mutex<mpsc::UnboundedReceiver<Write>>>) {
+        loop {
+            // The queue is held while a batch is gathered, not while it is written.
+            let batch = {
+                let mut rx = rx.lock().await;
+                let Some(first) = rx.recv().await else { return };
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(w) => batch.push(w),
+                        Err(_) => break,
+                    }
+                }
+                batch
+            };
+            let mut result = self.write(&batch).await;
+            for _ in 1..ATTEMPTS {
+                match &result {
+                    Err(Failed::Retry(e)) => {
+                        tracing::warn!(error = %e, turns = batch.len(), "the server cancelled a batch; trying again");
+                        result = self.write(&batch).await;
+                    }
+                    _ => break,
+                }
+            }
+            match result {
+                Ok(answers) => {
+                    for (w, answer) in batch.into_iter().zip(answers) {
+                        let _ = w.done.send(answer);
+                    }
+                }
+                Err(Failed::Retry(e) | Failed::Other(e)) => {
+                    let sessions = session_list(batch.iter().map(|w| w.claim.session));
+                    let e =
+                        StoreError::Database(format!("{}: writing the turns of sessions {sessions}: {e}", self.name));
+                    tracing::error!(error = %e, turns = batch.len(), "the store could not commit a batch");
+                    for w in batch {
+                        let _ = w.done.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the batch in one transaction, leaving out the writes it refuses; returns, for each
+    /// write in order, `Ok` or why it was left out.
+    async fn write(&self, batch: &[Write]) -> Result<Vec<Result<(), StoreError>>, Failed> {
+        let mut answers: Vec<Result<(), StoreError>> =
+            batch.iter().map(|w| unstorable(w).map_or(Ok(()), Err)).collect();
+        let mut tx = self.pool.begin().await.map_err(Failed::from)?;
+
+        let mut ids: Vec<i64> = batch.iter().map(|w| w.claim.session).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let fences: Vec<(i64, i64)> =
+            sqlx::query_as("SELECT id, fence FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+                .bind(&ids)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(Failed::from)?;
+        let current: HashMap<i64, Fence> = fences.into_iter().map(|(id, f)| (id, Fence(f))).collect();
+        for (w, answer) in batch.iter().zip(&mut answers) {
+            // A session missing from the table is not refused here: its insert fails as on SQLite.
+            if answer.is_ok()
+                && let Some(&now) = current.get(&w.claim.session).filter(|&&f| f != w.claim.fence)
+            {
+                *answer = Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current: now });
+            }
+        }
+        let live: Vec<&Write> = batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(w, _)| w).collect();
+
+        let mut m = MessageRows::default();
+        let mut c = CallRows::default();
+        let mut t = ToolRows::default();
+        for w in &live {
+            let session = w.claim.session;
+            for r in &w.turn.messages {
+                m.push(session, r);
+                if let Some(call) = &r.call {
+                    c.push(session, r.seq, r.message.role, call, self.raw);
+                }
+            }
+            for r in &w.turn.tool_calls {
+                t.push(session, r);
+            }
+        }
+        if !m.session.is_empty() {
+            sqlx::query(
+                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                      $7::text[], $8::text[], $9::text[])",
+            )
+            .bind(&m.session)
+            .bind(&m.seq)
+            .bind(&m.role)
+            .bind(&m.content)
+            .bind(&m.tool_calls)
+            .bind(&m.tool_call_id)
+            .bind(&m.parts)
+            .bind(&m.reasoning)
+            .bind(&m.tokens)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Failed::at(e, "messages"))?;
+        }
+        if !c.session.is_empty() {
+            sqlx::query(
+                "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens,
+                                          completion_tokens, latency_ms, attempts, error, party, finish_reason, sampling)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+                                      $7::bigint[], $8::float8[], $9::bigint[], $10::text[], $11::text[], $12::text[],
+                                      $13::text[])",
+            )
+            .bind(&c.session)
+            .bind(&c.seq)
+            .bind(&c.endpoint)
+            .bind(&c.request)
+            .bind(&c.response)
+            .bind(&c.prompt_tokens)
+            .bind(&c.completion_tokens)
+            .bind(&c.latency_ms)
+            .bind(&c.attempts)
+            .bind(&c.error)
+            .bind(&c.party)
+            .bind(&c.finish_reason)
+            .bind(&c.sampling)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Failed::at(e, "model_calls"))?;
+        }
+        if !t.session.is_empty() {
+            sqlx::query(
+                "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write,
+                                         malformed, truncated, duration_us)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                      $7::text[], $8::bool[], $9::bool[], $10::bool[], $11::bool[], $12::bigint[])",
+            )
+            .bind(&t.session)
+            .bind(&t.seq)
+            .bind(&t.party)
+            .bind(&t.call_id)
+            .bind(&t.name)
+            .bind(&t.arguments)
+            .bind(&t.output)
+            .bind(&t.is_error)
+            .bind(&t.write)
+            .bind(&t.malformed)
+            .bind(&t.truncated)
+            .bind(&t.duration_us)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Failed::at(e, "tool_calls"))?;
+        }
+
+        let finished: Vec<(SessionId, &SessionOutcome)> =
+            live.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.claim.session, o))).collect();
+        if !finished.is_empty() {
+            let mut e = EndRows::default();
+            for (session, o) in &finished {
+                e.push(*session, o);
+            }
+            // One statement for all sessions that ended in this batch; the end releases the claim.
+            sqlx::query(concat!(
+                "UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward,
+                        error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries,
+                        duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, owner = NULL,
+                        lease_until = NULL, finished_at = ",
+                pg_now_text!(),
+                "
+                 FROM UNNEST($1::bigint[], $2::text[], $3::float8[], $4::text[], $5::text[], $6::bigint[],
+                             $7::bigint[], $8::float8[], $9::text[])
+                      AS v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity)
+                 WHERE sessions.id = v.id"
+            ))
+            .bind(&e.session)
+            .bind(&e.termination)
+            .bind(&e.reward)
+            .bind(&e.error)
+            .bind(&e.failure)
+            .bind(&e.steps)
+            .bind(&e.retries)
+            .bind(&e.duration_ms)
+            .bind(&e.token_contiguity)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Failed::at(e, "sessions"))?;
+
+            let scored: Vec<_> = finished.iter().filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r))).collect();
+            if !scored.is_empty() {
+                let sessions: Vec<i64> = scored.iter().map(|(s, _)| *s).collect();
+                let values: Vec<f64> = scored.iter().map(|(_, r)| r.value).collect();
+                let breakdowns: Vec<String> =
+                    scored.iter().map(|(_, r)| serde_json::Value::Object(r.breakdown.clone()).to_string()).collect();
+                sqlx::query(
+                    "INSERT INTO scores (session_id, scorer, version, value, breakdown)
+                     SELECT s, 'environment', 1, v, b FROM UNNEST($1::bigint[], $2::float8[], $3::text[]) AS u (s, v, b)",
+                )
+                .bind(&sessions)
+                .bind(&values)
+                .bind(&breakdowns)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| Failed::at(e, "scores"))?;
+            }
+        }
+
+        tx.commit().await.map_err(Failed::from)?;
+        Ok(answers)
+    }
+}
+
+/// Why a batch was not written: the server cancelled it and it may be tried again, or not.
+enum Failed {
+    Retry(String),
+    Other(String),
+}
+
+impl From<sqlx::Error> for Failed {
+    fn from(e: sqlx::Error) -> Failed {
+        // Deadlock detected, serialization failure.
+        let code = e.as_database_error().and_then(|d| d.code()).unwrap_or_default().into_owned();
+        match code.as_str() {
+            "40P01" | "40001" => Failed::Retry(e.to_string()),
+            _ => Failed::Other(e.to_string()),
+        }
+    }
+}
+
+impl Failed {
+    /// A failed insert or update, naming its table.
+    fn at(e: sqlx::Error, table: &str) -> Failed {
+        match Failed::from(e) {
+            Failed::Retry(e) => Failed::Retry(format!("table `{table}`: {e}")),
+            Failed::Other(e) => Failed::Other(format!("table `{table}`: {e}")),
+        }
+    }
+}
+
+/// Session ids for an error message: the first few and how many more.
+fn session_list(ids: impl Iterator<Item = SessionId>) -> String {
+    let mut ids: Vec<SessionId> = ids.collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let shown: Vec<String> = ids.iter().take(8).map(i64::to_string).collect();
+    match ids.len() {
+        n if n > 8 => format!("{} and {} more", shown.join(", "), n - 8),
+        _ => shown.join(", "),
+    }
+}
+
+/// Why PostgreSQL cannot store this write, if it cannot: its text holds U+0000, which a text
+/// column refuses. Answered for the write alone, before its batch is sent, so that the other
+/// sessions' turns in the batch are still written. (JSON columns escape it; plain text does not.)
+fn unstorable(w: &Write) -> Option<StoreError> {
+    let session = w.claim.session;
+    let refuse = |table: &str, column: &str, seq: u32| {
+        Some(StoreError::Database(format!(
+            "session {session}: column `{column}` of table `{table}` (seq {seq}) holds the character U+0000, which \
+             PostgreSQL text cannot store; the turn was not written"
+        )))
+    };
+    let nul = |s: &str| s.contains('\0');
+    for r in &w.turn.messages {
+        let m = &r.message;
+        if m.content.as_deref().is_some_and(nul) {
+            return refuse("messages", "content", r.seq);
+        }
+        if m.tool_call_id.as_deref().is_some_and(nul) {
+            return refuse("messages", "tool_call_id", r.seq);
+        }
+        if let Some(c) = &r.call {
+            if nul(&c.endpoint) {
+                return refuse("model_calls", "endpoint", r.seq);
+            }
+            if c.error.as_deref().is_some_and(nul) {
+                return refuse("model_calls", "error", r.seq);
+            }
+            if c.finish_reason.as_deref().is_some_and(nul) {
+                return refuse("model_calls", "finish_reason", r.seq);
+            }
+        }
+    }
+    for t in &w.turn.tool_calls {
+        for (column, text) in
+            [("call_id", &t.call_id), ("name", &t.name), ("arguments", &t.arguments), ("output", &t.output)]
+        {
+            if nul(text) {
+                return refuse("tool_calls", column, t.seq);
+            }
+        }
+    }
+    if let Some(o) = &w.outcome {
+        let texts = [o.error.as_deref(), o.token_contiguity.as_deref()];
+        if texts.into_iter().flatten().any(nul) {
+            return Some(StoreError::Database(format!(
+                "session {session}: its end (table `sessions`) holds the character U+0000, which PostgreSQL text \
+                 cannot store; the end was not written"
+            )));
+        }
+    }
+    None
+}
+
+/// The columns of the batch's `messages` rows, one array each.
+#[derive(Default)]
+struct MessageRows<'a> {
+    session: Vec<i64>,
+    seq: Vec<i64>,
+    role: Vec<&'static str>,
+    content: Vec<Option<&'a str>>,
+    tool_calls: Vec<Option<String>>,
+    tool_call_id: Vec<Option<&'a str>>,
+    parts: Vec<Option<String>>,
+    reasoning: Vec<Option<String>>,
+    tokens: Vec<Option<String>>,
+}
+
+impl<'a> MessageRows<'a> {
+    fn push(&mut self, session: SessionId, r: &'a parley_core::MessageRecord) {
+        let m = &r.message;
+        // Tool calls, parts, reasoning and tokens are plain data (strings, numbers and JSON
+        // values): they serialize.
+        let json = |v: Result<String, serde_json::Error>| v.unwrap_or_default();
+        self.session.push(session);
+        self.seq.push(i64::from(r.seq));
+        self.role.push(m.role.as_str());
+        self.content.push(m.content.as_deref());
+        self.tool_calls.push((!m.tool_calls.is_empty()).then(|| json(serde_json::to_string(&m.tool_calls))));
+        self.tool_call_id.push(m.tool_call_id.as_deref());
+        self.parts.push((!m.parts.is_empty()).then(|| json(serde_json::to_string(&m.parts))));
+        self.reasoning.push(m.reasoning.as_ref().map(|r| json(serde_json::to_string(r))));
+        self.tokens.push(m.tokens.as_ref().map(|t| json(serde_json::to_string(t))));
+    }
+}
+
+/// The columns of the batch's `model_calls` rows.
+#[derive(Default)]
+struct CallRows<'a> {
+    session: Vec<i64>,
+    seq: Vec<i64>,
+    endpoint: Vec<&'a str>,
+    request: Vec<Option<&'a str>>,
+    response: Vec<Option<&'a str>>,
+    prompt_tokens: Vec<i64>,
+    completion_tokens: Vec<i64>,
+    latency_ms: Vec<f64>,
+    attempts: Vec<i64>,
+    error: Vec<Option<&'a str>>,
+    party: Vec<&'static str>,
+    finish_reason: Vec<Option<&'a str>>,
+    sampling: Vec<Option<String>>,
+}
+
+impl<'a> CallRows<'a> {
+    fn push(&mut self, session: SessionId, seq: u32, role: Role, c: &'a parley_core::ModelCall, raw: bool) {
+        // The agent's calls produce its messages, the user's theirs.
+        let party = match role {
+            Role::User => Party::User,
+            _ => Party::Agent,
+        };
+        self.session.push(session);
+        self.seq.push(i64::from(seq));
+        self.endpoint.push(&c.endpoint);
+        // The bodies are bound as the text that went over the wire: no copy, no second
+        // serialization.
+        self.request.push(raw.then(|| c.request.get()));
+        self.response.push(if raw { c.response.as_ref().map(|r| r.get()) } else { None });
+        self.prompt_tokens.push(c.usage.prompt_tokens as i64);
+        self.completion_tokens.push(c.usage.completion_tokens as i64);
+        self.latency_ms.push(c.latency.as_secs_f64() * 1e3);
+        self.attempts.push(i64::from(c.attempts));
+        self.error.push(c.error.as_deref());
+        self.party.push(party.as_str());
+        self.finish_reason.push(c.finish_reason.as_deref());
+        self.sampling.push(c.sampling.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default()));
+    }
+}
+
+/// The columns of the batch's `tool_calls` rows.
+#[derive(Default)]
+struct ToolRows<'a> {
+    session: Vec<i64>,
+    seq: Vec<i64>,
+    party: Vec<&'static str>,
+    call_id: Vec<&'a str>,
+    name: Vec<&'a str>,
+    arguments: Vec<&'a str>,
+    output: Vec<&'a str>,
+    is_error: Vec<bool>,
+    write: Vec<bool>,
+    malformed: Vec<bool>,
+    truncated: Vec<bool>,
+    duration_us: Vec<i64>,
+}
+
+impl<'a> ToolRows<'a> {
+    fn push(&mut self, session: SessionId, t: &'a parley_core::ToolCallRecord) {
+        self.session.push(session);
+        self.seq.push(i64::from(t.seq));
+        self.party.push(t.party.as_str());
+        self.call_id.push(&t.call_id);
+        self.name.push(&t.name);
+        self.arguments.push(&t.arguments);
+        self.output.push(&t.output);
+        self.is_error.push(t.is_error);
+        self.write.push(t.write);
+        self.malformed.push(t.malformed);
+        self.truncated.push(t.truncated);
+        self.duration_us.push(i64::try_from(t.duration.as_micros()).unwrap_or(i64::MAX));
+    }
+}
+
+/// The columns of the ends of the batch's finished sessions.
+#[derive(Default)]
+struct EndRows<'a> {
+    session: Vec<i64>,
+    termination: Vec<&'static str>,
+    reward: Vec<Option<f64>>,
+    error: Vec<Option<&'a str>>,
+    failure: Vec<Option<&'static str>>,
+    steps: Vec<i64>,
+    retries: Vec<i64>,
+    duration_ms: Vec<f64>,
+    token_contiguity: Vec<Option<&'a str>>,
+}
+
+impl<'a> EndRows<'a> {
+    fn push(&mut self, session: SessionId, o: &'a SessionOutcome) {
+        self.session.push(session);
+        self.termination.push(o.termination.as_str());
+        self.reward.push(o.reward.as_ref().map(|r| r.value));
+        self.error.push(o.error.as_deref());
+        self.failure.push(o.failure.map(|f| f.as_str()));
+        self.steps.push(i64::from(o.steps));
+        self.retries.push(i64::from(o.retries));
+        self.duration_ms.push(o.duration.as_secs_f64() * 1e3);
+        self.token_contiguity.push(o.token_contiguity.as_deref());
+    }
+}

@@ -1,0 +1,251 @@
+//! One suite of store cases, run against both stores: SQLite always, PostgreSQL where
+//! `PARLEY_TEST_POSTGRES` names a server (`.ci/setup-postgres` starts one and prints its URL).
+//! Every case gets a database of its own (a SQLite file in a temporary folder, or a PostgreSQL
+//! schema made for it), so cases run in parallel. Under `PARLEY_REQUIRE_PEERS=1`, as in CI, a
+//! PostgreSQL case without a reachable server fails instead of passing vacuously.
+
+mod cases;
+mod postgres_only;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use parley_core::{Reward, RunId, SessionId, SessionStore, StoreError};
+use parley_store::{PgStore, SessionRow, SqliteStore, StoreOptions, Transcript};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+/// The variable naming the PostgreSQL server of the tests, as a URL.
+const POSTGRES_VARIABLE: &str = "PARLEY_TEST_POSTGRES";
+
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh, empty database for one case.
+pub struct Db {
+    place: Place,
+}
+
+enum Place {
+    Sqlite(tempfile::TempDir),
+    Postgres { connect: Box<PgConnectOptions>, admin: PgPool, schema: String },
+}
+
+/// A store of either kind: the seam through `Deref`, and the reads both have.
+pub enum Store {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+impl Db {
+    /// A database of `backend`, or `None` for PostgreSQL when no server is named and none is
+    /// required (the case then passes without running, and says so).
+    pub async fn new(backend: Backend) -> Option<Db> {
+        match backend {
+            Backend::Sqlite => Some(Db { place: Place::Sqlite(tempfile::tempdir().unwrap()) }),
+            Backend::Postgres => Db::postgres().await,
+        }
+    }
+
+    async fn postgres() -> Option<Db> {
+        let required = std::env::var("PARLEY_REQUIRE_PEERS").is_ok_and(|v| v == "1");
+        let how = "start one with `url=$(.ci/setup-postgres) && export PARLEY_TEST_POSTGRES=$url`";
+        let url = match std::env::var(POSTGRES_VARIABLE) {
+            Ok(url) if !url.is_empty() => url,
+            _ if required => panic!("PARLEY_REQUIRE_PEERS=1 but {POSTGRES_VARIABLE} names no PostgreSQL server: {how}"),
+            _ => {
+                eprintln!("skipped: {POSTGRES_VARIABLE} is not set ({how})");
+                return None;
+            }
+        };
+        let connect = PgConnectOptions::from_str(&url).unwrap_or_else(|e| panic!("{POSTGRES_VARIABLE}={url}: {e}"));
+        let admin = match PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(connect.clone())
+            .await
+        {
+            Ok(admin) => admin,
+            Err(e) if required => panic!("the PostgreSQL server at {url} cannot be reached ({e}): {how}"),
+            Err(e) => {
+                eprintln!("skipped: the PostgreSQL server at {url} cannot be reached ({e}); {how}");
+                return None;
+            }
+        };
+        // Unique across the test processes nextest runs at once, and across the cases of one.
+        static MADE: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let schema = format!("test_{}_{}_{nanos}", std::process::id(), MADE.fetch_add(1, Ordering::Relaxed));
+        // The name is made of digits here, never of input.
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.unwrap();
+        let connect = connect.options([("search_path", schema.as_str())]);
+        Some(Db { place: Place::Postgres { connect: Box::new(connect), admin, schema } })
+    }
+
+    /// A store on this database; each call opens another, as another process would.
+    pub async fn open(&self) -> Store {
+        match &self.place {
+            Place::Sqlite(dir) => {
+                Store::Sqlite(SqliteStore::open(&dir.path().join("parley.db"), StoreOptions::default()).await.unwrap())
+            }
+            Place::Postgres { connect, .. } => {
+                Store::Postgres(PgStore::connect_with((**connect).clone(), StoreOptions::default()).await.unwrap())
+            }
+        }
+    }
+
+    /// What a PostgreSQL database's stores connect with; `None` for SQLite.
+    pub fn connect_options(&self) -> Option<PgConnectOptions> {
+        match &self.place {
+            Place::Postgres { connect, .. } => Some((**connect).clone()),
+            Place::Sqlite(_) => None,
+        }
+    }
+
+    /// Removes the database. (A failed case leaves its PostgreSQL schema behind, to look at.)
+    pub async fn remove(self) {
+        if let Place::Postgres { admin, schema, .. } = self.place {
+            let drop = format!("DROP SCHEMA {schema} CASCADE");
+            sqlx::query(sqlx::AssertSqlSafe(drop)).execute(&admin).await.unwrap();
+            admin.close().await;
+        }
+    }
+}
+
+impl std::ops::Deref for Store {
+    type Target = dyn SessionStore;
+
+    fn deref(&self) -> &(dyn SessionStore + 'static) {
+        match self {
+            Store::Sqlite(s) => s,
+            Store::Postgres(s) => s,
+        }
+    }
+}
+
+impl Store {
+    /// The store as the runtime holds it.
+    pub fn seam(&self) -> Arc<dyn SessionStore> {
+        match self {
+            Store::Sqlite(s) => Arc::new(s.clone()),
+            Store::Postgres(s) => Arc::new(s.clone()),
+        }
+    }
+
+    pub async fn transcript(&self, session: SessionId) -> Result<Transcript, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.transcript(session).await,
+            Store::Postgres(s) => s.transcript(session).await,
+        }
+    }
+
+    pub async fn sessions_page(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.sessions_page(run, after, limit).await,
+            Store::Postgres(s) => s.sessions_page(run, after, limit).await,
+        }
+    }
+
+    pub async fn latest_score(&self, session: SessionId) -> Result<Option<Reward>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.latest_score(session).await,
+            Store::Postgres(s) => s.latest_score(session).await,
+        }
+    }
+
+    /// One session's row.
+    pub async fn session(&self, run: RunId, session: SessionId) -> SessionRow {
+        let page = self.sessions_page(run, session - 1, 1).await.unwrap();
+        page.into_iter().find(|s| s.id == session).unwrap_or_else(|| panic!("session {session} of run {run}"))
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Store::Sqlite(s) => s.close().await.unwrap(),
+            Store::Postgres(s) => s.close().await.unwrap(),
+        }
+    }
+}
+
+/// Each case as two tests, `backends::sqlite::CASE` and `backends::postgres::CASE`.
+macro_rules! on_both {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let Some(db) = super::Db::new(super::Backend::Sqlite).await else { return };
+                    super::cases::$case(&db).await;
+                    db.remove().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let Some(db) = super::Db::new(super::Backend::Postgres).await else { return };
+                    super::cases::$case(&db).await;
+                    db.remove().await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    turns_and_outcomes_come_back_exactly,
+    pages_of_sessions_come_in_id_order,
+    owners_claiming_at_once_never_get_the_same_session,
+    a_lease_holds_while_renewed_and_is_taken_over_once_it_expires,
+    a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written,
+    a_finished_session_is_released_and_never_claimed_again,
+    a_failed_batch_keeps_nothing_and_the_next_is_written,
+    commits_renewals_and_claims_at_once_all_go_through,
+);
+
+/// How many commits a second each store takes from 32 sessions committing 2 KB turns at once,
+/// each waiting for its commit before the next (as the engine does). A measurement, not a test:
+/// `cargo nextest run -p parley-store --run-ignored only commit_rate --no-capture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; run it by name"]
+async fn commit_rate() {
+    use parley_core::{Claim, Message, MessageRecord, TurnRecord};
+    const SESSIONS: usize = 32;
+    const TURNS: u32 = 300;
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(db) = Db::new(backend).await else { continue };
+        let store = db.open().await;
+        let (spec, tasks, specs) = cases::run_of(SESSIONS);
+        let (_, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+        let text = "word ".repeat(2048 / 5);
+        let started = std::time::Instant::now();
+        let sessions = ids.iter().map(|&id| {
+            let (store, text) = (store.seam(), text.clone());
+            tokio::spawn(async move {
+                for seq in 0..TURNS {
+                    let message = Message::assistant(text.clone());
+                    let turn =
+                        TurnRecord { messages: vec![MessageRecord { seq, message, call: None }], tool_calls: vec![] };
+                    store.commit_turn(Claim::unclaimed(id), turn).await.unwrap();
+                }
+            })
+        });
+        for s in futures::future::join_all(sessions).await {
+            s.unwrap();
+        }
+        let elapsed = started.elapsed();
+        let commits = SESSIONS as f64 * f64::from(TURNS);
+        println!(
+            "{backend:?}: {commits} commits of 2 KB turns from {SESSIONS} sessions in {:.2} s: {:.0} commits/s",
+            elapsed.as_secs_f64(),
+            commits / elapsed.as_secs_f64()
+        );
+        store.close().await;
+        db.remove().await;
+    }
+}

@@ -1,0 +1,335 @@
+//! The cases every store must pass, written against the seam and the reads both stores have.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parley_core::{
+    Claim, FailureClass, Fence, Message, MessageRecord, Owner, Party, Reward, RunSpec, SessionOutcome, SessionSpec,
+    StoreError, Task, Termination, TurnRecord,
+};
+use serde_json::json;
+
+use super::{Db, Store};
+use crate::writer::turn;
+
+pub fn run_of(n: usize) -> (RunSpec, Vec<Arc<Task>>, Vec<SessionSpec>) {
+    let task = Arc::new(Task {
+        index: 0,
+        id: "t".into(),
+        messages: vec![],
+        tools: Default::default(),
+        row: json!({"question": "¿qué? ☃", "n": 1}),
+    });
+    // The last seed needs all 64 bits.
+    let specs = (0..n)
+        .map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: if i + 1 == n { u64::MAX } else { i as u64 } })
+        .collect();
+    (RunSpec { environment: "test".into(), config: json!({"model": "m"}) }, vec![task], specs)
+}
+
+fn outcome() -> SessionOutcome {
+    SessionOutcome {
+        termination: Termination::AgentStop,
+        reward: Some(Reward::new(1.0)),
+        error: None,
+        failure: None,
+        steps: 1,
+        retries: 0,
+        duration: Duration::from_millis(5),
+        token_contiguity: None,
+    }
+}
+
+async fn messages(store: &Store, session: i64) -> usize {
+    store.transcript(session).await.unwrap().messages.len()
+}
+
+pub async fn turns_and_outcomes_come_back_exactly(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(2);
+    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    store.commit_turn(Claim::unclaimed(ids[0]), turn(0)).await.unwrap();
+    // Text from every plane, combining marks, right-to-left text and quoting characters.
+    let unicode = "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 🚀 עברית e\u{301} \u{2028} 'single' \"double\" \\ \u{7f} \u{10ffff}";
+    let said = TurnRecord {
+        messages: vec![MessageRecord { seq: 2, message: Message::user(unicode), call: None }],
+        tool_calls: vec![],
+    };
+    store.commit_turn(Claim::unclaimed(ids[0]), said).await.unwrap();
+    // Rewards that a decimal round trip could bend, and a session without one.
+    let third: f64 = 1.0 / 3.0;
+    let mut reward = Reward::new(0.1 + 0.2);
+    reward.breakdown.insert("part".into(), json!(third));
+    let ended = |reward, failure| SessionOutcome {
+        termination: Termination::AgentStop,
+        reward,
+        error: Some(format!("a \"quoted\" error {unicode}")),
+        failure,
+        steps: 3,
+        retries: 1,
+        duration: Duration::from_micros(1_500_001),
+        token_contiguity: Some("not contiguous at 2".into()),
+    };
+    store.finish_session(Claim::unclaimed(ids[0]), turn(3), &ended(Some(reward), None)).await.unwrap();
+    let failed = ended(None, Some(FailureClass::Timeout));
+    store.finish_session(Claim::unclaimed(ids[1]), TurnRecord::default(), &failed).await.unwrap();
+
+    let transcript = store.transcript(ids[0]).await.unwrap();
+    let sent: Vec<Message> =
+        [turn(0).messages, vec![], turn(3).messages].concat().into_iter().map(|m| m.message).collect();
+    assert_eq!(transcript.messages.len(), 5);
+    assert_eq!(transcript.messages[..2], sent[..2], "tool calls, tokens and log-probs to the bit");
+    assert_eq!(transcript.messages[2], Message::user(unicode));
+    assert_eq!(transcript.messages[3..], sent[2..]);
+    let call = turn(0).messages[0].call.clone().unwrap();
+    assert_eq!(transcript.calls.iter().map(|c| c.seq).collect::<Vec<_>>(), [0, 3]);
+    let figures = &transcript.calls[0];
+    assert_eq!(figures.usage, call.usage);
+    assert_eq!(figures.attempts, 2);
+    assert_eq!(figures.latency_ms.to_bits(), (call.latency.as_secs_f64() * 1e3).to_bits());
+    assert_eq!((figures.party, figures.finish_reason.as_deref()), (Some(Party::Agent), Some("tool_calls")));
+    assert_eq!(figures.sampling, call.sampling);
+    let tools: Vec<_> = transcript.tool_calls.iter().map(|t| (t.seq, t.party, t.call_id.as_str())).collect();
+    assert_eq!(tools, [(1, Party::Agent, "c1"), (4, Party::Agent, "c1")]);
+    let tool = &transcript.tool_calls[0];
+    assert_eq!((tool.name.as_str(), tool.arguments.as_str(), tool.output.as_str()), ("add", r#"{"n": 1}"#, "1"));
+    assert_eq!((tool.write, tool.truncated, tool.is_error, tool.malformed), (true, true, false, false));
+    assert_eq!(tool.duration, Duration::from_micros(42));
+
+    let rows = store.sessions_page(run, 0, 10).await.unwrap();
+    assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
+    let (done, failed) = (&rows[0], &rows[1]);
+    assert_eq!((done.status.as_str(), done.termination.as_deref()), ("finished", Some("agent_stop")));
+    assert_eq!(done.reward.map(f64::to_bits), Some((0.1f64 + 0.2).to_bits()), "the reward, to the bit");
+    let duration = Duration::from_micros(1_500_001).as_secs_f64() * 1e3;
+    assert_eq!(done.duration_ms.map(f64::to_bits), Some(duration.to_bits()));
+    assert_eq!(done.error.as_deref(), Some(format!("a \"quoted\" error {unicode}").as_str()));
+    assert_eq!((done.retries, done.token_contiguity.as_deref()), (1, Some("not contiguous at 2")));
+    assert_eq!((done.seed, failed.seed), (0, -1), "a u64 seed keeps its bits");
+    assert_eq!((failed.reward, failed.failure.as_deref()), (None, Some("timeout")));
+    let score = store.latest_score(ids[0]).await.unwrap().unwrap();
+    assert_eq!(score.value.to_bits(), (0.1f64 + 0.2).to_bits());
+    assert_eq!(score.breakdown["part"].as_f64().map(f64::to_bits), Some(third.to_bits()));
+    assert!(store.latest_score(ids[1]).await.unwrap().is_none(), "no reward, no score");
+    store.close().await;
+}
+
+pub async fn pages_of_sessions_come_in_id_order(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(10);
+    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    // A second run between them: pages are of one run only.
+    store.create_run(&spec, &tasks, &specs[..3]).await.unwrap();
+    let mut read = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store.sessions_page(run, after, 3).await.unwrap();
+        let Some(last) = page.last() else { break };
+        assert!(page.len() <= 3);
+        after = last.id;
+        read.extend(page);
+    }
+    assert_eq!(read.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
+    let trials: Vec<(i64, i64, &str)> = read.iter().map(|r| (r.task_index, r.trial, r.status.as_str())).collect();
+    assert_eq!(trials, (0..10).map(|i| (0, i, "pending")).collect::<Vec<_>>());
+    store.close().await;
+}
+
+pub async fn owners_claiming_at_once_never_get_the_same_session(db: &Db) {
+    let creator = db.open().await;
+    let (spec, tasks, specs) = run_of(300);
+    let (run, ids) = creator.create_run(&spec, &tasks, &specs).await.unwrap();
+    let stores = [db.open().await, db.open().await, db.open().await];
+    let claimers = stores.iter().map(|store| {
+        let store = store.seam();
+        let owner = Owner::new(Duration::from_secs(30));
+        // Tasks of their own, so that the claims of a multi-connection store really overlap.
+        tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let claimed = store.claim_sessions(run, &owner, 7).await.unwrap();
+                if claimed.claims.is_empty() {
+                    return mine;
+                }
+                assert!(claimed.claims.iter().all(|c| c.fence == Fence(1)), "{claimed:?}");
+                mine.extend(claimed.claims.iter().map(|c| c.session));
+                tokio::task::yield_now().await;
+            }
+        })
+    });
+    let taken = futures::future::join_all(claimers).await;
+    let mut all = BTreeSet::new();
+    for mine in taken {
+        for id in mine.unwrap() {
+            assert!(all.insert(id), "session {id} was claimed twice");
+        }
+    }
+    assert_eq!(all.into_iter().collect::<Vec<_>>(), ids, "every session is claimed once");
+    for store in stores.iter().chain([&creator]) {
+        store.close().await;
+    }
+}
+
+pub async fn a_lease_holds_while_renewed_and_is_taken_over_once_it_expires(db: &Db) {
+    let (first, second) = (db.open().await, db.open().await);
+    let a = Owner::new(Duration::from_millis(400));
+    let b = Owner::new(Duration::from_millis(400));
+    let (spec, tasks, specs) = run_of(3);
+    let (run, claims) = first.create_claimed_run(&spec, &tasks, &specs, &a).await.unwrap();
+    assert_eq!(claims.iter().map(|c| c.fence).collect::<Vec<_>>(), [Fence(1); 3], "created claimed");
+
+    let taken = second.claim_sessions(run, &b, usize::MAX).await.unwrap();
+    assert!(taken.claims.is_empty(), "a live lease is left to its owner");
+    assert_eq!(taken.held_elsewhere, 3, "and counted");
+
+    // Renewed before it runs out, the lease outlives its first expiry.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(first.renew_claims(&a).await.unwrap(), 3);
+    }
+    assert!(second.claim_sessions(run, &b, usize::MAX).await.unwrap().claims.is_empty(), "600 ms on, still held");
+
+    // Not renewed, it expires, and the other owner takes the sessions over under a new fence.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let taken = second.claim_sessions(run, &b, usize::MAX).await.unwrap();
+    assert_eq!(taken.held_elsewhere, 0);
+    let ids: Vec<i64> = claims.iter().map(|c| c.session).collect();
+    assert_eq!(taken.claims, ids.iter().map(|&session| Claim { session, fence: Fence(2) }).collect::<Vec<_>>());
+    assert_eq!(first.renew_claims(&a).await.unwrap(), 0, "the old owner holds nothing now");
+
+    // The old owner's commits are refused, whole; the new owner's go through.
+    let refused = first.commit_turn(claims[0], turn(0)).await;
+    assert!(
+        matches!(refused, Err(StoreError::Fenced { session, fence: Fence(1), current: Fence(2) }) if session == ids[0]),
+        "{refused:?}"
+    );
+    assert_eq!(messages(&first, ids[0]).await, 0, "nothing of the refused turn is written");
+    let refused = first.finish_session(claims[1], turn(0), &outcome()).await;
+    assert!(matches!(refused, Err(StoreError::Fenced { .. })), "{refused:?}");
+    assert_eq!(first.session(run, ids[1]).await.status, "pending", "a fenced end is not recorded");
+    assert_eq!(messages(&first, ids[1]).await, 0);
+    assert!(first.latest_score(ids[1]).await.unwrap().is_none());
+    second.commit_turn(taken.claims[0], turn(0)).await.unwrap();
+    assert_eq!(messages(&second, ids[0]).await, 2);
+
+    // Release gives up the rest at once, without waiting for the lease, and the next claim
+    // raises the fence again.
+    assert_eq!(second.release_claims(&b).await.unwrap(), 3);
+    let c = Owner::new(Duration::from_secs(30));
+    let again = first.claim_sessions(run, &c, usize::MAX).await.unwrap();
+    assert_eq!(again.claims.iter().map(|c| c.fence).collect::<Vec<_>>(), [Fence(3); 3]);
+    first.close().await;
+    second.close().await;
+}
+
+pub async fn a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(16);
+    let owner = Owner::new(Duration::from_secs(30));
+    let (run, claims) = store.create_claimed_run(&spec, &tasks, &specs, &owner).await.unwrap();
+    // Session 0 is claimed over by a newer claim (released, then claimed again: fence 2).
+    store.release_claims(&owner).await.unwrap();
+    let newer = Owner::new(Duration::from_secs(30));
+    let taken = store.claim_sessions(run, &newer, 1).await.unwrap();
+    assert_eq!(taken.claims, [Claim { session: claims[0].session, fence: Fence(2) }]);
+    // All sixteen commits at once, so that they share the writer's batches.
+    let commits = claims.iter().map(|&c| store.commit_turn(c, turn(0)));
+    let results = futures::future::join_all(commits).await;
+    assert!(matches!(results[0], Err(StoreError::Fenced { .. })), "{:?}", results[0]);
+    for (result, claim) in results.iter().zip(&claims).skip(1) {
+        assert!(result.is_ok(), "session {}: {result:?}", claim.session);
+        assert_eq!(messages(&store, claim.session).await, 2);
+    }
+    assert_eq!(messages(&store, claims[0].session).await, 0);
+    store.close().await;
+}
+
+pub async fn a_finished_session_is_released_and_never_claimed_again(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(3);
+    let a = Owner::new(Duration::from_secs(30));
+    let (run, claims) = store.create_claimed_run(&spec, &tasks, &specs, &a).await.unwrap();
+    store.finish_session(claims[1], turn(0), &outcome()).await.unwrap();
+    assert_eq!(store.renew_claims(&a).await.unwrap(), 2, "the finished session is no longer held");
+    assert_eq!(store.release_claims(&a).await.unwrap(), 2);
+    let b = Owner::new(Duration::from_secs(30));
+    let claimed = store.claim_sessions(run, &b, usize::MAX).await.unwrap();
+    let sessions: Vec<i64> = claimed.claims.iter().map(|c| c.session).collect();
+    assert_eq!(sessions, [claims[0].session, claims[2].session]);
+    assert_eq!(claimed.held_elsewhere, 0);
+    let row = store.session(run, claims[1].session).await;
+    assert_eq!((row.status.as_str(), row.reward), ("finished", Some(1.0)));
+    store.finish_run(run, "finished").await.unwrap();
+    store.close().await;
+}
+
+pub async fn a_failed_batch_keeps_nothing_and_the_next_is_written(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(1);
+    let (_, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    store.commit_turn(Claim::unclaimed(ids[0]), turn(0)).await.unwrap();
+    // The same seqs again: the messages insert fails, and the batch's other rows must go too.
+    let again = store.commit_turn(Claim::unclaimed(ids[0]), turn(0)).await;
+    assert!(matches!(again, Err(StoreError::Database(_))), "a duplicate turn is refused: {again:?}");
+    let transcript = store.transcript(ids[0]).await.unwrap();
+    let counts = (transcript.messages.len(), transcript.calls.len(), transcript.tool_calls.len());
+    assert_eq!(counts, (2, 1, 1));
+    store.commit_turn(Claim::unclaimed(ids[0]), turn(2)).await.unwrap();
+    assert_eq!(messages(&store, ids[0]).await, 4, "the next batch is written");
+    store.close().await;
+}
+
+pub async fn commits_renewals_and_claims_at_once_all_go_through(db: &Db) {
+    let (owner_store, claimer_store) = (db.open().await, db.open().await);
+    let (spec, tasks, specs) = run_of(64);
+    let owner = Owner::new(Duration::from_secs(30));
+    let (run, claims) = owner_store.create_claimed_run(&spec, &tasks, &specs, &owner).await.unwrap();
+    let store = owner_store.seam();
+    let sessions = claims.iter().map(|&claim| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            for first in (0..20).step_by(2) {
+                store.commit_turn(claim, turn(first)).await.unwrap();
+            }
+            store.finish_session(claim, TurnRecord::default(), &outcome()).await.unwrap();
+        })
+    });
+    // Renewals lock the owner's rows and claims pass over them while the batches hold them:
+    // none of them may wait on another in a cycle, and none takes a live session.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renewing = {
+        let (store, owner, stop) = (Arc::clone(&store), owner.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                store.renew_claims(&owner).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let claiming = {
+        let (store, stop) = (claimer_store.seam(), Arc::clone(&stop));
+        let other = Owner::new(Duration::from_secs(30));
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let claimed = store.claim_sessions(run, &other, 8).await.unwrap();
+                assert!(claimed.claims.is_empty(), "a live session was claimed: {claimed:?}");
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    for s in futures::future::join_all(sessions).await {
+        s.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    renewing.await.unwrap();
+    claiming.await.unwrap();
+    let rows = owner_store.sessions_page(run, 0, 100).await.unwrap();
+    assert!(rows.iter().all(|r| r.status == "finished"), "every session finished");
+    for claim in &claims {
+        assert_eq!(messages(&owner_store, claim.session).await, 20);
+    }
+    assert_eq!(owner_store.renew_claims(&owner).await.unwrap(), 0, "finished sessions are released");
+    owner_store.close().await;
+    claimer_store.close().await;
+}
