@@ -288,10 +288,13 @@ impl SqliteStore {
             sqlx::migrate::MigrateError::Execute(e) => refused(e),
             e => StoreError::Database(format!("migrating {}: {e}", path.display())),
         })?;
+        let checkpointer = SqliteConnection::connect_with(&connect.clone().pragma("wal_autocheckpoint", "0"))
+            .await
+            .map_err(refused)?;
         // `query_only`: SQLite itself refuses a write on a reading connection.
         let reading = connect.create_if_missing(false).pragma("query_only", "ON");
         let pool = SqlitePoolOptions::new().max_connections(4).connect_with(reading).await.map_err(refused)?;
-        let writer = Writer::spawn(conn, path.to_owned(), options, turns_persisted());
+        let writer = Writer::spawn(conn, checkpointer, path.to_owned(), options, turns_persisted());
         Ok(SqliteStore { pool, writer, path: Arc::new(path.to_owned()) })
     }
 

@@ -3,10 +3,11 @@
 //!
 //! Two things keep a commit cheap. Statements come in a few fixed shapes (see [`shaped`]), so
 //! the connection's statement cache prepares each once instead of parsing a statement of a new
-//! row count at every batch. And the writer checkpoints the WAL itself, after the batch's turns
-//! are acknowledged, every [`CHECKPOINT_BYTES`] or so (its connection has SQLite's automatic
-//! checkpoint off, which would run inside a commit, every 1,000 pages); closing the store
-//! checkpoints what is left and truncates the WAL.
+//! row count at every batch. And the WAL is checkpointed beside the writer, not in its way: every
+//! [`CHECKPOINT_BYTES`] or so the writer wakes a checkpointer, a task with a connection of its
+//! own, and goes on committing while the WAL is copied into the database file (the writer's
+//! connection has SQLite's automatic checkpoint off, which would run inside a commit, every
+//! 1,000 pages). Closing the store checkpoints what is left and truncates the WAL.
 //!
 //! Every other write of the store (creating runs, claims, scores, forks, verdicts) reaches the
 //! same connection as an [`Exec`] command, run in queue order between batches: the writer's
@@ -89,16 +90,29 @@ pub(crate) struct Writer {
     /// The database file, named in the errors of writes that fail.
     path: PathBuf,
     options: StoreOptions,
-    /// An estimate of what was written to the WAL since the last checkpoint.
+    /// An estimate of what was written to the WAL since the checkpointer was last woken.
     unchecked: usize,
+    /// Wakes the checkpointer (one wake-up waits at most: more would find nothing to copy).
+    checkpoints: mpsc::Sender<()>,
 }
 
 impl Writer {
-    pub(crate) fn spawn(conn: SqliteConnection, path: PathBuf, options: StoreOptions, turns: bool) -> WriterHandle {
+    /// The writer on `conn`, and its checkpointer on `checkpointer`, a second connection to
+    /// the same file.
+    pub(crate) fn spawn(
+        conn: SqliteConnection,
+        checkpointer: SqliteConnection,
+        path: PathBuf,
+        options: StoreOptions,
+        turns: bool,
+    ) -> WriterHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let deltas = options.raw_model_calls.then(Arc::default);
+        let (checkpoints, woken) = mpsc::channel(1);
+        let span = tracing::info_span!("store_checkpointer", db = %path.display());
+        tokio::spawn(checkpoint_when_woken(checkpointer, woken).instrument(span));
         let span = tracing::info_span!("store_writer", db = %path.display());
-        tokio::spawn(Writer { conn, path, options, unchecked: 0 }.run(rx).instrument(span));
+        tokio::spawn(Writer { conn, path, options, unchecked: 0, checkpoints }.run(rx).instrument(span));
         WriterHandle { tx, turns, deltas }
     }
 
@@ -151,11 +165,12 @@ impl Writer {
             if let Some(task) = exec {
                 task(&mut self.conn).await;
             }
-            // After the acknowledgments: sessions go on while the WAL is copied into the database.
+            // Sessions go on, and the writer with them, while the WAL is copied into the database.
             if closing {
                 self.checkpoint("PRAGMA wal_checkpoint(TRUNCATE)").await;
             } else if self.unchecked >= CHECKPOINT_BYTES {
-                self.checkpoint("PRAGMA wal_checkpoint(PASSIVE)").await;
+                self.unchecked = 0;
+                let _ = self.checkpoints.try_send(());
             }
             for done in flushes.drain(..) {
                 let _ = done.send(());
@@ -164,10 +179,8 @@ impl Writer {
         let _ = self.conn.close().await;
     }
 
-    /// Copies the WAL's committed pages into the database file, by `pragma`: `PASSIVE` never
-    /// waits, and leaves the pages a reader (`parley show` in another process) may still need for
-    /// the next checkpoint; `TRUNCATE` waits for readers (up to the busy timeout), then empties
-    /// the WAL file.
+    /// Copies the WAL's committed pages into the database file and empties the WAL file, waiting
+    /// for readers (and the checkpointer) up to the busy timeout: the store is closing.
     async fn checkpoint(&mut self, pragma: &'static str) {
         match sqlx::query(pragma).execute(&mut self.conn).await {
             Ok(_) => self.unchecked = 0,
@@ -339,6 +352,20 @@ impl Writer {
         tx.commit().await.map_err(db_error)?;
         Ok(refused)
     }
+}
+
+/// Runs a `PASSIVE` checkpoint each time the writer asks, on a connection of its own: it copies
+/// the WAL's committed pages into the database file while the writer goes on appending to the
+/// WAL, never waits, and leaves the pages a reader (`parley show` in another process) may still
+/// need for the next checkpoint. Ends with the writer.
+async fn checkpoint_when_woken(mut conn: SqliteConnection, mut woken: mpsc::Receiver<()>) {
+    while woken.recv().await.is_some() {
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
+            // Not fatal: every commit is in the WAL, and the next checkpoint tries again.
+            tracing::warn!(error = %e, "the store could not checkpoint its WAL");
+        }
+    }
+    let _ = conn.close().await;
 }
 
 /// Splits `items` into chunks of power-of-two lengths, the largest first, none over `max_rows`:
