@@ -3,6 +3,7 @@
 
 mod agreement;
 mod crash;
+mod deploy;
 mod durable;
 mod endpoint;
 mod faults;
