@@ -11,6 +11,8 @@
 //! signal and gives the runtime.
 
 mod metrics;
+mod openenv;
+mod policy;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,7 +26,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parley_core::nemo_gym::task_from_row;
-use parley_core::{RunId, SessionSpec, Task, ToolLists, stable_seed};
+use parley_core::{Agent, RunId, SessionSpec, Task, ToolLists, stable_seed};
 use parley_engine::{Job, Stop, run_session};
 use parley_runtime::{Failure, Rollout, RunSettings, Runtime};
 use serde_json::{Value, json};
@@ -59,6 +61,10 @@ pub struct Service {
     /// Stops every session on shutdown; each request's session has its own child tokens.
     stop: Stop,
     pub metrics: Metrics,
+    /// OpenEnv's side: the tasks a reset picks from, the sessions it holds.
+    hub: openenv::Hub,
+    /// Agents for the policy URLs `/run` rows named.
+    policies: policy::Policies,
 }
 
 impl Service {
@@ -82,7 +88,15 @@ impl Service {
             options,
             stop: Stop::default(),
             metrics: Metrics::default(),
+            hub: openenv::Hub::default(),
+            policies: policy::Policies::default(),
         }
+    }
+
+    /// The tasks an OpenEnv reset picks from (the environment's own, or a task file's).
+    pub fn with_tasks(mut self, tasks: Vec<Arc<Task>>) -> Service {
+        self.hub = openenv::Hub::new(tasks);
+        self
     }
 
     /// The service run's id.
@@ -102,6 +116,7 @@ impl Service {
             .route("/run", post(run))
             .route("/aggregate_metrics", post(aggregate_metrics))
             .route("/metrics", get(prometheus))
+            .merge(openenv::routes())
             .layer(axum::middleware::from_fn_with_state(Arc::clone(self), authorize))
             .with_state(Arc::clone(self))
     }
@@ -135,7 +150,7 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
         busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return busy;
     };
-    let row: Value = match serde_json::from_slice(&body) {
+    let mut row: Value = match serde_json::from_slice(&body) {
         Ok(row @ Value::Object(_)) => row,
         Ok(other) => {
             return problem(
@@ -144,6 +159,14 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
             );
         }
         Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
+    };
+    let agent = match policy::take(&mut row) {
+        Ok(None) => None,
+        Ok(Some(url)) => match service.policies.agent(&service.runtime, &url) {
+            Ok(agent) => Some(agent),
+            Err(e) => return problem(StatusCode::BAD_REQUEST, format!("`{}`: {e}", policy::FIELD)),
+        },
+        Err(e) => return problem(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let index = service.next_task.fetch_add(1, Ordering::Relaxed);
     let task = match task_from_row(index, row) {
@@ -160,16 +183,17 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
     let Ok(running) = running else {
         return problem(StatusCode::SERVICE_UNAVAILABLE, "the service is stopping");
     };
-    let answer = drive(&service, task).await;
+    let answer = drive(&service, task, agent).await;
     drop((running, admitted));
     service.metrics.run_took(started.elapsed());
     answer
 }
 
-/// Records the task's session under the service run, drives it on a task of its own, and
-/// answers with its verify response. When the client goes away, the handler is dropped: the
+/// Records the task's session under the service run, drives it on a task of its own (with
+/// `agent`, the rollout's own policy, when the row named one), and answers with its verify
+/// response. When the client goes away, the handler is dropped: the
 /// guard stops the session, which ends `cancelled` with its committed turns, resumable.
-async fn drive(service: &Arc<Service>, task: Arc<Task>) -> Response {
+async fn drive(service: &Arc<Service>, task: Arc<Task>, agent: Option<Arc<dyn Agent>>) -> Response {
     let store = &service.runtime.store;
     let spec = SessionSpec { task_index: task.index, trial: 0, seed: stable_seed(&task.id, 0) };
     let claims = match store
@@ -185,7 +209,10 @@ async fn drive(service: &Arc<Service>, task: Arc<Task>) -> Response {
     let job = Job { id: claim.session, fence: claim.fence, task, trial: 0, seed: spec.seed, prior: None };
     let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
     let _on_disconnect = stop.abort.clone().drop_guard();
-    let (parties, limits) = (service.runtime.parties.clone(), service.settings.limits());
+    let (mut parties, limits) = (service.runtime.parties.clone(), service.settings.limits());
+    if let Some(agent) = agent {
+        parties.agent = agent;
+    }
     // The session runs on a task of its own: it ends and is recorded even when the client is
     // gone, and a panic in it is contained to it.
     service.metrics.started();
