@@ -11,6 +11,7 @@ mod harness;
 mod llama;
 mod messages;
 mod net_faults;
+mod openenv;
 mod owners;
 mod reliability;
 mod remote;

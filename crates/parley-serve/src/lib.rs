@@ -11,6 +11,7 @@
 //! signal and gives the runtime.
 
 mod metrics;
+mod offload;
 mod openenv;
 mod policy;
 
@@ -27,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parley_core::nemo_gym::task_from_row;
 use parley_core::{Agent, RunId, SessionSpec, Task, ToolLists, stable_seed};
-use parley_engine::{Job, Stop, run_session};
+use parley_engine::{Job, Parties, Stop, run_session};
 use parley_runtime::{Failure, Rollout, RunSettings, Runtime};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -48,6 +49,8 @@ pub struct ServeOptions {
 /// The service: the runtime and its service run, and what admits requests to it.
 pub struct Service {
     runtime: Arc<Runtime>,
+    /// The runtime's parties, the environment's scoring kept off the I/O workers.
+    parties: Parties,
     settings: RunSettings,
     run: RunId,
     /// Task indexes of the service run, one per request.
@@ -77,7 +80,10 @@ impl Service {
         tasks: usize,
         options: ServeOptions,
     ) -> Service {
+        let mut parties = runtime.parties.clone();
+        parties.environment = Arc::new(offload::Offloaded::new(parties.environment));
         Service {
+            parties,
             runtime,
             settings,
             run,
@@ -209,7 +215,7 @@ async fn drive(service: &Arc<Service>, task: Arc<Task>, agent: Option<Arc<dyn Ag
     let job = Job { id: claim.session, fence: claim.fence, task, trial: 0, seed: spec.seed, prior: None };
     let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
     let _on_disconnect = stop.abort.clone().drop_guard();
-    let (mut parties, limits) = (service.runtime.parties.clone(), service.settings.limits());
+    let (mut parties, limits) = (service.parties.clone(), service.settings.limits());
     if let Some(agent) = agent {
         parties.agent = agent;
     }

@@ -31,9 +31,11 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures::{SinkExt, StreamExt};
 use parley_core::{SessionId, SessionSpec, Task, Termination, stable_seed};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 use self::episode::{Episode, Resumable, StepRefused};
 use self::wire::Invalid;
@@ -294,27 +296,49 @@ async fn ws(State(service): State<Arc<Service>>, upgrade: WebSocketUpgrade) -> R
     upgrade.max_message_size(MAX_FRAME).on_upgrade(move |socket| connection(service, socket))
 }
 
-async fn connection(service: Arc<Service>, mut socket: WebSocket) {
+/// One connection. Its frames are read on a task of their own, so that pings are answered and
+/// a client that goes away is noticed while a step is under way (a simulated user's reply can
+/// take longer than a client waits for a pong).
+async fn connection(service: Arc<Service>, socket: WebSocket) {
+    let (mut sink, mut stream) = socket.split();
+    let (frames_tx, mut frames) = mpsc::channel::<String>(8);
+    let gone = CancellationToken::new();
+    let reader = tokio::spawn({
+        let gone = gone.clone();
+        async move {
+            while let Some(frame) = stream.next().await {
+                let text = match frame {
+                    Ok(Frame::Text(text)) => text.to_string(),
+                    Ok(Frame::Binary(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                    Ok(Frame::Ping(_) | Frame::Pong(_)) => continue,
+                    Ok(Frame::Close(_)) | Err(_) => break,
+                };
+                if frames_tx.send(text).await.is_err() {
+                    break;
+                }
+            }
+            gone.cancel();
+        }
+    });
     let mut episode: Option<Episode> = None;
     loop {
-        let frame = tokio::select! {
-            frame = socket.recv() => frame,
+        let text = tokio::select! {
+            text = frames.recv() => match text {
+                Some(text) => text,
+                None => break,
+            },
             () = service.stop.abort.cancelled() => break,
         };
-        let text = match frame {
-            Some(Ok(Frame::Text(text))) => text.to_string(),
-            Some(Ok(Frame::Binary(bytes))) => String::from_utf8_lossy(&bytes).into_owned(),
-            Some(Ok(Frame::Ping(_) | Frame::Pong(_))) => continue,
-            Some(Ok(Frame::Close(_)) | Err(_)) | None => break,
+        let (reply, close) = tokio::select! {
+            answered = answer(&service, &mut episode, &text) => answered,
+            () = gone.cancelled() => break,
+            () = service.stop.abort.cancelled() => break,
         };
-        let (reply, close) = answer(&service, &mut episode, &text).await;
-        if close {
-            break;
-        }
-        if socket.send(Frame::Text(reply.to_string().into())).await.is_err() {
+        if close || sink.send(Frame::Text(reply.to_string().into())).await.is_err() {
             break;
         }
     }
+    reader.abort();
     if let Some(episode) = episode {
         detach(&service, episode);
     }

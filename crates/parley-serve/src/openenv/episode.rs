@@ -142,7 +142,7 @@ impl Episode {
             system_prompt: runtime.system_prompt.clone(),
             greeting: runtime.parties.agent.greeting().map(str::to_owned),
         };
-        let parties = Parties { agent: Arc::new(trainer), ..runtime.parties.clone() };
+        let parties = Parties { agent: Arc::new(trainer), ..service.parties.clone() };
         let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
         let abort = stop.abort.clone();
         let job = Job {
