@@ -1,5 +1,6 @@
 //! Parley as a service for RL trainers: NeMo Gym's agent-server contract (`GET /`,
-//! `POST /run`, `POST /aggregate_metrics`) over the runtime every front end shares, with
+//! `POST /run`, `POST /aggregate_metrics`) and OpenEnv's protocol (`openenv`: a trainer that
+//! writes the agent's turns steps a session) over the runtime every front end shares, with
 //! admission control, a bearer token off loopback, Prometheus metrics and a graceful drain.
 //!
 //! A `/run` body is a NeMo Gym task row; the answer is the verify response NeMo RL reads: the
