@@ -193,6 +193,9 @@ impl Refusal {
 /// dropped connection left.
 async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value), Refusal> {
     let request = wire::reset_request(data).map_err(Refusal::Invalid)?;
+    if service.stop.is_stopping() {
+        return Err(Refusal::Failed("the service is stopping: it starts no session".into()));
+    }
     let Ok(permit) = Arc::clone(&service.admitted).try_acquire_owned() else {
         return Err(Refusal::Capacity(service.options.concurrency + service.options.queue));
     };
