@@ -12,6 +12,7 @@ mod harness;
 mod llama;
 mod messages;
 mod net_faults;
+mod openenv;
 mod owners;
 mod reliability;
 mod remote;

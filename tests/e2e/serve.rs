@@ -189,6 +189,9 @@ fn off_loopback_a_bearer_token_is_required() {
     assert_eq!(status, 401);
     assert!(head.contains("www-authenticate: bearer"), "{head}");
     assert_eq!(request(&address, "POST", "/run", &row, &[("Authorization", "Bearer wrong")]).0, 401);
+    // A cluster's health probe needs no token; nothing else does without one.
+    assert_eq!(request(&address, "GET", "/health", "", &[]).0, 200);
+    assert_eq!(request(&address, "GET", "/metrics", "", &[]).0, 401);
     let (status, _, body) = request(&address, "POST", "/run", &row, &[("Authorization", "Bearer s3cret-token")]);
     assert_eq!(status, 200, "{body}");
     let _ = child.kill();

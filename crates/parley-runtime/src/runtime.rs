@@ -10,7 +10,7 @@ use anyhow::Context;
 use futures::{Stream, StreamExt};
 use parley_core::{Agent, Owner, RunId, RunSpec, SessionSpec, SessionStore, UserSimulator, stable_seed};
 use parley_engine::{Job, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
-use parley_llm::ChatClient;
+use parley_llm::{ChatClient, EndpointConfig};
 use parley_store::{SqliteStore, Transcript};
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +40,9 @@ pub struct Runtime {
     renewal: tokio::task::JoinHandle<()>,
     shutdown: CancellationToken,
     environments: Environments,
+    /// How the run's tool-calling agent is made, so that one like it can be made for another
+    /// policy URL ([`Runtime::policy_agent`]); `None` for the oracle.
+    policy: Option<(ToolCallingConfig, EndpointConfig)>,
 }
 
 /// A run just recorded.
@@ -83,6 +86,7 @@ impl Runtime {
             AgentKind::Oracle => None,
             AgentKind::ToolCalling => settings.system_prompt.clone().or_else(|| environments.policy.clone()),
         };
+        let mut policy = None;
         let agent: Arc<dyn Agent> = match settings.agent {
             AgentKind::Oracle => Arc::new(agent_oracle::Oracle),
             AgentKind::ToolCalling => {
@@ -94,18 +98,17 @@ impl Runtime {
                 }
                 let client: Arc<dyn parley_core::ModelClient> =
                     if ranks.len() == 1 { ranks.remove(0) } else { Arc::new(crate::ranks::Ranked::new(ranks)) };
-                Arc::new(ToolCallingAgent::new(
-                    client,
-                    ToolCallingConfig {
-                        model: settings.model.clone(),
-                        system_prompt: system_prompt.clone(),
-                        sampling: settings.sampling.clone(),
-                        seed_per_session: true,
-                        json_tools: settings.tool_mode == ToolMode::Json,
-                        greeting: settings.greeting.clone(),
-                        sampling_from_row: front.sampling_from_row,
-                    },
-                ))
+                let config = ToolCallingConfig {
+                    model: settings.model.clone(),
+                    system_prompt: system_prompt.clone(),
+                    sampling: settings.sampling.clone(),
+                    seed_per_session: true,
+                    json_tools: settings.tool_mode == ToolMode::Json,
+                    greeting: settings.greeting.clone(),
+                    sampling_from_row: front.sampling_from_row,
+                };
+                policy = Some((config.clone(), settings.endpoint(String::new(), settings.api_key_env.clone())));
+                Arc::new(ToolCallingAgent::new(client, config))
             }
         };
         // A user the environment needs (Gymnasium observations) stands in when none is asked for.
@@ -124,7 +127,25 @@ impl Runtime {
         let parties = Parties { agent, user, environment: environments.environment.clone(), store: store.clone() };
         let owner = Owner::new(lease());
         let renewal = Renewal::new(store.clone(), owner.clone()).spawn(shutdown.clone());
-        Ok(Runtime { store, parties, base_url, system_prompt, owner, renewal, shutdown, environments })
+        Ok(Runtime { store, parties, base_url, system_prompt, owner, renewal, shutdown, environments, policy })
+    }
+
+    /// The run's agent, but talking to the policy at `base_url`: for a trainer that gives each
+    /// rollout a policy URL of its own (its proxy that captures tokens). Everything else (model
+    /// name, key variable, sampling, prompt, timeouts, retries) is the run's. The simulated user
+    /// and the judge keep their own endpoints.
+    pub fn policy_agent(&self, base_url: &str) -> Result<Arc<dyn Agent>, crate::UsageError> {
+        let Some((config, endpoint)) = &self.policy else {
+            return Err(usage("the agent plays no model (--agent oracle): a policy URL has nothing to drive"));
+        };
+        let endpoint = EndpointConfig { base_url: base_url.to_owned(), ..endpoint.clone() };
+        let client = ChatClient::new(&endpoint).map_err(|e| usage(format!("policy URL {base_url}: {e}")))?;
+        Ok(Arc::new(ToolCallingAgent::new(Arc::new(client), config.clone())))
+    }
+
+    /// The tasks the environment brings (tau2's domains), when it brings its own.
+    pub fn environment_tasks(&self) -> Option<&[Arc<parley_core::Task>]> {
+        self.environments.tasks.as_deref()
     }
 
     /// Records a new run and every session of it (each task × trial, the trials of a task

@@ -1,5 +1,6 @@
 //! Parley as a service for RL trainers: NeMo Gym's agent-server contract (`GET /`,
-//! `POST /run`, `POST /aggregate_metrics`) over the runtime every front end shares, with
+//! `POST /run`, `POST /aggregate_metrics`) and OpenEnv's protocol (`openenv`: a trainer that
+//! writes the agent's turns steps a session) over the runtime every front end shares, with
 //! admission control, a bearer token off loopback, Prometheus metrics and a graceful drain.
 //!
 //! A `/run` body is a NeMo Gym task row; the answer is the verify response NeMo RL reads: the
@@ -12,6 +13,9 @@
 
 mod metrics;
 mod observe;
+mod offload;
+mod openenv;
+mod policy;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,8 +29,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parley_core::nemo_gym::task_from_row;
-use parley_core::{RunId, SessionSpec, Task, ToolLists, stable_seed};
-use parley_engine::{Job, Stop, run_session};
+use parley_core::{Agent, RunId, SessionSpec, Task, ToolLists, stable_seed};
+use parley_engine::{Job, Parties, Stop, run_session};
 use parley_runtime::{Failure, Rollout, RunSettings, Runtime};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -47,6 +51,9 @@ pub struct ServeOptions {
 /// The service: the runtime and its service run, and what admits requests to it.
 pub struct Service {
     runtime: Arc<Runtime>,
+    /// The runtime's parties, the environment's scoring kept off the I/O workers, observed for
+    /// the metrics.
+    parties: Parties,
     settings: RunSettings,
     run: RunId,
     /// Task indexes of the service run, one per request.
@@ -59,9 +66,11 @@ pub struct Service {
     options: ServeOptions,
     /// Stops every session on shutdown; each request's session has its own child tokens.
     stop: Stop,
-    /// The runtime's parties, observed for the metrics.
-    parties: parley_engine::Parties,
     pub metrics: Arc<Metrics>,
+    /// OpenEnv's side: the tasks a reset picks from, the sessions it holds.
+    hub: openenv::Hub,
+    /// Agents for the policy URLs `/run` rows named.
+    policies: policy::Policies,
 }
 
 impl Service {
@@ -75,8 +84,10 @@ impl Service {
         options: ServeOptions,
     ) -> Service {
         let metrics = Arc::new(Metrics::default());
+        let mut parties = runtime.parties.clone();
+        parties.environment = Arc::new(offload::Offloaded::new(parties.environment));
         Service {
-            parties: observe::observed(&runtime.parties, &metrics),
+            parties: observe::observed(&parties, &metrics),
             runtime,
             settings,
             run,
@@ -87,7 +98,15 @@ impl Service {
             options,
             stop: Stop::default(),
             metrics,
+            hub: openenv::Hub::default(),
+            policies: policy::Policies::default(),
         }
+    }
+
+    /// The tasks an OpenEnv reset picks from (the environment's own, or a task file's).
+    pub fn with_tasks(mut self, tasks: Vec<Arc<Task>>) -> Service {
+        self.hub = openenv::Hub::new(tasks);
+        self
     }
 
     /// The service run's id.
@@ -107,14 +126,17 @@ impl Service {
             .route("/run", post(run))
             .route("/aggregate_metrics", post(aggregate_metrics))
             .route("/metrics", get(prometheus))
+            .merge(openenv::routes())
             .layer(axum::middleware::from_fn_with_state(Arc::clone(self), authorize))
             .with_state(Arc::clone(self))
     }
 }
 
-/// Refuses a request without the service's bearer token, when it has one.
+/// Refuses a request without the service's bearer token, when it has one. `GET /health` needs
+/// none: it tells only that the service is up, and a cluster's probes carry no token.
 async fn authorize(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
-    if let Some(token) = &service.options.token {
+    let health = request.method() == axum::http::Method::GET && request.uri().path() == "/health";
+    if let Some(token) = service.options.token.as_ref().filter(|_| !health) {
         let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         if given.and_then(|v| v.strip_prefix("Bearer ")) != Some(token.as_str()) {
             let mut refused = (StatusCode::UNAUTHORIZED, "a bearer token is required\n").into_response();
@@ -140,7 +162,7 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
         busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return busy;
     };
-    let row: Value = match serde_json::from_slice(&body) {
+    let mut row: Value = match serde_json::from_slice(&body) {
         Ok(row @ Value::Object(_)) => row,
         Ok(other) => {
             return problem(
@@ -149,6 +171,14 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
             );
         }
         Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
+    };
+    let agent = match policy::take(&mut row) {
+        Ok(None) => None,
+        Ok(Some(url)) => match service.policies.agent(&service.runtime, &url) {
+            Ok(agent) => Some(agent),
+            Err(e) => return problem(StatusCode::BAD_REQUEST, format!("`{}`: {e}", policy::FIELD)),
+        },
+        Err(e) => return problem(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let index = service.next_task.fetch_add(1, Ordering::Relaxed);
     let task = match task_from_row(index, row) {
@@ -165,16 +195,17 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
     let Ok(running) = running else {
         return problem(StatusCode::SERVICE_UNAVAILABLE, "the service is stopping");
     };
-    let answer = drive(&service, task).await;
+    let answer = drive(&service, task, agent).await;
     drop((running, admitted));
     service.metrics.run_took(started.elapsed());
     answer
 }
 
-/// Records the task's session under the service run, drives it on a task of its own, and
-/// answers with its verify response. When the client goes away, the handler is dropped: the
+/// Records the task's session under the service run, drives it on a task of its own (with
+/// `agent`, the rollout's own policy, when the row named one), and answers with its verify
+/// response. When the client goes away, the handler is dropped: the
 /// guard stops the session, which ends `cancelled` with its committed turns, resumable.
-async fn drive(service: &Arc<Service>, task: Arc<Task>) -> Response {
+async fn drive(service: &Arc<Service>, task: Arc<Task>, agent: Option<Arc<dyn Agent>>) -> Response {
     let store = &service.runtime.store;
     let spec = SessionSpec { task_index: task.index, trial: 0, seed: stable_seed(&task.id, 0) };
     let claims = match store
@@ -190,7 +221,10 @@ async fn drive(service: &Arc<Service>, task: Arc<Task>) -> Response {
     let job = Job { id: claim.session, fence: claim.fence, task, trial: 0, seed: spec.seed, prior: None };
     let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
     let _on_disconnect = stop.abort.clone().drop_guard();
-    let (parties, limits) = (service.parties.clone(), service.settings.limits());
+    let (mut parties, limits) = (service.parties.clone(), service.settings.limits());
+    if let Some(agent) = agent {
+        parties.agent = observe::agent(agent, &service.metrics);
+    }
     // The session runs on a task of its own: it ends and is recorded even when the client is
     // gone, and a panic in it is contained to it.
     service.metrics.started();

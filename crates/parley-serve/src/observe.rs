@@ -17,7 +17,7 @@ use crate::metrics::{Histogram, Metrics};
 /// `parties` with every model call and commit counted in `metrics`.
 pub fn observed(parties: &Parties, metrics: &Arc<Metrics>) -> Parties {
     Parties {
-        agent: Arc::new(ObservedAgent { inner: parties.agent.clone(), metrics: metrics.clone() }),
+        agent: agent(parties.agent.clone(), metrics),
         user: parties
             .user
             .clone()
@@ -25,6 +25,11 @@ pub fn observed(parties: &Parties, metrics: &Arc<Metrics>) -> Parties {
         environment: parties.environment.clone(),
         store: Arc::new(ObservedStore { inner: parties.store.clone(), metrics: metrics.clone() }),
     }
+}
+
+/// `inner` with every model call counted in `metrics`.
+pub fn agent(inner: Arc<dyn Agent>, metrics: &Arc<Metrics>) -> Arc<dyn Agent> {
+    Arc::new(ObservedAgent { inner, metrics: metrics.clone() })
 }
 
 fn observe(histogram: &Histogram, call: Option<&parley_core::ModelCall>) {

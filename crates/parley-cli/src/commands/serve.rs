@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use parley_core::Task;
 use parley_core::{RunSpec, SessionStore};
 use parley_runtime::settings::Need;
-use parley_runtime::{Front, Runtime};
+use parley_runtime::{EnvKind, Front, RunSettings, Runtime, TaskSource};
 use parley_serve::{ServeOptions, Service};
 use parley_store::{SqliteStore, StoreOptions};
 
@@ -47,7 +48,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (run, _) = runtime.store.create_run(&spec, &[], &[]).await.context("recording the service run")?;
     let options =
         ServeOptions { concurrency: settings.concurrency, queue: args.queue.unwrap_or(settings.concurrency), token };
-    let service = Arc::new(Service::new(Arc::clone(&runtime), settings.clone(), run, 0, options));
+    let tasks = reset_tasks(&settings, &runtime)?;
+    let service = Arc::new(Service::new(Arc::clone(&runtime), settings.clone(), run, 0, options).with_tasks(tasks));
     println!("http://{address}");
     eprintln!(
         "parley serve: run {run} in {}; {} against {}, model {}; up to {} sessions at once",
@@ -89,6 +91,20 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.stop().await?;
     eprintln!("parley serve: stopped after {ended} sessions (run {run})");
     Ok(())
+}
+
+/// The tasks an OpenEnv reset picks from: the environment's own (tau2's domains), the task
+/// file's, or generated multi-step rows. They are read whole, since a reset picks any of them by
+/// index or id; an environment with none of its own and no task file has none.
+fn reset_tasks(settings: &RunSettings, runtime: &Runtime) -> anyhow::Result<Vec<Arc<Task>>> {
+    let (source, check) = TaskSource::from_settings(settings)?;
+    for bad in &check.bad {
+        eprintln!("parley serve: left out {bad}");
+    }
+    if matches!(source, TaskSource::Generated { .. }) && settings.env != EnvKind::MultiStep {
+        return Ok(Vec::new());
+    }
+    source.tasks(runtime.environment_tasks())?.collect()
 }
 
 async fn first_signal() {

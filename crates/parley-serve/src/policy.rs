@@ -1,0 +1,85 @@
+//! Per-rollout policy URLs for `/run`: a trainer that captures tokens in a proxy of its own
+//! (rLLM's model gateway, verifiers' interception server) hands each rollout the URL the agent
+//! must call, in the row's `policy_base_url`. The field is taken out of the row before it is
+//! recorded or echoed; the agent for that URL is the service's own agent pointed there, kept for
+//! later rollouts to the same URL. The simulated user and the judge never use it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use parley_core::Agent;
+use parley_runtime::{Runtime, UsageError, usage};
+use serde_json::Value;
+
+/// The row field that names the rollout's policy.
+pub const FIELD: &str = "policy_base_url";
+/// Agents kept, one per URL, the oldest let go first: a proxy that gives every session a URL of
+/// its own must not grow the service without bound.
+const KEPT: usize = 1024;
+
+/// The agents made for policy URLs so far.
+#[derive(Default)]
+pub(crate) struct Policies {
+    agents: Mutex<Kept>,
+}
+
+/// Agents by URL, and the URLs in the order they were first asked for.
+#[derive(Default)]
+struct Kept {
+    agents: HashMap<String, Arc<dyn Agent>>,
+    order: VecDeque<String>,
+}
+
+impl Policies {
+    /// The agent that talks to the policy at `url`.
+    pub(crate) fn agent(&self, runtime: &Runtime, url: &str) -> Result<Arc<dyn Agent>, UsageError> {
+        if let Ok(kept) = self.agents.lock()
+            && let Some(agent) = kept.agents.get(url)
+        {
+            return Ok(Arc::clone(agent));
+        }
+        let agent = runtime.policy_agent(url)?;
+        if let Ok(mut kept) = self.agents.lock() {
+            let Kept { agents, order } = &mut *kept;
+            if agents.insert(url.to_owned(), Arc::clone(&agent)).is_none() {
+                order.push_back(url.to_owned());
+            }
+            while order.len() > KEPT {
+                if let Some(oldest) = order.pop_front() {
+                    agents.remove(&oldest);
+                }
+            }
+        }
+        Ok(agent)
+    }
+}
+
+/// Takes the policy URL out of a row, when it names one.
+pub(crate) fn take(row: &mut Value) -> Result<Option<String>, UsageError> {
+    let Some(value) = row.as_object_mut().and_then(|m| m.remove(FIELD)) else { return Ok(None) };
+    match value {
+        Value::Null => Ok(None),
+        Value::String(url) if url.starts_with("http://") || url.starts_with("https://") => Ok(Some(url)),
+        other => Err(usage(format!(
+            "`{FIELD}` is the base URL of the rollout's policy (http://... or https://..., ending before \
+             /chat/completions), not {other}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_field_leaves_the_row() {
+        let mut row = json!({"id": 1, FIELD: "http://127.0.0.1:9/sessions/a/v1"});
+        assert_eq!(take(&mut row).unwrap().as_deref(), Some("http://127.0.0.1:9/sessions/a/v1"));
+        assert_eq!(row, json!({"id": 1}));
+        assert_eq!(take(&mut row).unwrap(), None);
+        let err = take(&mut json!({FIELD: 7})).unwrap_err();
+        assert!(err.to_string().contains(FIELD), "{err}");
+        assert!(take(&mut json!({FIELD: "ftp://x"})).is_err());
+    }
+}
