@@ -359,6 +359,7 @@ def plan(quick):
                 "parley": [(1, 10), (16, 64), (256, 512)],
                 "added": {"concurrency": 64, "latency_ms": 50, "calls": 256, "rollouts": 128},
             },
+            "openenv": {"levels": [(1, 3), (16, 2)], "in_process_trials": 1},
         }
     return {
         "tasks": 200,
@@ -379,6 +380,8 @@ def plan(quick):
             "parley": [(1, 1000), (16, 10_000), (256, 20_000)],
             "added": {"concurrency": 256, "latency_ms": 100, "calls": 10_000, "rollouts": 5000},
         },
+        # OpenEnv over WebSocket on tau2 airline: (sessions at once, episodes each).
+        "openenv": {"levels": [(1, 50), (64, 4), (1024, 1)], "in_process_trials": 8},
     }
 
 
@@ -392,7 +395,7 @@ def main():
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", choices=["stream", "serve"], help="run only this part (its results are not latest.json)"
+        "--only", choices=["stream", "serve", "openenv"], help="run only this part (its results are not latest.json)"
     )
     args = parser.parse_args()
     if args.only != "stream" and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
@@ -412,6 +415,10 @@ def main():
     rows = results["rows"]
     if args.only == "stream":
         results["stream"] = stream(parley, work, p)
+        finish(results, args, work, latest=False)
+        return
+    if args.only == "openenv":
+        results["openenv"] = openenv(parley, args.load, work, p)
         finish(results, args, work, latest=False)
         return
     tasks = write_tasks(parley, work / "tasks.jsonl", p["tasks"])
@@ -485,6 +492,8 @@ def main():
             gym.stop()
         stub.stop()
 
+    # 3b. Trainers that keep the loop: OpenEnv over WebSocket.
+    results["openenv"] = openenv(parley, args.load, work, p)
     # 4. Scale: many concurrent multi-turn sessions, and a fixed latency at 4,096.
     results["scale"] = scale(parley, work, p)
     # 5. A million generated tasks, read lazily.
@@ -499,6 +508,8 @@ def finish(results, args, work, *, latest):
         report(results)
     elif "stream" in results:
         report_stream(results)
+    elif "openenv" in results:
+        report_openenv(results["openenv"])
     else:
         report_service(results["service"])
     if args.quick:
@@ -638,6 +649,117 @@ def service(parley, load_bin, work, p, stub, gym, tasks):
             f"< 1 ms p99 added per model call at c = {a['concurrency']}": added_row["added_per_call_p99_ms"] < 1.0,
         },
     }
+
+
+def tau2_data():
+    data = Path(os.environ.get("PARLEY_TAU2_DATA", ROOT.parent / "shared/data/tau2"))
+    if not (data / "airline/tasks.json").is_file():
+        raise SystemExit(f"bench: no tau2 data at {data} (set PARLEY_TAU2_DATA)")
+    return data
+
+
+def openenv(parley, load_bin, work, p):
+    """Trainers that keep the loop: `parley serve`'s OpenEnv WebSocket on tau2 airline, the
+    simulated user an LLM (the stub), at 1, 64 and 1,024 sessions at once (bench/load plays the
+    trainer: two `calculate` calls, then a text to the user, until the user ends it). Per level:
+    steps/s, the CPU of the stack per step, and the time Parley adds to a step, percentile by
+    percentile: a tool step's latency less the tool's own run time, a text step's less the user's
+    model call (both as the store recorded them). Beside it, the same environment driven
+    in-process by `parley run` (the oracle agent and the same user), steps/s."""
+    o = p["openenv"]
+    data = tau2_data()
+    user = Stub(parley, work, "stub-user", "--threads", 1)
+    levels = []
+    try:
+        for sessions, episodes in o["levels"]:
+            db = work / f"openenv-{sessions}.db"
+            log = open(work / f"openenv-{sessions}.log", "w")
+            serve = subprocess.Popen(
+                [parley, "serve", "--env", "tau2:airline", "--data-dir", data, "--user", "llm",
+                 "--user-base-url", user.url, "--listen", "127.0.0.1:0", "--db", db,
+                 "-c", str(sessions), "--queue", str(sessions)],
+                stdout=subprocess.PIPE, stderr=log, text=True,
+            )
+            try:
+                url = serve.stdout.readline().strip()
+                if not url.startswith("http://"):
+                    raise SystemExit(f"bench: parley serve did not start; see {log.name}")
+                m = measured(
+                    [load_bin, "openenv", url.replace("http://", "ws://") + "/ws", str(sessions), str(episodes), "50"],
+                    cwd=work, watch=[serve.pid, user.proc.pid], log=work / f"openenv-load-{sessions}.log",
+                )
+            finally:
+                serve.terminate()
+                serve.wait()
+            out = json.loads(m["stdout"])
+            if out["errors"]:
+                raise SystemExit(f"bench: openenv at {sessions} sessions: {out['errors'][:3]}")
+            with contextlib.closing(sqlite3.connect(db)) as conn:
+                tools = sorted(r[0] / 1e3 for r in conn.execute("SELECT duration_us FROM tool_calls"))
+                users = sorted(r[0] for r in conn.execute(
+                    "SELECT c.latency_ms FROM model_calls c JOIN messages m ON m.session_id = c.session_id "
+                    "AND m.seq = c.seq WHERE m.role = 'user'"))
+            tool_steps = sorted(t * 1e3 for t, kind in out["steps"] if kind == "tool")
+            text_steps = sorted(t * 1e3 for t, kind in out["steps"] if kind == "text")
+            n = len(out["steps"])
+            row = {
+                "system": "Parley serve, OpenEnv /ws",
+                "concurrency": sessions,
+                "rollouts": sessions * episodes,
+                "steps": n,
+                "steps_per_s": n / out["wall_s"],
+                "stack_cpu_ms_per_step": m["watched_cpu_s"] * 1e3 / n,
+                "tool_step_p50_ms": percentile(tool_steps, 0.5),
+                "tool_step_p99_ms": percentile(tool_steps, 0.99),
+                "tool_run_p50_ms": percentile(tools, 0.5),
+                "tool_run_p99_ms": percentile(tools, 0.99),
+                "added_tool_step_p50_ms": percentile(tool_steps, 0.5) - percentile(tools, 0.5),
+                "added_tool_step_p99_ms": percentile(tool_steps, 0.99) - percentile(tools, 0.99),
+                "added_text_step_p50_ms": percentile(text_steps, 0.5) - percentile(users, 0.5),
+                "added_text_step_p99_ms": percentile(text_steps, 0.99) - percentile(users, 0.99),
+            }
+            levels.append(row)
+            print(f"openenv {sessions} sessions: {row['steps_per_s']:.0f} steps/s, added per tool step "
+                  f"p50 {row['added_tool_step_p50_ms']:.3f} ms p99 {row['added_tool_step_p99_ms']:.3f} ms",
+                  file=sys.stderr, flush=True)
+        # The same environment and user, driven in-process.
+        top = max(s for s, _ in o["levels"])
+        row = parley_run(
+            parley, work, "openenv-in-process",
+            ["--env", "tau2:airline", "--data-dir", data, "--agent", "oracle", "--user", "llm",
+             "--user-base-url", user.url, "--trials", o["in_process_trials"], "-c", top],
+            watch=[user.proc.pid],
+        )
+        db = work / "openenv-in-process" / "parley.db"
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            steps = conn.execute("SELECT COUNT(*) FROM messages WHERE role = 'assistant'").fetchone()[0]
+        in_process = {"system": "Parley run, in-process (oracle agent)", "concurrency": top,
+                      "rollouts": row["rollouts"], "steps": steps, "steps_per_s": steps / row["elapsed_s"]}
+    finally:
+        user.stop()
+    top_row = max(levels, key=lambda r: r["concurrency"])
+    return {
+        "levels": levels,
+        "in_process": in_process,
+        "targets": {
+            f"< 1 ms p99 added per step at {top_row['concurrency']} sessions": top_row["added_tool_step_p99_ms"] < 1.0,
+        },
+    }
+
+
+def report_openenv(o):
+    print("OpenEnv over WebSocket, tau2 airline, the stub as the user: steps/s, stack CPU per step, and the time")
+    print("Parley adds to a step (a tool step less the tool's run; a text step less the user's model call)")
+    for r in o["levels"]:
+        print(f"  {r['concurrency']:>5} sessions  {r['steps']:>6} steps  {r['steps_per_s']:>8.0f} steps/s  "
+              f"{r['stack_cpu_ms_per_step']:.2f} ms CPU/step  +tool step p50 {r['added_tool_step_p50_ms']:.3f} "
+              f"p99 {r['added_tool_step_p99_ms']:.3f} ms  +text step p50 {r['added_text_step_p50_ms']:.3f} "
+              f"p99 {r['added_text_step_p99_ms']:.3f} ms")
+    ip = o["in_process"]
+    print(f"  in-process ({ip['system']}, {ip['concurrency']} at once): {ip['steps']} steps, "
+          f"{ip['steps_per_s']:.0f} steps/s")
+    for target, met in o["targets"].items():
+        print(f"  [{'met' if met else 'MISSED'}] {target}")
 
 
 SERVICE_COLUMNS = [
@@ -929,6 +1051,8 @@ def all_rows(results):
         rows.append(results["stream"])
     if "service" in results:
         rows += results["service"]["levels"] + [results["service"]["added"]]
+    if "openenv" in results:
+        rows += results["openenv"]["levels"]
     return rows
 
 

@@ -1,10 +1,19 @@
-//! The trainer's side of `/run`, for `bench/`: posts task rows to an agent server at a fixed
-//! concurrency (one `POST` per rollout, the whole row as the body, as NeMo RL's collection does)
-//! and writes JSON on stdout: the wall seconds, the count of each status, and per request its
-//! latency, the session that answered it (`_parley_session`) and its reward. A client of its own
-//! in Rust, so that the client's cost stays small beside the servers measured, whichever they are.
+//! The trainer's side of Parley's service, for `bench/`. Two modes, each writing JSON on stdout:
 //!
-//!     parley-bench-load URL BODIES.jsonl COUNT CONCURRENCY
+//!     parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY
+//!
+//! posts task rows to `/run` at a fixed concurrency (one `POST` per rollout, the whole row as the
+//! body, as NeMo RL's collection does): the wall seconds, the count of each status, and per
+//! request its latency, the session that answered it (`_parley_session`) and its reward.
+//!
+//!     parley-bench-load openenv WS_URL SESSIONS EPISODES TASKS
+//!
+//! holds SESSIONS OpenEnv WebSocket connections at once, each playing EPISODES episodes (task
+//! `k % TASKS`): two tool calls (`calculate`, run by the environment alone), then a text to the
+//! simulated user, and again, until the episode is done. Per step its latency and kind (`tool`
+//! or `text`), and the wall seconds.
+//!
+//! A client of its own in Rust, so that its cost stays small beside the servers measured.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,13 +21,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, bodies, count, concurrency] = args.as_slice() else {
-        bail!("usage: parley-bench-load URL BODIES.jsonl COUNT CONCURRENCY");
+    match args.first().map(String::as_str) {
+        Some("run") => run(&args[1..]).await,
+        Some("openenv") => openenv(&args[1..]).await,
+        _ => bail!("usage: parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY | openenv WS_URL SESSIONS EPISODES TASKS"),
+    }
+}
+
+async fn run(args: &[String]) -> anyhow::Result<()> {
+    let [url, bodies, count, concurrency] = args else {
+        bail!("usage: parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY");
     };
     let count: usize = count.parse().context("COUNT")?;
     let concurrency: usize = concurrency.parse().context("CONCURRENCY")?;
@@ -67,5 +86,75 @@ async fn main() -> anyhow::Result<()> {
     }
     let rollouts: Vec<Value> = results.into_iter().map(|(_, r)| r).collect();
     println!("{}", json!({"wall_s": wall, "statuses": statuses, "rollouts": rollouts}));
+    Ok(())
+}
+
+/// One step's frame: every third a text to the user, the others a `calculate` call.
+fn action(step: usize) -> Value {
+    match step % 3 {
+        2 => json!({"content": "Is there anything else I can help you with?"}),
+        _ => json!({"tool_calls": [{"id": format!("c{step}"), "type": "function",
+            "function": {"name": "calculate", "arguments": format!("{{\"expression\": \"{step} + 2\"}}")}}]}),
+    }
+}
+
+async fn openenv(args: &[String]) -> anyhow::Result<()> {
+    let [url, sessions, episodes, tasks] = args else {
+        bail!("usage: parley-bench-load openenv WS_URL SESSIONS EPISODES TASKS");
+    };
+    let sessions: usize = sessions.parse().context("SESSIONS")?;
+    let episodes: usize = episodes.parse().context("EPISODES")?;
+    let tasks: usize = tasks.parse().context("TASKS")?;
+    let started = Instant::now();
+    let players = (0..sessions).map(|k| {
+        let url = url.clone();
+        async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.context("connecting")?;
+            let mut steps: Vec<(f64, &'static str)> = Vec::new();
+            let mut exchange = async |frame: Value| -> anyhow::Result<Value> {
+                ws.send(Message::text(frame.to_string())).await?;
+                loop {
+                    match ws.next().await {
+                        Some(Ok(Message::Text(text))) => return Ok(serde_json::from_str(&text)?),
+                        Some(Ok(_)) => continue,
+                        Some(Err(e)) => return Err(e.into()),
+                        None => bail!("the connection closed"),
+                    }
+                }
+            };
+            for episode in 0..episodes {
+                let task = (k * episodes + episode) % tasks;
+                let answer = exchange(json!({"type": "reset", "data": {"task_index": task}})).await?;
+                if answer["type"] != "observation" {
+                    bail!("reset answered {answer}");
+                }
+                for step in 0..60 {
+                    let asked = Instant::now();
+                    let answer = exchange(json!({"type": "step", "data": action(step)})).await?;
+                    let kind = if step % 3 == 2 { "text" } else { "tool" };
+                    steps.push((asked.elapsed().as_secs_f64(), kind));
+                    if answer["type"] != "observation" {
+                        bail!("step answered {answer}");
+                    }
+                    if answer["data"]["done"] == true {
+                        break;
+                    }
+                }
+            }
+            let _ = ws.send(Message::text(json!({"type": "close", "data": {}}).to_string())).await;
+            anyhow::Ok(steps)
+        }
+    });
+    let played = futures::future::join_all(players).await;
+    let wall = started.elapsed().as_secs_f64();
+    let mut steps = Vec::new();
+    let mut errors = Vec::new();
+    for p in played {
+        match p {
+            Ok(s) => steps.extend(s.into_iter().map(|(took, kind)| json!([took, kind]))),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    println!("{}", json!({"wall_s": wall, "steps": steps, "errors": errors}));
     Ok(())
 }
