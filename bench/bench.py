@@ -551,7 +551,7 @@ def service(parley, load_bin, work, p, stub, gym, tasks):
 
     def load(url, bodies, concurrency, count, watch, name):
         m = measured(
-            [load_bin, url, bodies, str(count), str(concurrency)],
+            [load_bin, "run", url, bodies, str(count), str(concurrency)],
             cwd=work, watch=watch, log=work / f"{name}.log",
         )
         out = json.loads(m["stdout"])
