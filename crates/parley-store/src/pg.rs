@@ -11,7 +11,9 @@
 //! checked at run time (`sqlx::query`), so an offline build needs no query cache for them.
 
 mod claims;
+mod edit;
 mod load;
+mod read;
 mod writer;
 
 use std::str::FromStr;
