@@ -95,6 +95,12 @@ impl From<&Path> for DbLocation {
     }
 }
 
+impl From<&str> for DbLocation {
+    fn from(db: &str) -> DbLocation {
+        DbLocation::parse(db)
+    }
+}
+
 impl std::fmt::Display for DbLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.redacted())
