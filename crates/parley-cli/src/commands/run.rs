@@ -258,6 +258,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     ));
     // Looking again for sessions whose holder's lease ran out: a few times per lease.
     let poll = (runtime.owner.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
+    // Sessions this worker played to their end. (One whose end the store then refused, since
+    // another worker took it over meanwhile, counts too: its result comes before its commit.)
     let mut driven = 0u64;
     let done = loop {
         let mut pending = runtime.pending(&settings, run, true).await?;
