@@ -234,6 +234,21 @@ async fn a_run_on_postgres_gives_what_it_gives_on_sqlite_and_every_reader_reads_
         };
         assert_eq!(export(&pg.url), export("reference.db"), "export --format {format}");
     }
+    // Re-scores and replays read and write the same on both stores.
+    for command in [&["rescore", "1"][..], &["replay", "--run", "1"]] {
+        let on = |db: &str| {
+            let out = work.parley(&[command, &["--db", db]].concat());
+            assert!(out.status.success(), "{command:?}: {}", text(&out.stderr));
+            text(&out.stdout) + &text(&out.stderr)
+        };
+        let on_pg = on(&pg.url);
+        assert_eq!(on_pg, on("reference.db"), "{command:?}");
+        assert!(on_pg.contains("200 sessions of run 1"), "{on_pg}");
+    }
+    let fork = ok(&work.parley(&["fork", "7", "--at", "2", "--db", &pg.url]));
+    assert!(fork.starts_with("session 201: forked from session 7 at message 2"), "{fork}");
+    let show = ok(&work.parley(&["show", "201", "--db", &pg.url]));
+    assert!(show.starts_with("session 201 · run 1 · task 6 · trial 1 · finished"), "{show}");
     let view = work.parley(&["view", "--db", &pg.url, "--listen", "127.0.0.1:0"]);
     assert_eq!(view.status.code(), Some(64), "the viewer refuses PostgreSQL: {}", text(&view.stderr));
     assert!(text(&view.stderr).contains("SQLite files only"), "{}", text(&view.stderr));
