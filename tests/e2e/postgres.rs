@@ -1,5 +1,5 @@
 //! The store on PostgreSQL, through the real binary: a run there gives what the same run gives
-//! on SQLite, every reading command works on it, a detached run is finished by workers that
+//! on SQLite, every reading command (and the viewer) works on it, a detached run is finished by workers that
 //! share its sessions (each once, no model call asked twice), a killed worker's sessions are
 //! taken over when its leases run out, a worker paused past its leases has its commits refused,
 //! and a password in the URL is never printed or stored.
@@ -19,6 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::crash::{Outcome, results, run_args, write_tasks};
 use crate::harness::{PARLEY, Stub, Workdir, read_jsonl, text};
+use crate::view::View;
 
 /// A session as stored: (id, task, trial, status, termination, reward).
 type SessionRow = (i64, i64, i64, String, Option<String>, Option<f64>);
@@ -249,9 +250,22 @@ async fn a_run_on_postgres_gives_what_it_gives_on_sqlite_and_every_reader_reads_
     assert!(fork.starts_with("session 201: forked from session 7 at message 2"), "{fork}");
     let show = ok(&work.parley(&["show", "201", "--db", &pg.url]));
     assert!(show.starts_with("session 201 · run 1 · task 6 · trial 1 · finished"), "{show}");
-    let view = work.parley(&["view", "--db", &pg.url, "--listen", "127.0.0.1:0"]);
-    assert_eq!(view.status.code(), Some(64), "the viewer refuses PostgreSQL: {}", text(&view.stderr));
-    assert!(text(&view.stderr).contains("SQLite files only"), "{}", text(&view.stderr));
+    // The viewer reads it too.
+    let view = View::start_on(&work, &pg.url, &[], &[]);
+    for (path, status, says) in [
+        ("/", 200, "multi-step"),
+        ("/runs/1", 200, "agent_stop"),
+        ("/runs/1/sessions?termination=agent_stop&task=6", 200, "/sessions/201"),
+        ("/runs/1/sessions?after=100&limit=5", 200, "/sessions/105"),
+        ("/sessions/7", 200, "extract_synonym_values"),
+        ("/sessions/201", 200, "/sessions/7"),
+        ("/compare?a=7&b=201", 200, "forked from #7 at 2"),
+        ("/sessions/424242", 404, "session 424242 not found"),
+    ] {
+        let (got, _, body) = view.get(path, &[]);
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(body.contains(says), "{path} says {says}: {body}");
+    }
     pg.remove().await;
 }
 

@@ -14,6 +14,7 @@ mod claims;
 mod edit;
 mod load;
 mod read;
+mod view;
 mod writer;
 
 use std::str::FromStr;

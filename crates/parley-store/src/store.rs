@@ -11,8 +11,8 @@ use parley_core::{
 use serde_json::Value;
 
 use crate::{
-    DbLocation, PgStore, RunOutcomes, RunRecord, SessionRead, SessionRow, SessionShape, SqliteStore, StoreOptions,
-    TokenTotals, Transcript,
+    CallFigure, DbLocation, PageAt, PgStore, RunCounts, RunOutcomes, RunRecord, SessionFilter, SessionInfo,
+    SessionRead, SessionRow, SessionShape, SqliteStore, StoreOptions, TokenTotals, Transcript,
 };
 
 /// A store on SQLite or on PostgreSQL.
@@ -57,14 +57,6 @@ impl Store {
             DbLocation::File(path) => Store::Sqlite(SqliteStore::open(path, options).await?),
             DbLocation::Postgres(url) => Store::Postgres(PgStore::open(url, options).await?),
         })
-    }
-
-    /// The SQLite store, when it is one (the viewer reads SQLite alone).
-    pub fn sqlite(&self) -> Option<&SqliteStore> {
-        match self {
-            Store::Sqlite(s) => Some(s),
-            Store::Postgres(_) => None,
-        }
     }
 
     delegate! {
@@ -112,6 +104,26 @@ impl Store {
         fn verdict(&self, hash: &str) -> Result<Option<String>, StoreError>;
         /// Stores a judge reply.
         fn record_verdict(&self, hash: String, model: String, reply: String) -> Result<(), StoreError>;
+        /// Every run's session counts and mean reward (the viewer's list of runs).
+        fn run_counts(&self) -> Result<Vec<RunCounts>, StoreError>;
+        /// At most `limit` sessions of a run that pass `filter`, in id order, from `at`.
+        fn sessions_filtered(
+            &self,
+            run: RunId,
+            filter: &SessionFilter,
+            at: PageAt,
+            limit: usize
+        ) -> Result<Vec<SessionRow>, StoreError>;
+        /// How many sessions of a run pass `filter`.
+        fn sessions_matching(&self, run: RunId, filter: &SessionFilter) -> Result<u64, StoreError>;
+        /// One session with its run and fork origin.
+        fn session_info(&self, session: SessionId) -> Result<SessionInfo, StoreError>;
+        /// The other trials of the session's task and the sessions forked from it.
+        fn related_sessions(&self, session: SessionId) -> Result<Vec<(SessionId, i64, bool)>, StoreError>;
+        /// The id a run's task was stored under.
+        fn task_id(&self, run: RunId, task_index: i64) -> Result<Option<String>, StoreError>;
+        /// Every model call of a run, as the viewer plots them.
+        fn call_figures(&self, run: RunId) -> Result<Vec<CallFigure>, StoreError>;
         /// Waits for every acknowledged write to be durable, then closes.
         fn close(&self) -> Result<(), StoreError>;
     }

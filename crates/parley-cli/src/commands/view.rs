@@ -29,15 +29,7 @@ fn access(listen: SocketAddr, token_env: Option<&str>) -> anyhow::Result<Access>
 
 pub async fn view(args: ViewArgs) -> anyhow::Result<()> {
     let access = access(args.listen, args.token_env.as_deref())?;
-    if args.db.db.file().is_none() {
-        return Err(usage(format!(
-            "--db {}: the viewer reads SQLite files only; read a PostgreSQL store with `parley runs`, `sessions`, \
-             `show`, `metrics` and `export`, or export a run and view it elsewhere",
-            args.db.db
-        )));
-    }
     let store = open(&args.db.db).await?;
-    let store = store.sqlite().cloned().context("the viewer reads SQLite files only")?;
     let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| {
         format!("listening on {} (is the port taken? --listen ADDR:0 picks a free one)", args.listen)
     })?;

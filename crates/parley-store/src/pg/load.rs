@@ -25,7 +25,7 @@ impl PgStore {
         ))
     }
 
-    fn column<'r, T>(&self, row: &'r PgRow, at: At<'_>) -> Result<T, StoreError>
+    pub(super) fn column<'r, T>(&self, row: &'r PgRow, at: At<'_>) -> Result<T, StoreError>
     where
         T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
     {
