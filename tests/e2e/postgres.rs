@@ -405,3 +405,46 @@ async fn a_worker_paused_past_its_leases_has_its_commits_refused() {
     assert!(fenced.iter().any(|m| a_log.contains(m)), "the woken worker's commits were refused: {a_log}");
     pg.remove().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parley_serve_records_its_sessions_on_postgres() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let Some(pg) = Pg::new().await else { return };
+    let work = Workdir::new();
+    work.tasks(2);
+    let stub = Stub::start(&[]);
+    let mut serve = Command::new(PARLEY)
+        .current_dir(work.dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--base-url", &stub.url, "--db", &pg.url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let address = line.trim().trim_start_matches("http://").to_owned();
+    let mut sessions = Vec::new();
+    for row in std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines() {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        write!(
+            stream,
+            "POST /run HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{row}",
+            row.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        let at = response.find("\"_parley_session\":").expect("the answer names its session") + 18;
+        let session: String = response[at..].chars().take_while(char::is_ascii_digit).collect();
+        sessions.push(session);
+    }
+    let _ = serve.kill();
+    let _ = serve.wait();
+    for session in &sessions {
+        let show = ok(&work.parley(&["show", session, "--db", &pg.url]));
+        assert!(show.contains("termination  agent_stop"), "{show}");
+    }
+    pg.remove().await;
+}
