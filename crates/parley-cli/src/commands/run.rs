@@ -261,23 +261,25 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     // Sessions this worker played to their end. (One whose end the store then refused, since
     // another worker took it over meanwhile, counts too: its result comes before its commit.)
     let mut driven = 0u64;
+    // Rounds in a row that the store failed: a worker cut off from the database for a moment
+    // goes on once it is back (its leases may be gone by then, and its sessions with them).
+    let mut failed_rounds = 0;
     let done = loop {
-        let mut pending = runtime.pending(&settings, run, true).await?;
-        let mut results = runtime.drive(&settings, pending.take_jobs(), stop.clone());
-        while let Some(result) = results.next().await {
-            driven += u64::from(!result.taken_over);
-        }
-        if let Some(e) = pending.error() {
-            watcher.abort();
-            runtime.stop().await?;
-            return Err(e.context(format!("reading run {run}'s sessions from the store")));
+        match worker_round(&runtime, &settings, run, &stop, &mut driven).await {
+            Ok(true) => break true,
+            Ok(false) => failed_rounds = 0,
+            Err(e) if failed_rounds < WORKER_RETRIES => {
+                failed_rounds += 1;
+                eprintln!("worker {}: {e:#}; trying again ({failed_rounds} of {WORKER_RETRIES})", runtime.owner.id);
+            }
+            Err(e) => {
+                watcher.abort();
+                runtime.stop().await?;
+                return Err(e);
+            }
         }
         if stop.is_stopping() {
             break false;
-        }
-        let (total, finished) = runtime.store.session_counts(run).await?;
-        if finished >= total {
-            break true;
         }
         tokio::select! {
             () = tokio::time::sleep(poll) => {}
@@ -295,6 +297,30 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         );
     }
     runtime.stop().await
+}
+
+/// Store failures in a row a worker rides out before it gives up.
+const WORKER_RETRIES: u32 = 5;
+
+/// One round of a worker: claims and drives what it can of the run, then says whether every
+/// session of the run is finished.
+async fn worker_round(
+    runtime: &Runtime,
+    settings: &RunSettings,
+    run: i64,
+    stop: &Stop,
+    driven: &mut u64,
+) -> anyhow::Result<bool> {
+    let mut pending = runtime.pending(settings, run, true).await?;
+    let mut results = runtime.drive(settings, pending.take_jobs(), stop.clone());
+    while let Some(result) = results.next().await {
+        *driven += u64::from(!result.taken_over);
+    }
+    if let Some(e) = pending.error() {
+        return Err(e.context(format!("reading run {run}'s sessions from the store")));
+    }
+    let (total, finished) = runtime.store.session_counts(run).await?;
+    Ok(finished >= total)
 }
 
 /// Whether a live process other than this one holds claims on the run's unfinished sessions.
