@@ -1,5 +1,5 @@
 //! End-to-end tests: the real `parley` binary against `parley stub` on a real loopback port,
-//! with a real SQLite file.
+//! with a real SQLite file (and, in `postgres`, a real PostgreSQL server).
 
 mod agreement;
 mod crash;
@@ -14,6 +14,7 @@ mod messages;
 mod net_faults;
 mod openenv;
 mod owners;
+mod postgres;
 mod reliability;
 mod remote;
 mod rewards;

@@ -11,17 +11,22 @@ use std::time::{Duration, Instant};
 use crate::harness::{PARLEY, Stub, Workdir, ok, read_jsonl, root, run, text};
 
 /// `parley view` on a free loopback port, stopped when dropped.
-struct View {
+pub(crate) struct View {
     child: Child,
     base: String,
 }
 
 impl View {
     fn start(work: &Workdir, extra: &[&str], env: &[(&str, &str)]) -> View {
+        View::start_on(work, "parley.db", extra, env)
+    }
+
+    /// The viewer of the store at `db`.
+    pub(crate) fn start_on(work: &Workdir, db: &str, extra: &[&str], env: &[(&str, &str)]) -> View {
         let mut command = Command::new(PARLEY);
         command
             .current_dir(work.dir.path())
-            .args(["view", "--db", "parley.db", "--listen", "127.0.0.1:0"])
+            .args(["view", "--db", db, "--listen", "127.0.0.1:0"])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -36,7 +41,7 @@ impl View {
     }
 
     /// GET `path` over a raw HTTP/1.1 connection: the status, the head and the body.
-    fn get(&self, path: &str, headers: &[&str]) -> (u16, String, String) {
+    pub(crate) fn get(&self, path: &str, headers: &[&str]) -> (u16, String, String) {
         let authority = self.base.trim_start_matches("http://");
         let mut stream = TcpStream::connect(authority).unwrap();
         let mut request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use parley_runtime::EnvKind;
 use parley_runtime::settings::{AgentKind, AnswerMatch, BadRows, ReasoningMode, Split, ToolMode, UserKind};
+use parley_store::DbLocation;
 use serde::Deserialize;
 
 /// Parley runs multi-turn, multi-step conversations between an LLM agent, a simulated user and
@@ -19,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run rollouts: every task × trial is a session; each turn is stored, each trajectory scored.
-    Run(Box<RunOptions>),
+    Run(Box<RunArgs>),
     /// Serve rollouts to RL trainers: NeMo Gym's `/run` (a task row in, its verify response out),
     /// every session recorded like a run's.
     Serve(Box<ServeArgs>),
@@ -27,6 +28,9 @@ pub enum Command {
     Stub(StubArgs),
     /// Finish every unfinished session of a run from its last committed turn.
     Resume(ResumeArgs),
+    /// Drive a run's sessions beside other workers, on this machine or others sharing the store:
+    /// claim pending sessions a page at a time, renew the claims, and exit once the run is done.
+    Worker(WorkerArgs),
     /// List the runs in a database with their counts and mean reward.
     Runs(DbArg),
     /// List the sessions of a run.
@@ -133,9 +137,36 @@ pub struct ForkArgs {
 
 #[derive(Debug, Args)]
 pub struct DbArg {
-    /// The SQLite database of the runs.
-    #[arg(long, value_name = "FILE", default_value = "parley.db")]
-    pub db: PathBuf,
+    /// The store of the runs: a SQLite file, or a PostgreSQL database as
+    /// `postgres://USER@HOST:PORT/DATABASE` (its password from `PGPASSWORD` or `~/.pgpass`; one
+    /// in the URL is used but never printed or stored).
+    #[arg(long, value_name = "FILE|URL", default_value = "parley.db")]
+    pub db: DbLocation,
+}
+
+/// `parley run`: every run setting, and whether to leave the sessions to workers.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub run: RunOptions,
+    /// Record the run and its sessions, print the run's id on stdout, and exit: `parley worker`
+    /// processes (on any machine sharing the store) drive them.
+    #[arg(long)]
+    pub detach: bool,
+}
+
+/// `parley worker`: which run, and how many of its sessions at once.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The run to work on [default: the newest run with unfinished sessions; with none, the
+    /// worker exits].
+    #[arg(long, value_name = "RUN")]
+    pub run: Option<i64>,
+    /// Sessions this worker drives at once [default: the run's --concurrency].
+    #[arg(long, short = 'c', value_name = "N")]
+    pub concurrency: Option<usize>,
+    #[command(flatten)]
+    pub db: DbArg,
 }
 
 #[derive(Debug, Args)]
@@ -319,9 +350,10 @@ crate::settings::options! {
         /// Trials (rollouts) per task [default: 1].
         #[arg(long, short = 'k', value_name = "K")]
         pub trials: Option<u32>,
-        /// SQLite database holding every run [default: parley.db].
-        #[arg(long, value_name = "FILE")]
-        pub db: Option<PathBuf>,
+        /// The store holding every run: a SQLite file, or a PostgreSQL database as
+        /// `postgres://USER@HOST:PORT/DATABASE` [default: parley.db].
+        #[arg(long, value_name = "FILE|URL")]
+        pub db: Option<DbLocation>,
         /// Rollouts as NeMo Gym JSONL; failures go beside it in `<out>_failures.jsonl`
         /// [default: rollouts-<run>.jsonl].
         #[arg(long, value_name = "FILE")]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parley_core::{RunId, Termination};
 use parley_runtime::{Failure, Rollout, RunSettings, StoredTasks};
-use parley_store::SqliteStore;
+use parley_store::{DbLocation, Store};
 use serde_json::{Value, json};
 
 mod tau2;
@@ -33,13 +33,13 @@ pub struct Counts {
 
 impl Counts {
     /// An error naming the sessions left out, if any, and what to do about them.
-    pub fn damage(&self, db: &std::path::Path) -> Option<anyhow::Error> {
+    pub fn damage(&self, db: &DbLocation) -> Option<anyhow::Error> {
         let first = self.unreadable.first()?;
         Some(anyhow::anyhow!(
             "{} sessions could not be read and were left out (everything else was written); the first: {first}; \
              recover what the file holds with `sqlite3 {} .recover | sqlite3 recovered.db`",
             self.unreadable.len(),
-            db.display()
+            db
         ))
     }
 }
@@ -56,7 +56,7 @@ enum Rows<'w> {
 /// Writes one row per scored session in `format`, and one failure row per infrastructure
 /// failure to `failures` when given. Unfinished sessions are skipped.
 pub async fn export(
-    store: &Arc<SqliteStore>,
+    store: &Arc<Store>,
     run: RunId,
     settings: &RunSettings,
     format: Format,

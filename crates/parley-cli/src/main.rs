@@ -43,10 +43,11 @@ fn main() -> ExitCode {
     let result = builder.enable_all().build().map_err(anyhow::Error::from).and_then(|runtime| {
         runtime.block_on(async {
             match cli.command {
-                Command::Run(args) => commands::run::run(args.resolve()?).await,
+                Command::Run(args) => commands::run::run(args.run.resolve()?, args.detach).await,
                 Command::Serve(args) => commands::serve::serve(*args).await,
                 Command::Stub(args) => commands::stub::stub(args).await,
                 Command::Resume(args) => commands::run::resume(args.run.run, &args.run.db.db, args.retry_failed).await,
+                Command::Worker(args) => commands::run::worker(args).await,
                 Command::Runs(args) => commands::inspect::runs(args).await,
                 Command::Sessions(args) => commands::inspect::sessions(args).await,
                 Command::Show(args) => commands::inspect::show(args).await,

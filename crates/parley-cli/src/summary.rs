@@ -6,7 +6,7 @@ use std::time::Duration;
 use parley_core::Termination;
 use parley_scoring::training::{Shaped, TrainingAccumulator, TrainingMetrics};
 use parley_scoring::{Summary, percentile, summarize};
-use parley_store::{RunOutcomes, SqliteStore, TokenTotals};
+use parley_store::{RunOutcomes, Store, TokenTotals};
 
 pub struct Report {
     pub run: i64,
@@ -29,7 +29,7 @@ pub struct Report {
 impl Report {
     /// The run's report, reading its sessions a page at a time: a run of a million sessions
     /// keeps only what the metrics need of each.
-    pub async fn load(store: &SqliteStore, run: i64, trials: usize) -> anyhow::Result<Report> {
+    pub async fn load(store: &Store, run: i64, trials: usize) -> anyhow::Result<Report> {
         let RunOutcomes { outcomes, failures, unfinished, retries, .. } = store.run_outcomes(run).await?;
         let mut latencies = store.call_latencies(run, "assistant").await?;
         latencies.sort_by(f64::total_cmp);
@@ -51,7 +51,7 @@ impl Report {
     }
 
     /// Adds the training metrics, reading the run's finished sessions a page at a time.
-    pub async fn with_training(mut self, store: &SqliteStore) -> anyhow::Result<Report> {
+    pub async fn with_training(mut self, store: &Store) -> anyhow::Result<Report> {
         let mut acc = TrainingAccumulator::default();
         let mut after = 0;
         loop {

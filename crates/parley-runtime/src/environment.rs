@@ -14,7 +14,7 @@ use parley_remote::{
     NemoGymEnvironment, NemoGymServers, ServerOptions,
 };
 use parley_rewards::{Composite, Endpoints, RewardedEnvironment, ScorerKind};
-use parley_store::{SqliteStore, VerdictCache};
+use parley_store::{Store, VerdictCache};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{UsageError, usage};
@@ -137,7 +137,7 @@ impl From<EnvKind> for String {
 /// prompt is judged again, as a rescore does.
 pub enum Judged<'a> {
     No,
-    Yes(Option<&'a SqliteStore>),
+    Yes(Option<&'a Store>),
 }
 
 /// Loads the tau2 domain a run names, with its judge when `judged` says so; the judge, when
@@ -239,7 +239,7 @@ fn launch(settings: &RunSettings, venv: &std::path::Path) -> LaunchOptions {
 /// The run's composite reward. Its judge is the judge endpoint (`--judge-base-url`, else the
 /// agent's) behind the store's verdict cache, so a rescore with an unchanged prompt asks nothing
 /// again; the cache is kept in `out` to count the calls it made.
-fn composite(settings: &RunSettings, store: Option<&SqliteStore>, out: &mut Environments) -> anyhow::Result<Composite> {
+fn composite(settings: &RunSettings, store: Option<&Store>, out: &mut Environments) -> anyhow::Result<Composite> {
     let t = &settings.tau2;
     let mut endpoints = Endpoints {
         judge_model: t.judge_model.clone().unwrap_or_else(|| settings.model.clone()),
@@ -292,7 +292,7 @@ pub struct Environments {
 
 impl Environments {
     /// Opens the environment; its judge's verdicts are kept in `store` when one is given.
-    pub async fn open(settings: &RunSettings, store: Option<&SqliteStore>) -> anyhow::Result<Environments> {
+    pub async fn open(settings: &RunSettings, store: Option<&Store>) -> anyhow::Result<Environments> {
         let remote = &settings.remote;
         let options = ServerOptions {
             timeout: settings.endpoint(String::new(), None).timeout,

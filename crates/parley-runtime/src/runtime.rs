@@ -11,7 +11,7 @@ use futures::{Stream, StreamExt};
 use parley_core::{Agent, Owner, RunId, RunSpec, SessionSpec, SessionStore, UserSimulator, stable_seed};
 use parley_engine::{Job, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
 use parley_llm::{ChatClient, EndpointConfig};
-use parley_store::{SqliteStore, Transcript};
+use parley_store::{Store, Transcript};
 use tokio_util::sync::CancellationToken;
 
 use crate::environment::Environments;
@@ -29,7 +29,7 @@ const CLAIM_PAGE: (usize, usize) = (16, 1024);
 /// What a run needs while it executes: the store, the three parties, and the built-in stub's
 /// shutdown when it was started.
 pub struct Runtime {
-    pub store: Arc<SqliteStore>,
+    pub store: Arc<Store>,
     pub parties: Parties,
     pub base_url: String,
     /// The agent's system prompt in effect: the settings', or the environment's policy.
@@ -66,11 +66,12 @@ pub struct Front {
 }
 
 impl Runtime {
-    pub async fn start(settings: &RunSettings, store: SqliteStore) -> anyhow::Result<Runtime> {
+    pub async fn start(settings: &RunSettings, store: impl Into<Store>) -> anyhow::Result<Runtime> {
         Runtime::start_for(settings, store, Front::default()).await
     }
 
-    pub async fn start_for(settings: &RunSettings, store: SqliteStore, front: Front) -> anyhow::Result<Runtime> {
+    pub async fn start_for(settings: &RunSettings, store: impl Into<Store>, front: Front) -> anyhow::Result<Runtime> {
+        let store = store.into();
         let shutdown = CancellationToken::new();
         let base_url = match &settings.base_url {
             Some(url) => url.clone(),
@@ -292,7 +293,7 @@ impl Pending {
 
 /// Where [`Runtime::pending`]'s stream is in the run's sessions.
 struct JobCursor {
-    store: Arc<SqliteStore>,
+    store: Arc<Store>,
     owner: Owner,
     run: RunId,
     tasks: StoredTasks,
@@ -371,7 +372,7 @@ pub fn prior(transcript: Transcript) -> Prior {
 async fn user_simulator(
     settings: &RunSettings,
     agent_base_url: &str,
-    store: &SqliteStore,
+    store: &Store,
 ) -> anyhow::Result<Option<Arc<dyn UserSimulator>>> {
     let user = &settings.user;
     Ok(match user.kind {

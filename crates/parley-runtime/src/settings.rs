@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use parley_core::{Limits, Sampling};
 use parley_llm::EndpointConfig;
+use parley_store::DbLocation;
 use serde::{Deserialize, Serialize};
 
 use crate::environment::EnvKind;
@@ -37,7 +38,8 @@ pub struct RunSettings {
     pub concurrency: usize,
     pub endpoint_concurrency: usize,
     pub trials: u32,
-    pub db: PathBuf,
+    /// The store: a SQLite file or a PostgreSQL URL, stored without the URL's password.
+    pub db: DbLocation,
     pub out: Option<PathBuf>,
     pub max_steps: u32,
     pub max_errors: u32,
@@ -571,9 +573,12 @@ pub fn check_file(flag: &str, path: &Path) -> Result<(), UsageError> {
     }
 }
 
-/// The database path: a file, or a place one can be created.
-pub fn check_db(path: &Path) -> Result<(), UsageError> {
-    if path.is_dir() {
+/// The database: a file, or a place one can be created, or a PostgreSQL URL (checked when it
+/// is connected to).
+pub fn check_db(db: &DbLocation) -> Result<(), UsageError> {
+    if let Some(path) = db.file()
+        && path.is_dir()
+    {
         return Err(usage(format!("--db {}: is a directory; name a database file (e.g. parley.db)", path.display())));
     }
     Ok(())

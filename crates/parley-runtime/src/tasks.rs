@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use parley_core::nemo_gym::task_from_row;
 use parley_core::{RunId, Task, ToolLists};
-use parley_store::SqliteStore;
+use parley_store::Store;
 use serde_json::Value;
 
 use crate::environment::{EnvKind, Judged, Tau2Domain, tau2_domain};
@@ -181,7 +181,7 @@ fn parse(index: usize, row: Value, multi_step: bool) -> Result<Task, String> {
 /// and the trials of a task are adjacent, so one page serves many sessions in a row. tau2 tasks
 /// are rebuilt from their domain, by the id stored with the run.
 pub struct StoredTasks {
-    store: Arc<SqliteStore>,
+    store: Arc<Store>,
     run: RunId,
     tau2: Option<environment_tau2::Domain>,
     lists: ToolLists,
@@ -189,7 +189,7 @@ pub struct StoredTasks {
 }
 
 impl StoredTasks {
-    pub fn new(store: Arc<SqliteStore>, run: RunId, settings: &RunSettings) -> anyhow::Result<StoredTasks> {
+    pub fn new(store: Arc<Store>, run: RunId, settings: &RunSettings) -> anyhow::Result<StoredTasks> {
         let tau2 = match settings.env {
             EnvKind::Tau2(domain) => Some(Self::domain(settings, domain)?),
             _ => None,

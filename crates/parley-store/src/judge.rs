@@ -11,7 +11,9 @@ use parley_core::{ChatReply, ChatRequest, Message, ModelCall, ModelClient, Model
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::SqliteStore;
+use parley_core::StoreError;
+
+use crate::{SqliteStore, Store};
 
 /// The SHA-256, in hex, of everything in a request that shapes the answer: the model, the
 /// messages, the tools, the sampling settings and the response format. Serialized by serde_json
@@ -56,14 +58,14 @@ struct StoredReply {
 /// judge, and a successful answer is stored. A failure is never stored, so it is asked again.
 pub struct VerdictCache {
     judge: Arc<dyn ModelClient>,
-    store: SqliteStore,
+    store: Store,
     calls: AtomicU64,
     reused: AtomicU64,
 }
 
 impl VerdictCache {
-    pub fn new(judge: Arc<dyn ModelClient>, store: SqliteStore) -> VerdictCache {
-        VerdictCache { judge, store, calls: AtomicU64::new(0), reused: AtomicU64::new(0) }
+    pub fn new(judge: Arc<dyn ModelClient>, store: impl Into<Store>) -> VerdictCache {
+        VerdictCache { judge, store: store.into(), calls: AtomicU64::new(0), reused: AtomicU64::new(0) }
     }
 
     /// Calls made to the judge's endpoint so far.
@@ -77,10 +79,7 @@ impl VerdictCache {
     }
 
     async fn stored(&self, hash: &str) -> Option<ChatReply> {
-        let found = sqlx::query_scalar::<_, String>("SELECT reply FROM judge_verdicts WHERE request_hash = ?")
-            .bind(hash)
-            .fetch_optional(self.store.pool())
-            .await;
+        let found = self.store.verdict(hash).await;
         let text = match found {
             Ok(text) => text?,
             Err(e) => {
@@ -110,24 +109,7 @@ impl VerdictCache {
     async fn record(&self, hash: String, model: String, reply: &ChatReply) {
         let stored = StoredReply { message: reply.message.clone(), finish_reason: None, call: reply.call.clone() };
         let Ok(text) = serde_json::to_string(&stored) else { return };
-        let error = self.store.write_error();
-        let written = self
-            .store
-            .writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    // Two scorers asking the same question at once store one verdict.
-                    sqlx::query("INSERT OR IGNORE INTO judge_verdicts (request_hash, model, reply) VALUES (?, ?, ?)")
-                        .bind(hash)
-                        .bind(model)
-                        .bind(text)
-                        .execute(conn)
-                        .await
-                        .map_err(&error)?;
-                    Ok(())
-                })
-            })
-            .await;
+        let written = self.store.record_verdict(hash, model, text).await;
         if let Err(e) = written {
             tracing::warn!(error = %e, "could not store a judge verdict; it will be asked again next time");
         }
@@ -150,5 +132,35 @@ impl ModelClient for VerdictCache {
         let reply = self.judge.chat(request).await?;
         self.record(hash, request.model.to_owned(), &reply).await;
         Ok(reply)
+    }
+}
+
+impl SqliteStore {
+    /// The stored judge reply for a request's hash.
+    pub(crate) async fn verdict(&self, hash: &str) -> Result<Option<String>, StoreError> {
+        sqlx::query_scalar::<_, String>("SELECT reply FROM judge_verdicts WHERE request_hash = ?")
+            .bind(hash)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, "the table `judge_verdicts`"))
+    }
+
+    /// Stores a judge reply; two scorers asking the same question at once store one.
+    pub(crate) async fn record_verdict(&self, hash: String, model: String, reply: String) -> Result<(), StoreError> {
+        let error = self.write_error();
+        self.writer
+            .exec(move |conn| {
+                Box::pin(async move {
+                    sqlx::query("INSERT OR IGNORE INTO judge_verdicts (request_hash, model, reply) VALUES (?, ?, ?)")
+                        .bind(hash)
+                        .bind(model)
+                        .bind(reply)
+                        .execute(conn)
+                        .await
+                        .map_err(&error)?;
+                    Ok(())
+                })
+            })
+            .await
     }
 }

@@ -1,4 +1,5 @@
-//! The session store on SQLite: runs, tasks, sessions, messages, model calls, tool calls and
+//! The session store: [`Store`], on SQLite ([`SqliteStore`]) or PostgreSQL ([`PgStore`]) as
+//! `--db` names it ([`DbLocation`]). On SQLite: runs, tasks, sessions, messages, model calls, tool calls and
 //! scores, with the schema in the workspace's `migrations/` folder, applied at open.
 //!
 //! Invariants: one writer task owns the only writing connection and batches the turns of all
@@ -16,9 +17,11 @@ mod delta;
 mod edit;
 mod judge;
 mod load;
+mod location;
 mod pg;
 #[macro_use]
 mod read;
+mod store;
 mod view;
 mod writer;
 
@@ -38,8 +41,10 @@ use sqlx::{Connection, SqliteConnection, SqlitePool};
 pub use delta::{DELTA_KEY, reconstruct};
 pub use judge::{VerdictCache, request_hash};
 pub use load::{CallFigures, RunRecord, Transcript};
+pub use location::{DbLocation, redact_url};
 pub use pg::{PgStore, is_postgres_url};
 pub use read::{RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
+pub use store::Store;
 pub use view::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo};
 use writer::{Writer, WriterHandle};
 

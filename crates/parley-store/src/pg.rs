@@ -11,7 +11,10 @@
 //! checked at run time (`sqlx::query`), so an offline build needs no query cache for them.
 
 mod claims;
+mod edit;
 mod load;
+mod read;
+mod view;
 mod writer;
 
 use std::str::FromStr;
@@ -51,6 +54,14 @@ pub(crate) use {pg_now_ms, pg_now_text};
 /// at once; many machines share one server, whose `max_connections` (100 by default) bounds them
 /// all together.
 const POOL_CONNECTIONS: u32 = 8;
+
+/// How long the server lets one of the store's transactions sit idle before it ends the
+/// connection, and with it the transaction's row locks. The store's transactions never wait on
+/// the client between statements, so only a client that stopped (paused, or cut off from the
+/// server, which may not notice for hours) holds one that long; its sessions' rows are then free
+/// for the others to claim once its leases end (30 s by default), not when the server would
+/// otherwise give the connection up.
+const IDLE_IN_TRANSACTION: &str = "10s";
 
 /// How long opening the store waits for the server to answer.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -102,7 +113,8 @@ impl PgStore {
     /// [`open`](PgStore::open) with options already parsed (tests set a schema of their own).
     pub async fn connect_with(connect: PgConnectOptions, options: StoreOptions) -> Result<PgStore, StoreError> {
         let name: Arc<str> = display_name(&connect).into();
-        let connect = connect.application_name("parley");
+        let connect =
+            connect.application_name("parley").options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION)]);
         // One connection first, given up after CONNECT_TIMEOUT: a pool would retry a refused
         // connection until its acquire timeout, and a wrong URL should be said at once.
         let unreachable = |e: &dyn std::fmt::Display| {

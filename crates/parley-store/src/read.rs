@@ -121,6 +121,30 @@ pub struct RunOutcomes {
     pub retries: i64,
 }
 
+impl RunOutcomes {
+    /// Counts one session in.
+    pub(crate) fn add(&mut self, s: SessionRow) {
+        self.total += 1;
+        self.retries += s.retries;
+        if s.status != "finished" {
+            self.unfinished += 1;
+            return;
+        }
+        if let Some(failure) = s.failure {
+            *self.failures.entry(failure).or_default() += 1;
+        }
+        let termination = s.termination.unwrap_or_default();
+        self.outcomes.push(parley_scoring::Outcome {
+            task: s.task_index as usize,
+            infrastructure: parley_core::Termination::parse(&termination)
+                .is_none_or(parley_core::Termination::is_infrastructure),
+            termination,
+            reward: s.reward,
+            duration_ms: s.duration_ms.unwrap_or(0.0),
+        });
+    }
+}
+
 impl SqliteStore {
     /// The run's outcomes, read a page at a time: a run of a million sessions keeps only what
     /// the metrics need of each.
@@ -132,24 +156,7 @@ impl SqliteStore {
             let Some(last) = page.last() else { break };
             after = last.id;
             for s in page {
-                out.total += 1;
-                out.retries += s.retries;
-                if s.status != "finished" {
-                    out.unfinished += 1;
-                    continue;
-                }
-                if let Some(failure) = s.failure {
-                    *out.failures.entry(failure).or_default() += 1;
-                }
-                let termination = s.termination.unwrap_or_default();
-                out.outcomes.push(parley_scoring::Outcome {
-                    task: s.task_index as usize,
-                    infrastructure: parley_core::Termination::parse(&termination)
-                        .is_none_or(parley_core::Termination::is_infrastructure),
-                    termination,
-                    reward: s.reward,
-                    duration_ms: s.duration_ms.unwrap_or(0.0),
-                });
+                out.add(s);
             }
         }
         Ok(out)

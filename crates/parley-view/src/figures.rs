@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parley_scoring::{SUCCESS, Summary, summarize};
-use parley_store::{RunOutcomes, SqliteStore, TokenTotals};
+use parley_store::{RunOutcomes, Store, TokenTotals};
 
 use crate::error::PageError;
 
@@ -46,7 +46,7 @@ impl FigureCache {
     /// The figures of `run`, from the cache when they still hold.
     pub async fn get(
         &self,
-        store: &SqliteStore,
+        store: &Store,
         run: i64,
         trials: usize,
         running: bool,
@@ -66,7 +66,7 @@ impl FigureCache {
     }
 }
 
-async fn compute(store: &SqliteStore, run: i64, trials: usize) -> Result<RunFigures, PageError> {
+async fn compute(store: &Store, run: i64, trials: usize) -> Result<RunFigures, PageError> {
     let RunOutcomes { outcomes, failures, total, unfinished, retries } = store.run_outcomes(run).await?;
     let mut tasks: BTreeMap<i64, (usize, usize)> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| !o.infrastructure) {

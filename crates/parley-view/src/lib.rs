@@ -22,20 +22,20 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::get;
-use parley_store::SqliteStore;
+use parley_store::Store;
 
 pub use auth::Access;
 pub use error::PageError;
 
 /// What every handler reads from.
 pub(crate) struct AppState {
-    pub store: SqliteStore,
+    pub store: Store,
     pub figures: figures::FigureCache,
 }
 
 /// The viewer's routes over `store`, behind `access`.
-pub fn router(store: SqliteStore, access: Access) -> Router {
-    let state = Arc::new(AppState { store, figures: figures::FigureCache::default() });
+pub fn router(store: impl Into<Store>, access: Access) -> Router {
+    let state = Arc::new(AppState { store: store.into(), figures: figures::FigureCache::default() });
     Router::new()
         .route("/", get(pages::runs::page))
         .route("/runs/{run}", get(pages::run::page))

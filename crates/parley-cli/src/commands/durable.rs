@@ -7,7 +7,7 @@ use std::sync::Arc;
 use parley_core::Role;
 use parley_engine::Job;
 use parley_runtime::{Environments, Runtime, StoredTasks, prior};
-use parley_store::{SqliteStore, StoreOptions};
+use parley_store::{Store, StoreOptions};
 
 use crate::cli::{ForkArgs, ReplayArgs, RunRef};
 use crate::commands::inspect::{open, settings_of};
@@ -164,7 +164,7 @@ pub async fn fork(args: ForkArgs) -> anyhow::Result<()> {
     settings.sampling.top_p = args.top_p.or(settings.sampling.top_p);
     settings.sampling.max_tokens = args.max_tokens.or(settings.sampling.max_tokens);
 
-    let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
+    let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
     let id = store.fork_session(args.session, args.at).await?;
     let row = store.sessions(run).await?.into_iter().find(|s| s.id == id).expect("the fork was just created");
     let transcript = store.transcript(id).await?;

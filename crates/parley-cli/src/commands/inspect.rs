@@ -2,11 +2,10 @@
 //! the store, never changing it.
 
 use std::io::{IsTerminal, Write};
-use std::path::Path;
 
 use anyhow::Context;
 use parley_core::{Part, Role};
-use parley_store::{SqliteStore, StoreOptions};
+use parley_store::{DbLocation, Store, StoreOptions};
 
 use parley_runtime::RunSettings;
 
@@ -14,15 +13,19 @@ use crate::cli::{DbArg, ExportArgs, MetricsArgs, SessionsArgs, ShowArgs};
 use crate::error::usage;
 use crate::summary::Report;
 
-pub async fn open(db: &Path) -> anyhow::Result<SqliteStore> {
+/// Opens an existing store: a SQLite file must exist (a reader never creates one); a
+/// PostgreSQL database gets its migrations like any other opening.
+pub async fn open(db: &DbLocation) -> anyhow::Result<Store> {
     parley_runtime::settings::check_db(db)?;
-    if !db.is_file() {
-        return Err(usage(format!("--db {}: no such database", db.display())));
+    if let Some(path) = db.file()
+        && !path.is_file()
+    {
+        return Err(usage(format!("--db {}: no such database", path.display())));
     }
-    SqliteStore::open(db, StoreOptions::default()).await.with_context(|| format!("opening {}", db.display()))
+    Store::open(db, StoreOptions::default()).await.with_context(|| format!("opening {db}"))
 }
 
-pub async fn settings_of(store: &SqliteStore, run: i64) -> anyhow::Result<RunSettings> {
+pub async fn settings_of(store: &Store, run: i64) -> anyhow::Result<RunSettings> {
     let record = store.run(run).await.map_err(|e| usage(format!("{e}; see `parley runs`")))?;
     serde_json::from_value(record.config).context("reading the run's stored settings")
 }

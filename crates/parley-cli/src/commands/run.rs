@@ -1,6 +1,7 @@
-//! `parley run` and `parley resume`: the runtime records and drives the sessions; this module
-//! shows progress, writes the rollout and failure files as sessions end, handles signals, and
-//! prints the run's summary from the store.
+//! `parley run`, `parley resume` and `parley worker`: the runtime records and drives the
+//! sessions; this module shows progress, writes the rollout and failure files as sessions end,
+//! handles signals, and prints the run's summary from the store. A worker drives a run beside
+//! others sharing the store until every session of it is finished.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,8 +12,10 @@ use futures::{Stream, StreamExt};
 use parley_engine::{Job, SessionResult, Stop};
 use parley_runtime::settings::{check_output, failures_path};
 use parley_runtime::{Failure, Rollout, RunSettings, Runtime, TaskSource};
-use parley_store::{SqliteStore, StoreOptions};
+use parley_store::{DbLocation, Store, StoreOptions};
 
+use crate::cli::WorkerArgs;
+use crate::commands::inspect::open;
 use crate::error::usage;
 use crate::export::Format;
 use crate::progress::Progress;
@@ -84,7 +87,8 @@ async fn watch_signals(stop: Stop, grace: Duration) {
     stop.abort.cancel();
 }
 
-pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
+/// `parley run`; with `detach`, the run and its sessions are recorded and left to workers.
+pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
     // Everything that can be checked is checked before the run is recorded.
     if let Some(out) = &settings.out {
         check_output("--out", out)?;
@@ -100,12 +104,21 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     if let (false, Some(path)) = (check.bad.is_empty(), &settings.tasks) {
         eprintln!("skipped {} unreadable rows of {} (--bad-rows skip)", check.bad.len(), path.display());
     }
-    let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
+    let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
         .await
-        .with_context(|| format!("opening the store {}", settings.db.display()))?;
+        .with_context(|| format!("opening the store {}", settings.db))?;
     let runtime = Runtime::start(&settings, store).await?;
     let created = runtime.create_run(&settings, source).await?;
     let run = created.run;
+    if detach {
+        println!("{run}");
+        eprintln!(
+            "run {run}: {} sessions ({} tasks x {} trials) of {} recorded in {}; drive them with: parley worker \
+             --db {} --run {run}",
+            created.sessions, created.tasks, settings.trials, settings.env, settings.db, settings.db
+        );
+        return runtime.stop().await;
+    }
     let out = settings.out_path(run);
     let mut rollouts = JsonlWriter::create(&out)?;
     let mut failures = JsonlWriter::create(&failures_path(&out))?;
@@ -113,13 +126,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let stub_note = if settings.base_url.is_none() { " (the built-in stub, a test double)" } else { "" };
     eprintln!(
         "run {run}: {} sessions ({} tasks x {} trials) of {} against {}{stub_note}, model {}; stored in {}",
-        created.sessions,
-        created.tasks,
-        settings.trials,
-        settings.env,
-        runtime.base_url,
-        settings.model,
-        settings.db.display(),
+        created.sessions, created.tasks, settings.trials, settings.env, runtime.base_url, settings.model, settings.db,
     );
     let mut pending = runtime.pending(&settings, run, false).await?;
     let jobs = pending.take_jobs();
@@ -156,19 +163,9 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
 /// `parley resume RUN`: loads the run's settings from the store, continues every pending session
 /// from its last committed turn, then rewrites the run's output files from the store so that
 /// they hold every finished session exactly once.
-pub async fn resume(run: i64, db: &Path, retry_failed: bool) -> anyhow::Result<()> {
-    parley_runtime::settings::check_db(db)?;
-    if !db.is_file() {
-        return Err(usage(format!("--db {}: no such database", db.display())));
-    }
-    let probe = SqliteStore::open(db, StoreOptions::default()).await?;
-    let record = probe.run(run).await.map_err(|e| usage(format!("{e} in {}; see `parley runs`", db.display())))?;
-    let mut settings: RunSettings =
-        serde_json::from_value(record.config).context("reading the run's stored settings")?;
-    settings.db = db.to_path_buf();
-    probe.close().await?;
-    drop(probe);
-    let store = SqliteStore::open(db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
+pub async fn resume(run: i64, db: &DbLocation, retry_failed: bool) -> anyhow::Result<()> {
+    let settings = stored_settings(run, db).await?;
+    let store = Store::open(db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
     if retry_failed {
         let reopened = store.reopen_failed(run).await?;
         eprintln!("run {run}: {reopened} failed sessions reopened, each to continue from its last committed turn");
@@ -205,6 +202,127 @@ pub async fn resume(run: i64, db: &Path, retry_failed: bool) -> anyhow::Result<(
     runtime.stop().await
 }
 
+/// The settings `run` was recorded with, its store being `db` (which the stored settings name
+/// without a URL's password).
+async fn stored_settings(run: i64, db: &DbLocation) -> anyhow::Result<RunSettings> {
+    let probe = open(db).await?;
+    let record = probe.run(run).await.map_err(|e| usage(format!("{e} in {db}; see `parley runs`")))?;
+    let mut settings: RunSettings =
+        serde_json::from_value(record.config).context("reading the run's stored settings")?;
+    settings.db = db.clone();
+    probe.close().await?;
+    Ok(settings)
+}
+
+/// `parley worker`: drives the run's pending sessions beside any other workers (on this
+/// machine or others sharing the store) until every session of it is finished. Each round
+/// claims pages of sessions nobody holds, or whose holder's lease ran out (a worker killed or
+/// cut off from the store), and continues each from its last committed turn; when none is
+/// left to claim but some are still held elsewhere, it looks again shortly, so that it takes
+/// over the sessions of a worker that dies. SIGINT or SIGTERM stops it as they stop a run,
+/// leaving its unfinished sessions to the others.
+pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let db = &args.db.db;
+    let run = match args.run {
+        Some(run) => run,
+        None => {
+            let probe = open(db).await?;
+            let newest = probe.newest_unfinished_run().await?;
+            probe.close().await?;
+            match newest {
+                Some(run) => run,
+                None => {
+                    eprintln!("worker: no run in {db} has unfinished sessions; nothing to do");
+                    return Ok(());
+                }
+            }
+        }
+    };
+    let mut settings = stored_settings(run, db).await?;
+    if let Some(concurrency) = args.concurrency {
+        if concurrency == 0 {
+            return Err(usage("--concurrency must be at least 1"));
+        }
+        settings.concurrency = concurrency;
+    }
+    let store = Store::open(db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
+    let runtime = Runtime::start(&settings, store).await?;
+    eprintln!(
+        "worker {}: run {run} in {db}, up to {} sessions at once against {}",
+        runtime.owner.id, settings.concurrency, runtime.base_url
+    );
+    let stop = Stop::default();
+    let watcher = tokio::spawn(tracing::Instrument::instrument(
+        watch_signals(stop.clone(), settings.shutdown_grace()),
+        tracing::info_span!("signals", run),
+    ));
+    // Looking again for sessions whose holder's lease ran out: a few times per lease.
+    let poll = (runtime.owner.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
+    // Sessions this worker played to their end. (One whose end the store then refused, since
+    // another worker took it over meanwhile, counts too: its result comes before its commit.)
+    let mut driven = 0u64;
+    // Rounds in a row that the store failed: a worker cut off from the database for a moment
+    // goes on once it is back (its leases may be gone by then, and its sessions with them).
+    let mut failed_rounds = 0;
+    let done = loop {
+        match worker_round(&runtime, &settings, run, &stop, &mut driven).await {
+            Ok(true) => break true,
+            Ok(false) => failed_rounds = 0,
+            Err(e) if failed_rounds < WORKER_RETRIES => {
+                failed_rounds += 1;
+                eprintln!("worker {}: {e:#}; trying again ({failed_rounds} of {WORKER_RETRIES})", runtime.owner.id);
+            }
+            Err(e) => {
+                watcher.abort();
+                runtime.stop().await?;
+                return Err(e);
+            }
+        }
+        if stop.is_stopping() {
+            break false;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(poll) => {}
+            () = stop.drain.cancelled() => break false,
+        }
+    };
+    watcher.abort();
+    if done {
+        runtime.finish_run(run, false).await?;
+        eprintln!("worker {}: drove {driven} sessions; run {run} is done", runtime.owner.id);
+    } else {
+        eprintln!(
+            "worker {}: stopped after {driven} sessions; run {run}'s unfinished sessions are left to other workers",
+            runtime.owner.id
+        );
+    }
+    runtime.stop().await
+}
+
+/// Store failures in a row a worker rides out before it gives up.
+const WORKER_RETRIES: u32 = 5;
+
+/// One round of a worker: claims and drives what it can of the run, then says whether every
+/// session of the run is finished.
+async fn worker_round(
+    runtime: &Runtime,
+    settings: &RunSettings,
+    run: i64,
+    stop: &Stop,
+    driven: &mut u64,
+) -> anyhow::Result<bool> {
+    let mut pending = runtime.pending(settings, run, true).await?;
+    let mut results = runtime.drive(settings, pending.take_jobs(), stop.clone());
+    while let Some(result) = results.next().await {
+        *driven += u64::from(!result.taken_over);
+    }
+    if let Some(e) = pending.error() {
+        return Err(e.context(format!("reading run {run}'s sessions from the store")));
+    }
+    let (total, finished) = runtime.store.session_counts(run).await?;
+    Ok(finished >= total)
+}
+
 /// Whether a live process other than this one holds claims on the run's unfinished sessions.
 async fn driven_elsewhere(runtime: &Runtime, run: i64) -> anyhow::Result<bool> {
     Ok(runtime.store.owners(run).await?.iter().any(|(owner, _)| *owner != runtime.owner.id))
@@ -232,8 +350,7 @@ async fn report(
     if executed.cancelled || report.unfinished > 0 {
         eprintln!(
             "run {run} stopped with {} sessions unfinished; resume it with: parley resume {run} --db {}",
-            report.unfinished,
-            settings.db.display()
+            report.unfinished, settings.db
         );
     }
     Ok(())
@@ -242,7 +359,7 @@ async fn report(
 /// Writes the rollout and failure files again from the store, through a temporary file each,
 /// so that an interrupted rewrite never leaves a half-written file behind.
 async fn rewrite_outputs(
-    store: &std::sync::Arc<SqliteStore>,
+    store: &std::sync::Arc<Store>,
     run: i64,
     settings: &RunSettings,
     out: &Path,

@@ -11,7 +11,7 @@ use parley_core::{RunSpec, SessionStore};
 use parley_runtime::settings::Need;
 use parley_runtime::{EnvKind, Front, RunSettings, Runtime, TaskSource};
 use parley_serve::{ServeOptions, Service};
-use parley_store::{SqliteStore, StoreOptions};
+use parley_store::{Store, StoreOptions};
 
 use crate::cli::ServeArgs;
 use crate::error::usage;
@@ -36,9 +36,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| usage(format!("--listen {}: {e}", args.listen)))?;
     let address = listener.local_addr()?;
-    let store = SqliteStore::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
+    let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
         .await
-        .with_context(|| format!("opening the store {}", settings.db.display()))?;
+        .with_context(|| format!("opening the store {}", settings.db))?;
     let runtime = Arc::new(
         Runtime::start_for(&settings, store, Front { sampling_from_row: true, policy_for_agent_only: true }).await?,
     );
@@ -53,11 +53,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     println!("http://{address}");
     eprintln!(
         "parley serve: run {run} in {}; {} against {}, model {}; up to {} sessions at once",
-        settings.db.display(),
-        settings.env,
-        runtime.base_url,
-        settings.model,
-        settings.concurrency
+        settings.db, settings.env, runtime.base_url, settings.model, settings.concurrency
     );
     let grace = settings.shutdown_grace();
     let stop = service.stop().clone();

@@ -39,7 +39,7 @@ pub async fn view(args: ViewArgs) -> anyhow::Result<()> {
     writeln!(out, "http://{address}/")?;
     out.flush()?;
     drop(out);
-    eprintln!("serving {} at http://{address}/ (Ctrl-C stops)", args.db.db.display());
+    eprintln!("serving {} at http://{address}/ (Ctrl-C stops)", args.db.db);
     parley_view::serve(listener, parley_view::router(store.clone(), access), stopped()).await?;
     store.close().await?;
     Ok(())

@@ -25,7 +25,7 @@ impl PgStore {
         ))
     }
 
-    fn column<'r, T>(&self, row: &'r PgRow, at: At<'_>) -> Result<T, StoreError>
+    pub(super) fn column<'r, T>(&self, row: &'r PgRow, at: At<'_>) -> Result<T, StoreError>
     where
         T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
     {
@@ -149,27 +149,29 @@ impl PgStore {
         .map_err(
             self.error(&format!("reading a page of the sessions of run {run} after {after} (table `sessions`)")),
         )?;
-        rows.iter()
-            .map(|r| {
-                let id: i64 = self.column(r, ("sessions", &format!("run {run}"), "id"))?;
-                let of = format!("session {id}");
-                let at = |column| ("sessions", of.as_str(), column);
-                Ok(SessionRow {
-                    id,
-                    task_index: self.column(r, at("task_index"))?,
-                    trial: self.column(r, at("trial"))?,
-                    seed: self.column(r, at("seed"))?,
-                    status: self.column(r, at("status"))?,
-                    termination: self.column(r, at("termination"))?,
-                    reward: self.column(r, at("reward"))?,
-                    error: self.column(r, at("error"))?,
-                    failure: self.column(r, at("failure"))?,
-                    retries: self.column(r, at("retries"))?,
-                    duration_ms: self.column(r, at("duration_ms"))?,
-                    token_contiguity: self.column(r, at("token_contiguity"))?,
-                })
-            })
-            .collect()
+        rows.iter().map(|r| self.session_row(r)).collect()
+    }
+
+    /// A row of the session columns as a [`SessionRow`], a column that cannot be read named
+    /// with its session.
+    pub(super) fn session_row(&self, r: &PgRow) -> Result<SessionRow, StoreError> {
+        let id: i64 = self.column(r, ("sessions", "a session", "id"))?;
+        let of = format!("session {id}");
+        let at = |column| ("sessions", of.as_str(), column);
+        Ok(SessionRow {
+            id,
+            task_index: self.column(r, at("task_index"))?,
+            trial: self.column(r, at("trial"))?,
+            seed: self.column(r, at("seed"))?,
+            status: self.column(r, at("status"))?,
+            termination: self.column(r, at("termination"))?,
+            reward: self.column(r, at("reward"))?,
+            error: self.column(r, at("error"))?,
+            failure: self.column(r, at("failure"))?,
+            retries: self.column(r, at("retries"))?,
+            duration_ms: self.column(r, at("duration_ms"))?,
+            token_contiguity: self.column(r, at("token_contiguity"))?,
+        })
     }
 
     /// Every session of a run, in id order.
@@ -185,15 +187,33 @@ impl PgStore {
                 .await
                 .map_err(self.error(&format!("reading run {run} (table `runs`)")))?
                 .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
+        self.run_record(&row, run)
+    }
+
+    /// Every run, in id order.
+    pub async fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs ORDER BY id")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.error("reading the runs (table `runs`)"))?;
+        rows.iter()
+            .map(|row| {
+                let id: RunId = self.column(row, ("runs", "a run", "id"))?;
+                self.run_record(row, id)
+            })
+            .collect()
+    }
+
+    fn run_record(&self, row: &PgRow, run: RunId) -> Result<RunRecord, StoreError> {
         let of = format!("run {run}");
         let at = |column| ("runs", of.as_str(), column);
         Ok(RunRecord {
-            id: self.column(&row, at("id"))?,
-            created_at: self.column(&row, at("created_at"))?,
-            environment: self.column(&row, at("environment"))?,
-            config: self.json::<Value>(&row, at("config"))?.unwrap_or_default(),
-            status: self.column(&row, at("status"))?,
-            finished_at: self.column(&row, at("finished_at"))?,
+            id: self.column(row, at("id"))?,
+            created_at: self.column(row, at("created_at"))?,
+            environment: self.column(row, at("environment"))?,
+            config: self.json::<Value>(row, at("config"))?.unwrap_or_default(),
+            status: self.column(row, at("status"))?,
+            finished_at: self.column(row, at("finished_at"))?,
         })
     }
 

@@ -163,6 +163,14 @@ impl Store {
         page.into_iter().find(|s| s.id == session).unwrap_or_else(|| panic!("session {session} of run {run}"))
     }
 
+    /// The store as the front ends hold it, for the reads and edits only they use.
+    pub fn front(&self) -> parley_store::Store {
+        match self {
+            Store::Sqlite(s) => s.clone().into(),
+            Store::Postgres(s) => s.clone().into(),
+        }
+    }
+
     pub async fn close(&self) {
         match self {
             Store::Sqlite(s) => s.close().await.unwrap(),
@@ -206,6 +214,8 @@ on_both!(
     a_finished_session_is_released_and_never_claimed_again,
     a_failed_batch_keeps_nothing_and_the_next_is_written,
     commits_renewals_and_claims_at_once_all_go_through,
+    a_rescore_lands_one_version_for_the_run_or_nothing,
+    a_fork_shares_its_prefix_and_failed_sessions_reopen,
 );
 
 /// How many commits a second each store takes from 32 sessions committing 2 KB turns at once,

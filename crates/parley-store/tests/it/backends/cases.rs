@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use parley_core::{
     Claim, FailureClass, Fence, Message, MessageRecord, Owner, Party, Reward, RunSpec, SessionOutcome, SessionSpec,
-    StoreError, Task, Termination, TurnRecord,
+    SessionStore, StoreError, Task, Termination, TurnRecord,
 };
 use serde_json::json;
 
@@ -332,4 +332,78 @@ pub async fn commits_renewals_and_claims_at_once_all_go_through(db: &Db) {
     assert_eq!(owner_store.renew_claims(&owner).await.unwrap(), 0, "finished sessions are released");
     owner_store.close().await;
     claimer_store.close().await;
+}
+
+pub async fn a_rescore_lands_one_version_for_the_run_or_nothing(db: &Db) {
+    let store = db.open().await.front();
+    let (spec, tasks, specs) = run_of(3);
+    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    let (other, strays) = store.create_run(&spec, &tasks, &specs[..1]).await.unwrap();
+    for &id in &ids {
+        store.finish_session(Claim::unclaimed(id), TurnRecord::default(), &outcome()).await.unwrap();
+    }
+    let rescored: Vec<_> = ids.iter().map(|&id| (id, Reward::new(id as f64 / 10.0))).collect();
+    let version = store.add_scores(run, &rescored).await.unwrap();
+    assert_eq!(version, 2, "the next after the score each session ended with");
+    for (id, reward) in &rescored {
+        assert_eq!(store.latest_score(*id).await.unwrap().as_ref(), Some(reward));
+    }
+    let rewards: Vec<_> = store.sessions_by_id(&ids).await.unwrap().iter().map(|r| r.reward).collect();
+    assert_eq!(rewards, rescored.iter().map(|(_, r)| Some(r.value)).collect::<Vec<_>>());
+    // A session of another run: refused, and nothing of that re-score is written.
+    let mixed = [(ids[0], Reward::new(0.9)), (strays[0], Reward::new(0.9))];
+    assert!(matches!(store.add_scores(run, &mixed).await, Err(StoreError::NotFound(_))));
+    assert_eq!(store.latest_score(ids[0]).await.unwrap().as_ref(), Some(&rescored[0].1));
+    assert_eq!(store.add_scores(run, &rescored).await.unwrap(), version + 1);
+
+    let outcomes = store.run_outcomes(run).await.unwrap();
+    assert_eq!((outcomes.total, outcomes.unfinished, outcomes.outcomes.len()), (3, 0, 3));
+    assert_eq!(store.session_counts(run).await.unwrap(), (3, 3));
+    assert_eq!(store.session_counts(other).await.unwrap(), (1, 0));
+    assert_eq!(store.runs().await.unwrap().iter().map(|r| r.id).collect::<Vec<_>>(), [run, other]);
+    assert_eq!(store.newest_unfinished_run().await.unwrap(), Some(other));
+    store.close().await.unwrap();
+}
+
+pub async fn a_fork_shares_its_prefix_and_failed_sessions_reopen(db: &Db) {
+    let store = db.open().await.front();
+    let (spec, tasks, specs) = run_of(2);
+    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    store.commit_turn(Claim::unclaimed(ids[0]), turn(0)).await.unwrap();
+    let source = store.transcript(ids[0]).await.unwrap();
+    assert!(source.messages.len() > 1 && !source.tool_calls.is_empty());
+
+    let fork = store.fork_session(ids[0], 1).await.unwrap();
+    let forked = store.transcript(fork).await.unwrap();
+    assert_eq!(forked.messages, source.messages[..1]);
+    assert_eq!(forked.calls, source.calls.iter().filter(|c| c.seq < 1).cloned().collect::<Vec<_>>());
+    assert!(forked.tool_calls.is_empty());
+    let row = &store.sessions_by_id(&[fork]).await.unwrap()[0];
+    assert_eq!((row.trial, row.status.as_str()), (2, "pending"), "the fork is its task's next trial");
+    assert_eq!(store.run_of(fork).await.unwrap(), run);
+    assert!(matches!(store.fork_session(fork + 1000, 1).await, Err(StoreError::NotFound(_))));
+
+    // A session that failed outside the agent is pending again, its turns kept.
+    let failed = SessionOutcome {
+        termination: Termination::InfrastructureError,
+        reward: None,
+        error: Some("the endpoint went away".into()),
+        failure: Some(FailureClass::Timeout),
+        ..outcome()
+    };
+    store.finish_session(Claim::unclaimed(ids[0]), TurnRecord::default(), &failed).await.unwrap();
+    store.finish_session(Claim::unclaimed(ids[1]), TurnRecord::default(), &outcome()).await.unwrap();
+    assert_eq!(store.reopen_failed(run).await.unwrap(), 1);
+    let rows = store.sessions_by_id(&ids).await.unwrap();
+    assert_eq!((rows[0].status.as_str(), rows[0].failure.as_deref()), ("pending", None));
+    assert_eq!(rows[1].status, "finished");
+    assert_eq!(store.transcript(ids[0]).await.unwrap().messages, source.messages);
+    assert_eq!(store.reopen_failed(run).await.unwrap(), 0);
+
+    // A judge's first answer to a request is the one kept.
+    assert_eq!(store.verdict("h").await.unwrap(), None);
+    store.record_verdict("h".into(), "judge".into(), "first".into()).await.unwrap();
+    store.record_verdict("h".into(), "judge".into(), "second".into()).await.unwrap();
+    assert_eq!(store.verdict("h").await.unwrap().as_deref(), Some("first"));
+    store.close().await.unwrap();
 }

@@ -78,3 +78,18 @@ async fn an_unreachable_server_is_named_without_its_password() {
     assert!(message.contains("postgres://parley@127.0.0.1:1/parley"), "{message}");
     assert!(!message.contains("secret"), "{message}");
 }
+
+/// A transaction left open by a client that stopped (paused, or cut off) ends on the server's
+/// timer, its row locks with it, so that other machines can claim the sessions it held.
+#[tokio::test]
+async fn a_transaction_left_idle_is_ended_by_the_server() {
+    let Some(db) = Db::new(Backend::Postgres).await else { return };
+    let store = pg(&db).await;
+    let timeout: String =
+        sqlx::query_scalar("SHOW idle_in_transaction_session_timeout").fetch_one(store.pool()).await.unwrap();
+    assert_eq!(timeout, "10s");
+    let search_path: String = sqlx::query_scalar("SHOW search_path").fetch_one(store.pool()).await.unwrap();
+    assert!(search_path.starts_with("test_"), "the URL's own options are kept: {search_path}");
+    store.close().await.unwrap();
+    db.remove().await;
+}
