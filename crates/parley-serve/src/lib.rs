@@ -16,6 +16,7 @@ mod observe;
 mod offload;
 mod openenv;
 mod policy;
+mod recorder;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -71,6 +72,8 @@ pub struct Service {
     hub: openenv::Hub,
     /// Agents for the policy URLs `/run` rows named.
     policies: policy::Policies,
+    /// Records each request's session under the service run, a burst of them at once.
+    recorder: recorder::Recorder,
 }
 
 impl Service {
@@ -84,6 +87,7 @@ impl Service {
         options: ServeOptions,
     ) -> Service {
         let metrics = Arc::new(Metrics::default());
+        let recorder = recorder::Recorder::spawn(Arc::clone(&runtime), run);
         let mut parties = runtime.parties.clone();
         parties.environment = Arc::new(offload::Offloaded::new(parties.environment));
         Service {
@@ -100,6 +104,7 @@ impl Service {
             metrics,
             hub: openenv::Hub::default(),
             policies: policy::Policies::default(),
+            recorder,
         }
     }
 
@@ -206,17 +211,10 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
 /// response. When the client goes away, the handler is dropped: the
 /// guard stops the session, which ends `cancelled` with its committed turns, resumable.
 async fn drive(service: &Arc<Service>, task: Arc<Task>, agent: Option<Arc<dyn Agent>>) -> Response {
-    let store = &service.runtime.store;
     let spec = SessionSpec { task_index: task.index, trial: 0, seed: stable_seed(&task.id, 0) };
-    let claims = match store
-        .extend_run(service.run, &[Arc::clone(&task)], std::slice::from_ref(&spec), Some(&service.runtime.owner))
-        .await
-    {
-        Ok(claims) => claims,
-        Err(e) => return problem(StatusCode::INTERNAL_SERVER_ERROR, format!("recording the session: {e}")),
-    };
-    let Some(claim) = claims.first() else {
-        return problem(StatusCode::INTERNAL_SERVER_ERROR, "the store recorded no session");
+    let claim = match service.recorder.record(Arc::clone(&task), spec).await {
+        Ok(claim) => claim,
+        Err(why) => return problem(StatusCode::INTERNAL_SERVER_ERROR, why),
     };
     let job = Job { id: claim.session, fence: claim.fence, task, trial: 0, seed: spec.seed, prior: None };
     let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };

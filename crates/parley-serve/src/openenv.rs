@@ -249,13 +249,7 @@ async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value),
     let task = Arc::new(Task { index: recorded_index, ..Task::clone(&tasks[index]) });
     let seed = stable_seed(&task.id, request.trial);
     let spec = SessionSpec { task_index: recorded_index, trial: request.trial, seed };
-    let claims = service
-        .runtime
-        .store
-        .extend_run(service.run, &[Arc::clone(&task)], &[spec], Some(&service.runtime.owner))
-        .await
-        .map_err(|e| Refusal::Failed(format!("recording the session: {e}")))?;
-    let claim = claims.first().ok_or_else(|| Refusal::Failed("the store recorded no session".into()))?;
+    let claim = service.recorder.record(Arc::clone(&task), spec).await.map_err(Refusal::Failed)?;
     let start = Resumable {
         id: claim.session,
         fence: claim.fence,
