@@ -31,7 +31,9 @@ async fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]).await,
         Some("openenv") => openenv(&args[1..]).await,
-        _ => bail!("usage: parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY | openenv WS_URL SESSIONS EPISODES TASKS"),
+        _ => bail!(
+            "usage: parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY | openenv WS_URL SESSIONS EPISODES TASKS"
+        ),
     }
 }
 

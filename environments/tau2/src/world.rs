@@ -177,12 +177,6 @@ impl World {
             toolkit => self.state.canonical(toolkit),
         }
     }
-
-    /// Whether both worlds' databases are equal as tau2 decides it: equal `get_db_hash` and equal
-    /// `get_user_db_hash`, that is equal canonical texts.
-    pub fn same_dbs(&self, other: &World) -> bool {
-        [Requestor::Assistant, Requestor::User].into_iter().all(|t| self.canonical(t) == other.canonical(t))
-    }
 }
 
 /// The engine's answer to a malformed call (bad JSON, unknown tool, schema violation) is a JSON

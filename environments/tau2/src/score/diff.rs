@@ -3,6 +3,9 @@
 //! reader sees how a session changed the database and how it missed the gold one, without
 //! storing the databases.
 
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// The most differences kept; a diff cut there says how many there were.
@@ -10,42 +13,71 @@ pub const LIMIT: usize = 50;
 
 /// The differences between two canonical database texts (tau2's hash input), or `Null` when
 /// either is missing or does not parse.
+///
+/// The texts come from one canonical writer, so equal text is an equal value: the walk reads
+/// each level as raw sub-texts, goes down only where they differ, and parses values only at the
+/// leaves that changed. A session changes a few records of a database of megabytes; the rest is
+/// compared as text, never built as a tree.
 pub fn between(before: Option<&str>, after: Option<&str>) -> Value {
     let (Some(before), Some(after)) = (before, after) else { return Value::Null };
-    let (Ok(before), Ok(after)) = (serde_json::from_str::<Value>(before), serde_json::from_str::<Value>(after)) else {
+    let (Ok(before), Ok(after)) = (serde_json::from_str::<&RawValue>(before), serde_json::from_str::<&RawValue>(after))
+    else {
         return Value::Null;
     };
     let mut changes = Vec::new();
     let mut total = 0;
-    walk("", &before, &after, &mut changes, &mut total);
+    walk("", Some(before), Some(after), &mut changes, &mut total);
     json!({"changes": changes, "total": total, "cut": total > changes.len()})
 }
 
-fn walk(path: &str, before: &Value, after: &Value, out: &mut Vec<Value>, total: &mut usize) {
-    match (before, after) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (key, value) in a {
-                let at = format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"));
-                walk(&at, value, b.get(key).unwrap_or(&Value::Null), out, total);
-            }
-            for (key, value) in b.iter().filter(|(k, _)| !a.contains_key(*k)) {
-                let at = format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"));
-                walk(&at, &Value::Null, value, out, total);
-            }
-        }
-        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
-            for (i, (x, y)) in a.iter().zip(b).enumerate() {
-                walk(&format!("{path}/{i}"), x, y, out, total);
-            }
-        }
-        (a, b) if a != b => {
-            *total += 1;
-            if out.len() < LIMIT {
-                out.push(json!({"path": path, "before": a, "after": b}));
-            }
-        }
-        _ => {}
+/// One level of the walk; a side that lacks the value (a key added or removed) is `None`.
+fn walk(path: &str, before: Option<&RawValue>, after: Option<&RawValue>, out: &mut Vec<Value>, total: &mut usize) {
+    if let (Some(a), Some(b)) = (before, after)
+        && a.get() == b.get()
+    {
+        return;
     }
+    if let (Some(a), Some(b)) = (object(before), object(after)) {
+        for (key, value) in &a {
+            walk(&at(path, key), Some(value), b.get(key).copied(), out, total);
+        }
+        for (key, value) in b.iter().filter(|(k, _)| !a.contains_key(*k)) {
+            walk(&at(path, key), None, Some(value), out, total);
+        }
+        return;
+    }
+    if let (Some(a), Some(b)) = (array(before), array(after))
+        && a.len() == b.len()
+    {
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            walk(&format!("{path}/{i}"), Some(x), Some(y), out, total);
+        }
+        return;
+    }
+    let value =
+        |r: Option<&RawValue>| r.and_then(|r| serde_json::from_str::<Value>(r.get()).ok()).unwrap_or(Value::Null);
+    let (a, b) = (value(before), value(after));
+    if a != b {
+        *total += 1;
+        if out.len() < LIMIT {
+            out.push(json!({"path": path, "before": a, "after": b}));
+        }
+    }
+}
+
+/// A raw value's members, when it is an object.
+fn object(raw: Option<&RawValue>) -> Option<BTreeMap<String, &RawValue>> {
+    serde_json::from_str(raw?.get()).ok()
+}
+
+/// A raw value's items, when it is an array.
+fn array(raw: Option<&RawValue>) -> Option<Vec<&RawValue>> {
+    serde_json::from_str(raw?.get()).ok()
+}
+
+/// A JSON pointer one key further down.
+fn at(path: &str, key: &str) -> String {
+    format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"))
 }
 
 #[cfg(test)]

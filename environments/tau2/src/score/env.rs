@@ -59,9 +59,10 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
         }
     }
 
-    let db_match = gold.same_dbs(&predicted);
+    // Each state's canonical text once (a few megabytes for airline): the match is theirs.
     let final_dbs = [predicted.canonical(Requestor::Assistant), predicted.canonical(Requestor::User)];
     let gold_dbs = [gold.canonical(Requestor::Assistant), gold.canonical(Requestor::User)];
+    let db_match = final_dbs == gold_dbs;
     let diffs = |from: &[Option<String>; 2], to: &[Option<String>; 2]| {
         json!({
             "db": super::diff::between(from[0].as_deref(), to[0].as_deref()),
