@@ -446,3 +446,77 @@ async fn parley_serve_records_its_sessions_on_postgres() {
     }
     pg.remove().await;
 }
+
+/// Two `parley serve` replicas over one PostgreSQL store: one is SIGKILLed with rollouts in
+/// flight, the other goes on answering, and `parley resume` (from anywhere) finishes the dead
+/// replica's sessions from their last committed turns, each to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_that_dies_leaves_its_sessions_to_the_others() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let Some(pg) = Pg::new().await else { return };
+    let work = Workdir::new();
+    work.tasks(5);
+    let stub = Stub::start(&["--latency-ms", "300"]);
+    let replica = |name: &str, env: &[(&str, &str)]| {
+        let mut child = Command::new(PARLEY)
+            .current_dir(work.dir.path())
+            .args(["serve", "--listen", "127.0.0.1:0", "--base-url", &stub.url, "--db", &pg.url])
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(work.path(name)).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        (child, line.trim().trim_start_matches("http://").to_owned())
+    };
+    let post = |address: &str, row: &str| -> String {
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        let head =
+            format!("POST /run HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Type: application/json\r\n");
+        write!(stream, "{head}Content-Length: {}\r\n\r\n{row}", row.len()).unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response
+    };
+    let (mut a, a_address) = replica("a.log", &[("PARLEY_LEASE_SECS", "2")]);
+    let (mut b, b_address) = replica("b.log", &[]);
+    let rows: Vec<String> =
+        std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().map(str::to_owned).collect();
+    // Replica A takes four rollouts; it dies after their first turns are committed.
+    let in_flight: Vec<_> = rows[..4]
+        .iter()
+        .cloned()
+        .map(|row| {
+            let address = a_address.clone();
+            std::thread::spawn(move || post(&address, &row))
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(450));
+    let _ = a.kill();
+    let _ = a.wait();
+    for answer in in_flight {
+        assert!(!answer.join().unwrap().starts_with("HTTP/1.1 200"), "a rollout of the killed replica finished");
+    }
+    // Replica B answers on (another task, so that its conversation is its own to the stub).
+    let answer = post(&b_address, &rows[4]);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let _ = b.kill();
+    let _ = b.wait();
+    // A's service run is the first one recorded: its sessions were left unfinished, each with
+    // its first turn committed, and are resumable from anywhere.
+    let left = ok(&work.parley(&["sessions", "1", "--db", &pg.url]));
+    assert_eq!(left.matches("agent_stop").count(), 0, "{left}");
+    let before = stub.stats()["turns"].clone();
+    let out = ok(&work.parley(&["resume", "1", "--db", &pg.url]));
+    let sessions = ok(&work.parley(&["sessions", "1", "--db", &pg.url]));
+    assert_eq!(sessions.matches("agent_stop").count(), 4, "{out}\n{sessions}");
+    // No turn committed before the kill was asked again: only those in flight at it were.
+    let after = stub.stats();
+    let asked_again = after["turns"].as_object().unwrap().iter().filter(|(key, n)| {
+        n.as_u64().unwrap() > before.get(key.as_str()).and_then(Value::as_u64).unwrap_or(0)
+            && before.get(key.as_str()).is_some()
+    });
+    assert!(asked_again.count() <= 4, "{:?}", repeated(&after));
+    pg.remove().await;
+}
