@@ -180,8 +180,7 @@ async fn show_and_metrics_match_their_snapshots() {
 #[test]
 fn a_rescore_reuses_the_judges_stored_verdicts() {
     let work = Workdir::new();
-    let data = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2");
-    let data = data.canonicalize().expect("tau2's data at ../shared/data/tau2").display().to_string();
+    let data = crate::harness::tau2_data_dir();
     let stub = Stub::start(&[]);
     ok(&work.parley(&[
         "run",

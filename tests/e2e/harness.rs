@@ -139,6 +139,20 @@ pub fn ok(out: &Output) -> String {
     text(&out.stdout)
 }
 
+/// tau2's data (`PARLEY_TAU2_DATA`, else `../shared/data/tau2` beside the repository), when it
+/// is there.
+pub fn tau2_data() -> Option<PathBuf> {
+    let dir =
+        std::env::var_os("PARLEY_TAU2_DATA").map(PathBuf::from).unwrap_or_else(|| root().join("../shared/data/tau2"));
+    dir.join("derived/tools.openai.json").is_file().then(|| dir.canonicalize().unwrap_or(dir))
+}
+
+/// tau2's data as a `--data-dir` argument; a test that needs it fails without it.
+pub fn tau2_data_dir() -> String {
+    let data = tau2_data().expect("tau2's data at ../shared/data/tau2 (or PARLEY_TAU2_DATA)");
+    data.display().to_string()
+}
+
 /// The repository's root folder.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository root")

@@ -39,14 +39,11 @@ fn client() -> Option<PathBuf> {
 }
 
 fn data() -> Option<PathBuf> {
-    let dir = std::env::var_os("PARLEY_TAU2_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2"));
-    if dir.join("derived/tools.openai.json").is_file() {
-        return Some(dir);
+    let data = crate::harness::tau2_data();
+    if data.is_none() {
+        missing("no tau2 data at ../shared/data/tau2 (set PARLEY_TAU2_DATA)");
     }
-    missing(&format!("no tau2 data at {} (set PARLEY_TAU2_DATA)", dir.display()));
-    None
+    data
 }
 
 /// `parley serve` on a free port, killed when dropped.

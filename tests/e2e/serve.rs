@@ -294,8 +294,7 @@ fn each_session_stays_on_one_rank_of_the_policy() {
 #[tokio::test]
 async fn a_tau2_conversation_with_the_llm_user_carries_tokens_on_the_agents_items_only() {
     let work = Workdir::new();
-    let data = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2");
-    let data = data.canonicalize().expect("tau2's data at ../shared/data/tau2").display().to_string();
+    let data = crate::harness::tau2_data_dir();
     let policy = Stub::start(&["--token-ids"]);
     let user = Stub::start(&["--token-ids", "--user-turns", "2"]);
     let serve = Serve::start(

@@ -7,10 +7,7 @@ use std::path::PathBuf;
 use crate::harness::{Stub, Workdir, ok, read_jsonl, text};
 
 fn data() -> String {
-    std::env::var("PARLEY_TAU2_DATA").unwrap_or_else(|_| {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2");
-        dir.canonicalize().expect("tau2's data at ../shared/data/tau2").display().to_string()
-    })
+    crate::harness::tau2_data_dir()
 }
 
 #[tokio::test]
