@@ -145,21 +145,31 @@ impl RunOutcomes {
     }
 }
 
+/// A run's outcomes from its sessions read a page at a time by `page` (the sessions after an id,
+/// in id order), whichever store reads them.
+pub(crate) async fn outcomes_by_pages<F, Fut>(mut page: F) -> Result<RunOutcomes, StoreError>
+where
+    F: FnMut(i64) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<SessionRow>, StoreError>>,
+{
+    let mut out = RunOutcomes::default();
+    let mut after = 0;
+    loop {
+        let sessions = page(after).await?;
+        let Some(last) = sessions.last() else { break };
+        after = last.id;
+        for s in sessions {
+            out.add(s);
+        }
+    }
+    Ok(out)
+}
+
 impl SqliteStore {
     /// The run's outcomes, read a page at a time: a run of a million sessions keeps only what
     /// the metrics need of each.
     pub async fn run_outcomes(&self, run: RunId) -> Result<RunOutcomes, StoreError> {
-        let mut out = RunOutcomes::default();
-        let mut after = 0;
-        loop {
-            let page = self.sessions_page(run, after, 4096).await?;
-            let Some(last) = page.last() else { break };
-            after = last.id;
-            for s in page {
-                out.add(s);
-            }
-        }
-        Ok(out)
+        outcomes_by_pages(|after| self.sessions_page(run, after, 4096)).await
     }
 
     /// How many sessions the run has, and how many of them are finished.

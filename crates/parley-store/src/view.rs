@@ -186,8 +186,15 @@ impl SqliteStore {
     }
 }
 
-/// The filter's conditions, every value bound, never spliced into the statement.
-fn push_filter(query: &mut QueryBuilder<Sqlite>, filter: &SessionFilter) {
+/// The filter's conditions, every value bound, never spliced into the statement; one for both
+/// stores, whose filtered pages differ only in their placeholders, which the builder writes.
+pub(crate) fn push_filter<DB>(query: &mut QueryBuilder<DB>, filter: &SessionFilter)
+where
+    DB: sqlx::Database,
+    for<'t> String: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> f64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
     if let Some(status) = &filter.status {
         query.push(" AND status = ").push_bind(status.clone());
     }

@@ -50,17 +50,7 @@ impl PgStore {
     /// The run's outcomes, read a page at a time (see
     /// [`SqliteStore::run_outcomes`](crate::SqliteStore::run_outcomes)).
     pub async fn run_outcomes(&self, run: RunId) -> Result<RunOutcomes, StoreError> {
-        let mut out = RunOutcomes::default();
-        let mut after = 0;
-        loop {
-            let page = self.sessions_page(run, after, 4096).await?;
-            let Some(last) = page.last() else { break };
-            after = last.id;
-            for s in page {
-                out.add(s);
-            }
-        }
-        Ok(out)
+        crate::read::outcomes_by_pages(|after| self.sessions_page(run, after, 4096)).await
     }
 
     pub async fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError> {

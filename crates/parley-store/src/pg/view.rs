@@ -6,6 +6,7 @@ use parley_core::{RunId, SessionId, StoreError};
 use sqlx::{Postgres, QueryBuilder};
 
 use super::PgStore;
+use crate::view::push_filter;
 use crate::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo, SessionRow};
 
 /// The columns of a [`SessionRow`], as a macro so that statements stay literals.
@@ -159,30 +160,5 @@ impl PgStore {
                 completion_tokens,
             })
             .collect())
-    }
-}
-
-/// The filter's conditions, every value bound, never spliced into the statement.
-fn push_filter(query: &mut QueryBuilder<Postgres>, filter: &SessionFilter) {
-    if let Some(status) = &filter.status {
-        query.push(" AND status = ").push_bind(status.clone());
-    }
-    if let Some(termination) = &filter.termination {
-        query.push(" AND termination = ").push_bind(termination.clone());
-    }
-    if let Some(failure) = &filter.failure {
-        query.push(" AND failure = ").push_bind(failure.clone());
-    }
-    if let Some(min) = filter.reward_min {
-        query.push(" AND reward >= ").push_bind(min);
-    }
-    if let Some(max) = filter.reward_max {
-        query.push(" AND reward <= ").push_bind(max);
-    }
-    if let Some(task) = filter.task {
-        query.push(" AND task_index = ").push_bind(task);
-    }
-    if let Some(trial) = filter.trial {
-        query.push(" AND trial = ").push_bind(trial);
     }
 }
