@@ -360,6 +360,8 @@ def plan(quick):
                 "added": {"concurrency": 64, "latency_ms": 50, "calls": 256, "rollouts": 128},
             },
             "openenv": {"levels": [(1, 3), (16, 2)], "in_process_trials": 1},
+            "workers": {"tasks": 20, "trials": 5, "concurrency": 16, "counts": [1, 2],
+                        "takeover": {"sessions": 60, "concurrency": 8, "latency_ms": 50, "lease_s": 2}},
         }
     return {
         "tasks": 200,
@@ -382,6 +384,9 @@ def plan(quick):
         },
         # OpenEnv over WebSocket on tau2 airline: (sessions at once, episodes each).
         "openenv": {"levels": [(1, 50), (64, 4), (1024, 1)], "in_process_trials": 8},
+        # Workers on PostgreSQL: a run of tasks x trials, each process at `concurrency`.
+        "workers": {"tasks": 200, "trials": 25, "concurrency": 256, "counts": [1, 2, 4],
+                    "takeover": {"sessions": 2000, "concurrency": 64, "latency_ms": 50, "lease_s": 5}},
     }
 
 
@@ -395,10 +400,10 @@ def main():
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", choices=["stream", "serve", "openenv"], help="run only this part (its results are not latest.json)"
+        "--only", choices=["stream", "serve", "openenv", "workers"], help="run only this part (its results are not latest.json)"
     )
     args = parser.parse_args()
-    if args.only != "stream" and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
+    if args.only not in ("stream", "workers") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
         raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
     p = plan(args.quick)
     parley = args.parley
@@ -419,6 +424,10 @@ def main():
         return
     if args.only == "openenv":
         results["openenv"] = openenv(parley, args.load, work, p)
+        finish(results, args, work, latest=False)
+        return
+    if args.only == "workers":
+        results["workers"] = workers(parley, work, p)
         finish(results, args, work, latest=False)
         return
     tasks = write_tasks(parley, work / "tasks.jsonl", p["tasks"])
@@ -498,6 +507,8 @@ def main():
     results["scale"] = scale(parley, work, p)
     # 5. A million generated tasks, read lazily.
     results["stream"] = stream(parley, work, p)
+    # 6. Many workers on PostgreSQL, beside SQLite.
+    results["workers"] = workers(parley, work, p)
     finish(results, args, work, latest=True)
 
 
@@ -510,6 +521,8 @@ def finish(results, args, work, *, latest):
         report_stream(results)
     elif "openenv" in results:
         report_openenv(results["openenv"])
+    elif "workers" in results:
+        report_workers(results["workers"])
     else:
         report_service(results["service"])
     if args.quick:
@@ -669,6 +682,255 @@ def service(parley, load_bin, work, p, stub, gym, tasks):
             added_row["engine_per_call_p99_ms"] < 1.0,
         },
     }
+
+
+class Postgres:
+    """The PostgreSQL server the workers share: the one `PARLEY_BENCH_POSTGRES` (or
+    `PARLEY_TEST_POSTGRES`) names, else the one `.ci/setup-postgres` starts on loopback. Each
+    measurement gets a database of its own. The server's CPU is read from its postmaster: its own
+    and its live processes' (utime + stime), and its reaped backends' (cutime + cstime), so a
+    connection that came and went is counted."""
+
+    def __init__(self):
+        url = os.environ.get("PARLEY_BENCH_POSTGRES") or os.environ.get("PARLEY_TEST_POSTGRES")
+        if not url:
+            url = subprocess.run([ROOT / ".ci/setup-postgres"], check=True, capture_output=True, text=True).stdout
+        self.url = url.strip()
+        self.psql_bin = shutil.which("psql") or next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/psql"))), None)
+        if not self.psql_bin:
+            raise SystemExit("bench: no psql (Debian's postgresql-client); .ci/setup-postgres installs it")
+        data = Path(self.psql("SHOW data_directory"))
+        try:
+            self.pid = int((data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            self.pid = None  # a server elsewhere: its CPU is not ours to read
+
+    def psql(self, sql, url=None):
+        out = subprocess.run([self.psql_bin, url or self.url, "-XAtqc", sql], check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    def database(self, name):
+        """A fresh database `name` on the server, and its URL."""
+        self.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        self.psql(f"CREATE DATABASE {name}")
+        base, _, _ = self.url.rpartition("/")
+        return f"{base}/{name}"
+
+    def settle(self, name):
+        """Waits until no connection to database `name` is left, so that the backends that served
+        it have exited and been reaped: their CPU is then in the postmaster's."""
+        for _ in range(200):
+            if self.psql(f"SELECT COUNT(*) FROM pg_stat_activity WHERE datname = '{name}'") == "0":
+                time.sleep(0.1)
+                return
+            time.sleep(0.05)
+
+    def drop(self, name):
+        self.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def cpu(self):
+        if self.pid is None:
+            return None
+        fields = stat_fields(self.pid)
+        reaped = (int(fields[13]) + int(fields[14])) / TICK
+        return reaped + tree_cpu(self.pid)
+
+
+def workers(parley, work, p):
+    """Parley on many machines, here on one: a detached run on PostgreSQL driven by 1, 2 and 4
+    `parley worker` processes, beside the same run on SQLite by one `parley run`, against the
+    same stub and task rows. Per row: rollouts/s (from the first worker's start to the last
+    one's exit), Parley's CPU per rollout (every parley process, the detached run's recording
+    included), PostgreSQL's own CPU per rollout, and their sum against SQLite's. Then takeover:
+    two workers, one of them (on "another machine", so only its leases speak for it) killed
+    with SIGKILL mid-run; how long each of its sessions waits before the other claims it,
+    against the lease."""
+    w = p["workers"]
+    pg = Postgres()
+    stub = Stub(parley, work, "stub-workers")
+    tasks = write_tasks(parley, work / "tasks-workers.jsonl", w["tasks"])
+    run_args = ["--env", "multi-step", "--tasks", tasks, "--trials", w["trials"], "--base-url", stub.url,
+                "-c", w["concurrency"]]
+    rows = []
+
+    def process_cpu(usage):
+        return usage.ru_utime + usage.ru_stime
+
+    def pg_row(count):
+        name = f"parley_bench_w{count}"
+        url = pg.database(name)
+        pg_before, stub_before = pg.cpu(), tree_cpu(stub.proc.pid)
+        m = measured([parley, "run", "--detach", "--db", url, *map(str, run_args)], cwd=work,
+                     log=work / f"workers-{count}-detach.log")
+        started = time.monotonic()
+        procs = [
+            subprocess.Popen([parley, "worker", "--db", url, "--run", "1", "-c", str(w["concurrency"])],
+                             cwd=work, stdout=subprocess.DEVNULL, stderr=open(work / f"workers-{count}-{i}.log", "w"))
+            for i in range(count)
+        ]
+        cpu = m["own_cpu_s"]
+        for proc in procs:
+            _, status, usage = os.wait4(proc.pid, 0)
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"bench: a worker failed; see {work}/workers-{count}-*.log")
+            cpu += process_cpu(usage)
+        wall = time.monotonic() - started
+        pg.settle(name)
+        pg_cpu = pg.cpu() - pg_before if pg_before is not None else None
+        finished = int(pg.psql("SELECT COUNT(*) FROM sessions WHERE status = 'finished' AND reward IS NOT NULL", url))
+        n = w["tasks"] * w["trials"]
+        if finished != n:
+            raise SystemExit(f"bench: {count} workers finished {finished} of {n} sessions")
+        phase_sql = ("SELECT EXTRACT(EPOCH FROM max(finished_at::timestamptz)"
+                     " - min(finished_at::timestamptz - duration_ms * interval '1 millisecond')) FROM sessions")
+        # The sessions phase, as `parley run` reports its own: the first session's start to the
+        # last one's end (a worker then waits out the others before it exits: `wall_s`).
+        phase = float(pg.psql(phase_sql, url))
+        pg.drop(name)
+        return {
+            "system": f"Parley, PostgreSQL, {count} worker{'s' if count > 1 else ''}",
+            "store": "postgres",
+            "workers": count,
+            "concurrency": w["concurrency"],
+            "rollouts": n,
+            "rollouts_per_s": n / phase,
+            "wall_s": wall,
+            "parley_cpu_ms": cpu * 1e3 / n,
+            "postgres_cpu_ms": pg_cpu * 1e3 / n if pg_cpu is not None else None,
+            "stub_cpu_ms": (tree_cpu(stub.proc.pid) - stub_before) * 1e3 / n,
+        }
+
+    try:
+        for count in w["counts"]:
+            if count == w["counts"][0]:
+                # SQLite first, then each PostgreSQL row, on the same stub.
+                stub_before = tree_cpu(stub.proc.pid)
+                row = parley_run(parley, work, "workers-sqlite", run_args, watch=[])
+                rows.append({
+                    "system": "Parley, SQLite, one process",
+                    "store": "sqlite",
+                    "workers": 1,
+                    "concurrency": w["concurrency"],
+                    "rollouts": row["rollouts"],
+                    "rollouts_per_s": row["rollouts_per_s"],
+                    "wall_s": row["rollouts"] / row["rollouts_per_s_wall"],
+                    "parley_cpu_ms": row["orchestrator_cpu_ms"],
+                    "postgres_cpu_ms": 0.0,
+                    "stub_cpu_ms": (tree_cpu(stub.proc.pid) - stub_before) * 1e3 / row["rollouts"],
+                })
+                show_workers(rows[-1])
+            rows.append(pg_row(count))
+            show_workers(rows[-1])
+        takeover = takeover_after_kill(parley, work, pg, w)
+    finally:
+        stub.stop()
+    sqlite = rows[0]
+    for row in rows:
+        store_cpu = row["parley_cpu_ms"] + (row["postgres_cpu_ms"] or 0.0)
+        row["store_cpu_ms"] = store_cpu
+        row["x_sqlite_cpu"] = store_cpu / sqlite["parley_cpu_ms"]
+    one = next(r for r in rows if r["store"] == "postgres" and r["workers"] == 1)
+    return {
+        "rows": rows,
+        "takeover": takeover,
+        "targets": {
+            "PostgreSQL at most 1.5x SQLite's CPU per persisted rollout (Parley + the server, 1 worker)":
+            one["x_sqlite_cpu"] <= 1.5,
+            "takeover within twice the lease": takeover["max_wait_s"] <= 2 * takeover["lease_s"],
+        },
+    }
+
+
+def takeover_after_kill(parley, work, pg, w):
+    """Two workers on a run against a stub that takes its time; one, named for another machine,
+    is killed with SIGKILL mid-run. Its sessions still pending are watched (polling the store)
+    until another owner holds each; the wait of each from the kill, against the lease."""
+    t = w["takeover"]
+    url = pg.database("parley_bench_takeover")
+    stub = Stub(parley, work, "stub-takeover", "--latency-ms", t["latency_ms"])
+    tasks = write_tasks(parley, work / "tasks-takeover.jsonl", t["sessions"])
+    env = dict(os.environ, PARLEY_LEASE_SECS=str(t["lease_s"]))
+    procs = []
+    try:
+        subprocess.run([parley, "run", "--detach", "--db", url, "--env", "multi-step", "--tasks", tasks,
+                        "--base-url", stub.url, "-c", str(t["concurrency"])], check=True, capture_output=True)
+        for name in ["bench-machine-a", "bench-machine-b"]:
+            procs.append(subprocess.Popen(
+                [parley, "worker", "--db", url, "--run", "1"], cwd=work, env=dict(env, HOSTNAME=name),
+                stdout=subprocess.DEVNULL, stderr=open(work / f"takeover-{name}.log", "w")))
+        while int(pg.psql("SELECT COUNT(*) FROM sessions WHERE status = 'finished'", url)) < t["sessions"] // 10:
+            time.sleep(0.05)
+        held_sql = "SELECT id FROM sessions WHERE status = 'pending' AND owner LIKE 'bench-machine-a:%'"
+        procs[0].kill()
+        killed = time.monotonic()
+        procs[0].wait()
+        held = set(pg.psql(held_sql, url).split())
+        waits = {}
+        while held - waits.keys():
+            now = time.monotonic() - killed
+            if now > 4 * t["lease_s"] + 30:
+                raise SystemExit(f"bench: {len(held - waits.keys())} sessions of the killed worker never taken over")
+            still = set(pg.psql(held_sql, url).split())
+            for session in held - still - waits.keys():
+                waits[session] = now
+            time.sleep(0.02)
+        _, status, _ = os.wait4(procs[1].pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"bench: the surviving worker failed; see {work}/takeover-bench-machine-b.log")
+        finished = int(pg.psql("SELECT COUNT(*) FROM sessions WHERE status = 'finished'", url))
+        pg.settle("parley_bench_takeover")
+        pg.drop("parley_bench_takeover")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        stub.stop()
+    if finished != t["sessions"]:
+        raise SystemExit(f"bench: takeover: {finished} of {t['sessions']} sessions finished")
+    out = sorted(waits.values())
+    result = {
+        "lease_s": t["lease_s"],
+        "sessions_held_at_kill": len(held),
+        "min_wait_s": out[0] if out else None,
+        "max_wait_s": out[-1] if out else 0.0,
+        "p50_wait_s": percentile(out, 0.5),
+    }
+    print(f"takeover: {len(held)} sessions held by the killed worker, taken over {result['min_wait_s']:.2f} to "
+          f"{result['max_wait_s']:.2f} s after the kill (lease {t['lease_s']} s)", file=sys.stderr, flush=True)
+    return result
+
+
+WORKER_COLUMNS = [
+    ("system", "{}", 34),
+    ("concurrency", "{}", 5),
+    ("rollouts", "{}", 6),
+    ("rollouts_per_s", "{:.0f}", 10),
+    ("parley_cpu_ms", "{:.3f}", 9),
+    ("postgres_cpu_ms", "{:.3f}", 9),
+    ("store_cpu_ms", "{:.3f}", 9),
+    ("x_sqlite_cpu", "{:.2f}x", 8),
+    ("stub_cpu_ms", "{:.3f}", 8),
+]
+
+
+def show_workers(row):
+    print("  ".join(cell(row, k, f, w) for k, f, w in WORKER_COLUMNS), file=sys.stderr, flush=True)
+
+
+def report_workers(wk):
+    print("Many workers on one PostgreSQL (on this one machine), beside SQLite: CPU ms per rollout of Parley's")
+    print("processes, of the PostgreSQL server, their sum, that sum against SQLite's, and the stub's")
+    heads = ["system", "c", "n", "rollouts/s", "parley ms", "pg ms", "sum ms", "vs SQLite", "stub ms"]
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, (_, _, w)) in enumerate(zip(heads, WORKER_COLUMNS))))
+    for row in wk["rows"]:
+        print("  ".join(cell(row, k, f, w) for k, f, w in WORKER_COLUMNS))
+    t = wk["takeover"]
+    print(f"takeover: a worker killed with {t['sessions_held_at_kill']} sessions held; another took them "
+          f"{t['min_wait_s']:.2f} to {t['max_wait_s']:.2f} s after the kill (p50 {t['p50_wait_s']:.2f} s), "
+          f"lease {t['lease_s']} s")
+    for target, met in wk["targets"].items():
+        print(f"  [{'met' if met else 'MISSED'}] {target}")
 
 
 def tau2_data():
@@ -990,6 +1252,7 @@ def summarize(results):
             "1,000,000 generated tasks at c = 256 < 300 MiB resident": results["stream"]["rollouts"] >= 1_000_000
             and results["stream"]["peak_rss_mib"] < 300,
             **results["service"]["targets"],
+            **results["workers"]["targets"],
         },
     }
 
@@ -1049,6 +1312,8 @@ def report(results):
     print("`/run` as a trainer calls it: stack ms = CPU per rollout of the servers and the stub; client ms =")
     print("the trainer's side (bench/load)")
     report_service(results["service"])
+    print()
+    report_workers(results["workers"])
     if results["quick"]:
         print("(--quick: too few rollouts for the targets to mean anything; they are not checked)")
         return
@@ -1078,6 +1343,8 @@ def all_rows(results):
         rows += results["service"]["levels"] + [results["service"]["added"]]
     if "openenv" in results:
         rows += results["openenv"]["levels"]
+    if "workers" in results:
+        rows += results["workers"]["rows"]
     return rows
 
 

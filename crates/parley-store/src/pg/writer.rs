@@ -1,17 +1,19 @@
 //! Turns on PostgreSQL: a few writer tasks take every turn queued at once, write them in one
-//! transaction, and acknowledge each after the commit (group commit, as on SQLite).
+//! statement, and acknowledge each after it commits (group commit, as on SQLite).
 //!
 //! Unlike SQLite, PostgreSQL takes writes from many connections at once, so [`WRITERS`] tasks
 //! share the queue, each on a connection of the pool: one batch is being committed (waiting on
-//! the server's WAL flush) while the next is gathered and written. Rows go in as arrays bound
-//! whole (`INSERT ... SELECT * FROM UNNEST($1, $2, ...)`): one statement per table of one fixed
-//! text for any number of rows, so the connection prepares it once, and no batch meets the limit
-//! on bound parameters.
+//! the server's WAL flush) while the next is gathered and written. A batch is one statement
+//! ([`BATCH`]), so one round trip and one transaction: its rows go in as arrays bound whole
+//! (`INSERT ... SELECT ... FROM UNNEST($1, $2, ...)`), one fixed text for any number of rows, so
+//! the connection prepares it once and no batch meets the limit on bound parameters. Round trips,
+//! not rows, are most of what a small batch costs both sides.
 //!
-//! Fencing: a batch locks its sessions' rows in id order (`SELECT ... ORDER BY id FOR UPDATE`),
-//! so no claim can raise a fence between the read and the commit, and two batches never wait on
-//! each other in a cycle; a write whose claim is older than its session's fence is answered
-//! [`StoreError::Fenced`] and left out, and the batch's other writes go on.
+//! Fencing: the statement locks its sessions' rows in id order (`SELECT ... ORDER BY id FOR
+//! UPDATE`), so no claim can raise a fence between the check and the commit, and two batches
+//! never wait on each other in a cycle; only rows of sessions whose fence is the one the write
+//! was made under go in. A write whose claim is older is answered [`StoreError::Fenced`] and
+//! left out, and the batch's other writes go on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +30,11 @@ use crate::delta::Deltas;
 /// Writer tasks sharing the queue. Two keep the server busy while a commit waits on its WAL
 /// flush; more only split the same turns into smaller batches.
 const WRITERS: usize = 2;
+/// How long a batch waits for more turns after its first. A statement's fixed cost (its round
+/// trip, its locks, its commit) is most of what a small batch costs both sides; half a
+/// millisecond more per commit, spent beside the session's next model call, gathers several
+/// times as many turns into each.
+const GATHER: std::time::Duration = std::time::Duration::from_micros(500);
 /// Turns taken into one transaction at most.
 const MAX_BATCH: usize = 1024;
 /// How often a batch is tried when the server cancels it to break a deadlock or a serialization
@@ -108,6 +115,8 @@ impl Task {
             let batch = {
                 let mut rx = rx.lock().await;
                 let Some(first) = rx.recv().await else { return };
+                // Turns arriving together share a statement.
+                tokio::time::sleep(GATHER).await;
                 let mut batch = vec![first];
                 while batch.len() < MAX_BATCH {
                     match rx.try_recv() {
@@ -146,37 +155,34 @@ impl Task {
         }
     }
 
-    /// Writes the batch in one transaction, leaving out the writes it refuses; returns, for each
-    /// write in order, `Ok` or why it was left out.
+    /// Writes the batch in one statement (one round trip, its own transaction), leaving out
+    /// the writes it refuses; returns, for each write in order, `Ok` or why it was left out.
     async fn write(&self, batch: &[Write]) -> Result<Vec<Result<(), StoreError>>, Failed> {
         let mut answers: Vec<Result<(), StoreError>> =
             batch.iter().map(|w| unstorable(w).map_or(Ok(()), Err)).collect();
-        let mut tx = self.pool.begin().await.map_err(Failed::from)?;
-
-        let mut ids: Vec<i64> = batch.iter().map(|w| w.claim.session).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let fences: Vec<(i64, i64)> =
-            sqlx::query_as("SELECT id, fence FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-                .bind(&ids)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(Failed::from)?;
-        let current: HashMap<i64, Fence> = fences.into_iter().map(|(id, f)| (id, Fence(f))).collect();
+        // One fence per session goes to the server: a write under an older claim than another
+        // write of the same session in this batch is stale whatever the store holds.
+        let mut newest: HashMap<SessionId, Fence> = HashMap::new();
+        for w in batch {
+            let f = newest.entry(w.claim.session).or_insert(w.claim.fence);
+            *f = (*f).max(w.claim.fence);
+        }
         for (w, answer) in batch.iter().zip(&mut answers) {
-            // A session missing from the table is not refused here: its insert fails as on SQLite.
-            if answer.is_ok()
-                && let Some(&now) = current.get(&w.claim.session).filter(|&&f| f != w.claim.fence)
-            {
-                *answer = Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current: now });
+            let current = newest[&w.claim.session];
+            if answer.is_ok() && current != w.claim.fence {
+                *answer = Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current });
             }
         }
-        let live: Vec<&Write> = batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(w, _)| w).collect();
+        let mut claims: Vec<(i64, i64)> = newest.iter().map(|(&id, f)| (id, f.0)).collect();
+        claims.sort_unstable();
+        let (ids, fences): (Vec<i64>, Vec<i64>) = claims.into_iter().unzip();
 
         let mut m = MessageRows::default();
         let mut c = CallRows::default();
         let mut t = ToolRows::default();
-        for w in &live {
+        let mut e = EndRows::default();
+        let mut s = ScoreRows::default();
+        for (w, _) in batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()) {
             let session = w.claim.session;
             for r in &w.turn.messages {
                 m.push(session, r);
@@ -187,13 +193,16 @@ impl Task {
             for r in &w.turn.tool_calls {
                 t.push(session, r);
             }
+            if let Some(o) = &w.outcome {
+                e.push(session, o);
+                if let Some(r) = &o.reward {
+                    s.push(session, r);
+                }
+            }
         }
-        if !m.session.is_empty() {
-            sqlx::query(
-                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens)
-                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                      $7::text[], $8::text[], $9::text[])",
-            )
+        let locked: Vec<(i64, i64)> = sqlx::query_as(BATCH)
+            .bind(&ids)
+            .bind(&fences)
             .bind(&m.session)
             .bind(&m.seq)
             .bind(&m.role)
@@ -203,18 +212,6 @@ impl Task {
             .bind(&m.parts)
             .bind(&m.reasoning)
             .bind(&m.tokens)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Failed::at(e, "messages"))?;
-        }
-        if !c.session.is_empty() {
-            sqlx::query(
-                "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens,
-                                          completion_tokens, latency_ms, attempts, error, party, finish_reason, sampling)
-                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[],
-                                      $7::bigint[], $8::float8[], $9::bigint[], $10::text[], $11::text[], $12::text[],
-                                      $13::text[])",
-            )
             .bind(&c.session)
             .bind(&c.seq)
             .bind(&c.endpoint)
@@ -228,17 +225,6 @@ impl Task {
             .bind(&c.party)
             .bind(&c.finish_reason)
             .bind(&c.sampling)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Failed::at(e, "model_calls"))?;
-        }
-        if !t.session.is_empty() {
-            sqlx::query(
-                "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write,
-                                         malformed, truncated, duration_us)
-                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                      $7::text[], $8::bool[], $9::bool[], $10::bool[], $11::bool[], $12::bigint[])",
-            )
             .bind(&t.session)
             .bind(&t.seq)
             .bind(&t.party)
@@ -251,31 +237,6 @@ impl Task {
             .bind(&t.malformed)
             .bind(&t.truncated)
             .bind(&t.duration_us)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Failed::at(e, "tool_calls"))?;
-        }
-
-        let finished: Vec<(SessionId, &SessionOutcome)> =
-            live.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.claim.session, o))).collect();
-        if !finished.is_empty() {
-            let mut e = EndRows::default();
-            for (session, o) in &finished {
-                e.push(*session, o);
-            }
-            // One statement for all sessions that ended in this batch; the end releases the claim.
-            sqlx::query(concat!(
-                "UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward,
-                        error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries,
-                        duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, owner = NULL,
-                        lease_until = NULL, finished_at = ",
-                pg_now_text!(),
-                "
-                 FROM UNNEST($1::bigint[], $2::text[], $3::float8[], $4::text[], $5::text[], $6::bigint[],
-                             $7::bigint[], $8::float8[], $9::text[])
-                      AS v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity)
-                 WHERE sessions.id = v.id"
-            ))
             .bind(&e.session)
             .bind(&e.termination)
             .bind(&e.reward)
@@ -285,33 +246,92 @@ impl Task {
             .bind(&e.retries)
             .bind(&e.duration_ms)
             .bind(&e.token_contiguity)
-            .execute(&mut *tx)
+            .bind(&s.session)
+            .bind(&s.value)
+            .bind(&s.breakdown)
+            .fetch_all(&self.pool)
             .await
-            .map_err(|e| Failed::at(e, "sessions"))?;
+            .map_err(Failed::from)?;
 
-            let scored: Vec<_> = finished.iter().filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r))).collect();
-            if !scored.is_empty() {
-                let sessions: Vec<i64> = scored.iter().map(|(s, _)| *s).collect();
-                let values: Vec<f64> = scored.iter().map(|(_, r)| r.value).collect();
-                let breakdowns: Vec<String> =
-                    scored.iter().map(|(_, r)| serde_json::Value::Object(r.breakdown.clone()).to_string()).collect();
-                sqlx::query(
-                    "INSERT INTO scores (session_id, scorer, version, value, breakdown)
-                     SELECT s, 'environment', 1, v, b FROM UNNEST($1::bigint[], $2::float8[], $3::text[]) AS u (s, v, b)",
-                )
-                .bind(&sessions)
-                .bind(&values)
-                .bind(&breakdowns)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| Failed::at(e, "scores"))?;
+        // What the server found under its locks says which writes went in.
+        let current: HashMap<i64, Fence> = locked.into_iter().map(|(id, f)| (id, Fence(f))).collect();
+        for (w, answer) in batch.iter().zip(&mut answers) {
+            if answer.is_err() {
+                continue;
             }
+            *answer = match current.get(&w.claim.session) {
+                Some(&now) if now == w.claim.fence => Ok(()),
+                Some(&now) => Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current: now }),
+                None => Err(StoreError::Database(format!(
+                    "{}: session {} is not in table `sessions`; its turn was not written",
+                    self.name, w.claim.session
+                ))),
+            };
         }
-
-        tx.commit().await.map_err(Failed::from)?;
         Ok(answers)
     }
 }
+
+/// A batch in one statement. `locked` takes the batch's sessions' rows in id order (`FOR
+/// UPDATE`: no claim raises a fence before the statement commits, and two batches never wait on
+/// each other in a cycle); `live` is those whose fence is the one the batch writes under; every
+/// insert and update takes only rows of `live` sessions. The statement answers what it locked,
+/// so that each write can be told whether it went in. Arrays are bound whole (`UNNEST`): one
+/// fixed text for any batch, prepared once per connection.
+const BATCH: &str = concat!(
+    "WITH locked AS (
+         SELECT id, fence FROM sessions WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
+     ),
+     live AS (
+         SELECT l.id FROM locked l JOIN UNNEST($1::bigint[], $2::bigint[]) AS c (id, fence)
+             ON c.id = l.id AND c.fence = l.fence
+     ),
+     m AS (
+         INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens)
+         SELECT u.* FROM UNNEST($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
+                                $9::text[], $10::text[], $11::text[])
+             AS u (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens)
+         WHERE u.session_id IN (SELECT id FROM live)
+     ),
+     c AS (
+         INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, completion_tokens,
+                                  latency_ms, attempts, error, party, finish_reason, sampling)
+         SELECT u.* FROM UNNEST($12::bigint[], $13::bigint[], $14::text[], $15::text[], $16::text[], $17::bigint[],
+                                $18::bigint[], $19::float8[], $20::bigint[], $21::text[], $22::text[], $23::text[],
+                                $24::text[])
+             AS u (session_id, seq, endpoint, request, response, prompt_tokens, completion_tokens, latency_ms,
+                   attempts, error, party, finish_reason, sampling)
+         WHERE u.session_id IN (SELECT id FROM live)
+     ),
+     t AS (
+         INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write,
+                                 malformed, truncated, duration_us)
+         SELECT u.* FROM UNNEST($25::bigint[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::text[],
+                                $31::text[], $32::bool[], $33::bool[], $34::bool[], $35::bool[], $36::bigint[])
+             AS u (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, malformed,
+                   truncated, duration_us)
+         WHERE u.session_id IN (SELECT id FROM live)
+     ),
+     e AS (
+         -- A session's end releases its claim.
+         UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward,
+                error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries,
+                duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, owner = NULL,
+                lease_until = NULL, finished_at = ",
+    pg_now_text!(),
+    "
+         FROM UNNEST($37::bigint[], $38::text[], $39::float8[], $40::text[], $41::text[], $42::bigint[],
+                     $43::bigint[], $44::float8[], $45::text[])
+              AS v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity)
+         WHERE sessions.id = v.id AND v.id IN (SELECT id FROM live)
+     ),
+     s AS (
+         INSERT INTO scores (session_id, scorer, version, value, breakdown)
+         SELECT u.s, 'environment', 1, u.v, u.b FROM UNNEST($46::bigint[], $47::float8[], $48::text[]) AS u (s, v, b)
+         WHERE u.s IN (SELECT id FROM live)
+     )
+     SELECT id, fence FROM locked"
+);
 
 /// Why a batch was not written: the server cancelled it and it may be tried again, or not.
 enum Failed {
@@ -326,16 +346,6 @@ impl From<sqlx::Error> for Failed {
         match code.as_str() {
             "40P01" | "40001" => Failed::Retry(e.to_string()),
             _ => Failed::Other(e.to_string()),
-        }
-    }
-}
-
-impl Failed {
-    /// A failed insert or update, naming its table.
-    fn at(e: sqlx::Error, table: &str) -> Failed {
-        match Failed::from(e) {
-            Failed::Retry(e) => Failed::Retry(format!("table `{table}`: {e}")),
-            Failed::Other(e) => Failed::Other(format!("table `{table}`: {e}")),
         }
     }
 }
@@ -539,5 +549,21 @@ impl<'a> EndRows<'a> {
         self.retries.push(i64::from(o.retries));
         self.duration_ms.push(o.duration.as_secs_f64() * 1e3);
         self.token_contiguity.push(o.token_contiguity.as_deref());
+    }
+}
+
+/// The environment's scores of the batch's finished sessions.
+#[derive(Default)]
+struct ScoreRows {
+    session: Vec<i64>,
+    value: Vec<f64>,
+    breakdown: Vec<String>,
+}
+
+impl ScoreRows {
+    fn push(&mut self, session: SessionId, r: &parley_core::Reward) {
+        self.session.push(session);
+        self.value.push(r.value);
+        self.breakdown.push(serde_json::Value::Object(r.breakdown.clone()).to_string());
     }
 }
