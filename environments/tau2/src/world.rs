@@ -15,7 +15,10 @@ use crate::compare::same_output;
 use crate::pyjson::Py;
 use crate::spec::{EnvAssertion, EnvCall, TaskSpec};
 use crate::toolkit::{DomainState, Out, Requestor, ToolError, ToolResult, to_content};
+use crate::view::View;
 
+/// A clone is cheap: it shares every record with the original until either changes it.
+#[derive(Clone)]
 pub struct World {
     pub state: Box<dyn DomainState>,
     pub catalog: Arc<Catalog>,
@@ -167,6 +170,15 @@ impl World {
     /// tau2's `get_db_hash` (agent) or `get_user_db_hash` (user).
     pub fn hash(&self, toolkit: Requestor) -> Option<String> {
         self.canonical(toolkit).map(|text| crate::hash::sha256_hex(&text))
+    }
+
+    /// The parts of [`World::canonical`], to compare two worlds without their dumps.
+    pub fn view(&self, toolkit: Requestor) -> Option<View<'_>> {
+        match toolkit {
+            Requestor::User if !self.catalog.has_user_toolkit() => None,
+            Requestor::User if self.user_db_is_agent_db => self.state.view(Requestor::Assistant),
+            toolkit => self.state.view(toolkit),
+        }
     }
 
     /// The text behind [`World::hash`].
