@@ -13,9 +13,13 @@
 //! A domain says how its databases split into parts ([`crate::domains::Toolkits::view`]); one
 //! that says nothing is one part, its whole dump.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use serde::Serialize;
 
 use crate::pyjson::Py;
+use crate::toolkit::{DomainState, Requestor};
 
 /// A value with a canonical text of its own: the dump of it alone, which is exactly its sub-text
 /// in the dump of a database that holds it (the writer sorts every object's keys and never
@@ -60,35 +64,130 @@ pub struct Record<'a> {
 impl View<'_> {
     /// The canonical text of the whole part (what the dump holds for it).
     pub fn canonical(&self) -> String {
+        let mut out = String::new();
+        self.write(None, &mut |piece| out.push_str(piece));
+        out
+    }
+
+    /// The canonical text in pieces, in order; a record `known` has a text for is not written
+    /// again. What the pieces make up is [`View::canonical`], byte for byte.
+    pub fn write(&self, known: Option<&Known>, out: &mut Out<'_>) {
         match self {
-            View::Value(value) => value.canonical(),
+            View::Value(value) => out(&value.canonical()),
             View::Table(table) => {
                 let mut entries: Vec<(&str, Record<'_>)> = (0..table.len()).map(|i| table.entry(i)).collect();
                 entries.sort_unstable_by_key(|(key, _)| *key);
-                object(entries.into_iter().map(|(key, record)| (key, record.value.canonical())))
+                object(entries, out, |record, out| match known.and_then(|k| k.texts.get(&record.identity)) {
+                    Some(text) => out(text),
+                    None => out(&record.value.canonical()),
+                });
             }
             View::Object(members) => {
-                let mut members: Vec<&(&str, View<'_>)> = members.iter().collect();
+                let mut members: Vec<(&str, &View<'_>)> = members.iter().map(|(name, view)| (*name, view)).collect();
                 members.sort_unstable_by_key(|(name, _)| *name);
-                object(members.into_iter().map(|(name, view)| (*name, view.canonical())))
+                object(members, out, |view, out| view.write(known, out));
             }
         }
     }
 }
 
+/// Where a text written in pieces goes, piece by piece.
+pub type Out<'o> = dyn FnMut(&str) + 'o;
+
 /// A JSON object as the canonical writer writes one, from its members in sorted order.
-fn object<'k>(members: impl Iterator<Item = (&'k str, String)>) -> String {
-    let mut out = String::from("{");
-    for (i, (key, text)) in members.enumerate() {
+fn object<T>(members: Vec<(&str, T)>, out: &mut Out<'_>, mut value: impl FnMut(T, &mut Out<'_>)) {
+    out("{");
+    let mut key = String::new();
+    for (i, (name, member)) in members.into_iter().enumerate() {
+        key.clear();
         if i > 0 {
-            out.push_str(", ");
+            key.push_str(", ");
         }
-        crate::pyjson::write_key(key, &mut out);
-        out.push_str(": ");
-        out.push_str(&text);
+        crate::pyjson::write_key(name, &mut key);
+        key.push_str(": ");
+        out(&key);
+        value(member, out);
     }
-    out.push('}');
-    out
+    out("}");
+}
+
+/// What is known of one state (a domain's base) for hashing the states derived from it: its
+/// records' canonical texts, so that writing a derived state (which shares most of them) costs
+/// only the records it changed, and the hashes of derived states already hashed.
+///
+/// The texts are keyed by the records' addresses, which stay theirs because `Known` keeps the
+/// state it was built from: nothing else can live at those addresses while it exists.
+pub struct Known {
+    state: Box<dyn DomainState>,
+    texts: HashMap<usize, Box<str>>,
+    /// Digests by database and by what the derived state changed (see [`Known::hash`]).
+    hashes: Mutex<HashMap<(Requestor, String), String>>,
+}
+
+/// The most digests kept, and the longest change list worth a digest kept: sessions of a task
+/// mostly end in a few states (untouched, the gold one), each a few records away from the base.
+const HASHES_KEPT: usize = 4096;
+const CHANGES_KEPT: usize = 64 * 1024;
+
+impl Known {
+    /// The texts of every record of `state`'s tables (both databases).
+    pub fn of(state: &dyn DomainState) -> Known {
+        // A clone shares every record with `state`, at the same addresses, and keeps them.
+        let state = state.clone_box();
+        let mut texts = HashMap::new();
+        for toolkit in [Requestor::Assistant, Requestor::User] {
+            if let Some(view) = state.view(toolkit) {
+                collect(&view, &mut texts);
+            }
+        }
+        Known { state, texts, hashes: Mutex::default() }
+    }
+
+    /// The sha256 of the canonical text of `view`, one of the databases of a state derived from
+    /// this one (`database` says which).
+    ///
+    /// Its parts that differ from this state's, each with its path and text (`None` where
+    /// removed), determine the whole text given this state's: two derived states with the same
+    /// list have the same text, so the same digest, and a list seen before costs a lookup.
+    pub fn hash(&self, database: Requestor, view: &View<'_>) -> String {
+        let digest = || crate::hash::sha256_hex_of(|out| view.write(Some(self), out));
+        let Some(base) = self.state.view(database) else { return digest() };
+        let mut changes = String::new();
+        parts("", &base, view, &mut |path, before, after| {
+            if before != after {
+                // Lengths first, so that no two lists run together into one string.
+                let after = after.map_or_else(|| "-".to_owned(), |text| format!("{}:{text}", text.len()));
+                changes.push_str(&format!("{}:{path}{after};", path.len()));
+            }
+        });
+        if changes.len() > CHANGES_KEPT {
+            return digest();
+        }
+        let key = (database, changes);
+        if let Some(hash) = self.hashes.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return hash.clone();
+        }
+        let hash = digest();
+        let mut hashes = self.hashes.lock().unwrap_or_else(|e| e.into_inner());
+        if hashes.len() >= HASHES_KEPT {
+            hashes.clear();
+        }
+        hashes.insert(key, hash.clone());
+        hash
+    }
+}
+
+fn collect(view: &View<'_>, texts: &mut HashMap<usize, Box<str>>) {
+    match view {
+        View::Value(_) => {}
+        View::Table(table) => {
+            for i in 0..table.len() {
+                let record = table.entry(i).1;
+                texts.entry(record.identity).or_insert_with(|| record.value.canonical().into());
+            }
+        }
+        View::Object(members) => members.iter().for_each(|(_, view)| collect(view, texts)),
+    }
 }
 
 /// What [`parts`] hands each part to: its path, and its text on either side.

@@ -285,6 +285,22 @@ mod tests {
             }
             let toolkits = [Requestor::Assistant, Requestor::User];
             let dumps: Vec<[Option<String>; 2]> = built.iter().map(|(w, _)| toolkits.map(|t| w.canonical(t))).collect();
+            // Hashes from what is known of the base, and of a world that changed some records.
+            let known = [
+                crate::view::Known::of(base.as_ref()),
+                crate::view::Known::of(built[built.len() / 2].0.state.as_ref()),
+            ];
+            for ((world, _), dump) in built.iter().zip(&dumps) {
+                for (toolkit, dump) in toolkits.iter().zip(dump) {
+                    let want = dump.as_deref().map(crate::hash::sha256_hex);
+                    assert_eq!(world.hash(*toolkit), want);
+                    // Twice: the second answer is the memo's (so is the first, for a world equal to
+                    // one hashed before).
+                    for known in known.iter().chain(&known) {
+                        assert_eq!(world.hash_with(*toolkit, known), want, "{domain}: a hash from known texts");
+                    }
+                }
+            }
             let (mut same, mut differ) = (0, 0);
             for (i, (a, _)) in built.iter().enumerate() {
                 for (toolkit, dump) in toolkits.iter().zip(&dumps[i]) {
