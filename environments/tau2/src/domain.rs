@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parley_core::{Environment, Message, ModelClient, Task, ToolSpec};
 use serde_json::Value;
@@ -18,6 +18,7 @@ use crate::score::Judge;
 use crate::session::Tau2Environment;
 use crate::spec::TaskSpec;
 use crate::toolkit::{DomainState, Requestor};
+use crate::view::Known;
 
 /// The domains this crate implements.
 pub const DOMAINS: [&str; 4] = ["mock", "airline", "retail", "telecom"];
@@ -63,6 +64,15 @@ pub(crate) struct Shared {
     pub specs: HashMap<String, Arc<TaskSpec>>,
     pub solo: bool,
     pub judge: Option<Judge>,
+    /// The canonical texts of the base's records, written on the first hash of a session's
+    /// databases: every later hash writes only the records its session changed.
+    pub base_texts: OnceLock<Known>,
+}
+
+impl Shared {
+    pub fn base_texts(&self) -> &Known {
+        self.base_texts.get_or_init(|| Known::of(self.base.as_ref()))
+    }
 }
 
 pub struct Domain {
@@ -167,7 +177,8 @@ pub fn load(data_dir: &Path, name: &str, options: DomainOptions) -> Result<Domai
         client,
         model: options.judge_model.clone().unwrap_or_else(|| DEFAULT_JUDGE_MODEL.to_owned()),
     });
-    let shared = Shared { name: name.to_owned(), base, catalog, specs, solo: options.solo, judge };
+    let shared =
+        Shared { name: name.to_owned(), base, catalog, specs, solo: options.solo, judge, base_texts: OnceLock::new() };
     Ok(Domain {
         name: name.to_owned(),
         tasks,

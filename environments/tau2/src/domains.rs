@@ -17,6 +17,7 @@ use crate::args::Args;
 use crate::error::Tau2Error;
 use crate::pyjson::Py;
 use crate::toolkit::{DomainState, Requestor, ToolError, ToolResult};
+use crate::view::View;
 
 /// Loads a domain's initial world from its data folder.
 pub fn load_state(domain: &str, dir: &Path) -> Result<Box<dyn DomainState>, Tau2Error> {
@@ -44,6 +45,19 @@ pub trait Toolkits: Send + Sync + 'static {
     /// tau2's `Environment.sync_tools`.
     fn sync_tools(_state: &mut State<Self>) -> Result<(), ToolError> {
         Ok(())
+    }
+
+    /// The agent's database in the parts the scorer compares it by ([`View`]). By default one
+    /// part, compared by its whole dump; a domain whose tables are `OrderedMap`s names them, so
+    /// that the records a session left alone are skipped by pointer. The names are the fields'
+    /// names in the dump (a test checks that the parts make up the dump exactly).
+    fn view(db: &Self::Db) -> View<'_> {
+        View::Value(db)
+    }
+
+    /// The user's database, as [`Toolkits::view`].
+    fn user_view(db: &Self::UserDb) -> View<'_> {
+        View::Value(db)
     }
 
     /// tau2's class of the agent database and the user-database field its user tools read
@@ -90,6 +104,13 @@ impl<T: Toolkits> DomainState for State<T> {
         match toolkit {
             Requestor::Assistant => Some(Py::canonical(&self.db)),
             Requestor::User => self.user_db.as_ref().map(Py::canonical),
+        }
+    }
+
+    fn view(&self, toolkit: Requestor) -> Option<View<'_>> {
+        match toolkit {
+            Requestor::Assistant => Some(T::view(&self.db)),
+            Requestor::User => self.user_db.as_ref().map(T::user_view),
         }
     }
 

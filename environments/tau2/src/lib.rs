@@ -29,6 +29,7 @@ mod score;
 mod session;
 mod spec;
 mod toolkit;
+mod view;
 mod world;
 
 pub use domain::{DEFAULT_JUDGE_MODEL, DOMAINS, Domain, DomainCounts, DomainOptions, data_dir, load};

@@ -6,7 +6,8 @@
 //! changes a few entries at most, so a clone shares the entries (and each value) with the map it
 //! was cloned from; a map copies its entry list on its first change, and a value on its own
 //! first change. Thousands of sessions over one airline database (7 MB of JSON) then cost their
-//! changes, not a database each.
+//! changes, not a database each. The scorer relies on that sharing: two maps that hold a record
+//! at one address hold the same value ([`Table`], see [`crate::view`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -14,6 +15,8 @@ use std::sync::Arc;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use crate::view::{Record, Table};
 
 #[derive(Debug)]
 pub struct OrderedMap<V> {
@@ -164,6 +167,27 @@ impl<V: Serialize> Serialize for OrderedMap<V> {
             map.serialize_entry(k, &**v)?;
         }
         map.end()
+    }
+}
+
+/// The scorer's view: the entry list and each value are addressed by their `Arc`s, which a
+/// clone shares until it changes them.
+impl<V: Serialize> Table for OrderedMap<V> {
+    fn identity(&self) -> usize {
+        Arc::as_ptr(&self.entries).addr()
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn entry(&self, position: usize) -> (&str, Record<'_>) {
+        let (key, value) = &self.entries[position];
+        (key, Record { identity: Arc::as_ptr(value).addr(), value: &**value })
+    }
+
+    fn position(&self, key: &str) -> Option<usize> {
+        self.index.get(key).copied()
     }
 }
 

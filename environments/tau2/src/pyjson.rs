@@ -91,6 +91,12 @@ impl Py {
     }
 }
 
+/// A JSON string as the writer writes it: for an object's key, where the writer's caller puts
+/// the members together itself.
+pub(crate) fn write_key(key: &str, out: &mut String) {
+    write::write_str(key, out);
+}
+
 /// A sorted `serde_json::Value` written as `json.dumps(..., sort_keys=True)` writes it.
 pub fn canonical_value(value: &serde_json::Value) -> String {
     let mut out = String::new();

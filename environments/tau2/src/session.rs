@@ -61,7 +61,8 @@ impl Tau2Session {
     /// tau2's `get_db_hash` and `get_user_db_hash`: sha256 of each database's
     /// `json.dumps(model_dump(), sort_keys=True, default=str)` (`None` without a user database).
     pub fn db_hashes(&self) -> (Option<String>, Option<String>) {
-        (self.world.hash(Requestor::Assistant), self.world.hash(Requestor::User))
+        let known = self.shared.base_texts();
+        (self.world.hash_with(Requestor::Assistant, known), self.world.hash_with(Requestor::User, known))
     }
 
     /// The canonical text behind [`Tau2Session::db_hashes`], for diffing two states.

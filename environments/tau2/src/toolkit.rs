@@ -86,6 +86,10 @@ pub trait DomainState: Send + Sync {
     /// hashes, so the scorer compares these texts.
     fn canonical(&self, toolkit: Requestor) -> Option<String>;
 
+    /// The same database in parts, for comparing two states without their whole dumps (see
+    /// [`crate::view`]); `None` without that database.
+    fn view(&self, toolkit: Requestor) -> Option<crate::view::View<'_>>;
+
     /// What a user tool raises in tau2 once the user toolkit shares the agent's database (after
     /// an `agent_data` patch): an `AttributeError` for the first user-database field it reads.
     fn user_tool_on_agent_db(&self) -> ToolError;

@@ -15,7 +15,10 @@ use crate::compare::same_output;
 use crate::pyjson::Py;
 use crate::spec::{EnvAssertion, EnvCall, TaskSpec};
 use crate::toolkit::{DomainState, Out, Requestor, ToolError, ToolResult, to_content};
+use crate::view::{Known, View};
 
+/// A clone is cheap: it shares every record with the original until either changes it.
+#[derive(Clone)]
 pub struct World {
     pub state: Box<dyn DomainState>,
     pub catalog: Arc<Catalog>,
@@ -164,17 +167,38 @@ impl World {
         Ok(())
     }
 
-    /// tau2's `get_db_hash` (agent) or `get_user_db_hash` (user).
+    /// tau2's `get_db_hash` (agent) or `get_user_db_hash` (user), from the whole dump: what
+    /// [`World::hash_with`] must agree with.
+    #[cfg(test)]
     pub fn hash(&self, toolkit: Requestor) -> Option<String> {
         self.canonical(toolkit).map(|text| crate::hash::sha256_hex(&text))
     }
 
+    /// [`World::hash`] from what is known of the base this world came from: a state hashed
+    /// before is not hashed again, and otherwise only the records this world changed are
+    /// written (the digest still reads the whole text).
+    pub fn hash_with(&self, toolkit: Requestor, known: &Known) -> Option<String> {
+        let database = self.database(toolkit)?;
+        Some(known.hash(database, &self.state.view(database)?))
+    }
+
+    /// The parts of [`World::canonical`], to compare two worlds without their dumps.
+    pub fn view(&self, toolkit: Requestor) -> Option<View<'_>> {
+        self.state.view(self.database(toolkit)?)
+    }
+
     /// The text behind [`World::hash`].
     pub fn canonical(&self, toolkit: Requestor) -> Option<String> {
+        self.state.canonical(self.database(toolkit)?)
+    }
+
+    /// Which of the state's databases a toolkit's hash reads: none for the user's without a
+    /// user toolkit, the agent's once the user toolkit shares it.
+    fn database(&self, toolkit: Requestor) -> Option<Requestor> {
         match toolkit {
             Requestor::User if !self.catalog.has_user_toolkit() => None,
-            Requestor::User if self.user_db_is_agent_db => self.state.canonical(Requestor::Assistant),
-            toolkit => self.state.canonical(toolkit),
+            Requestor::User if self.user_db_is_agent_db => Some(Requestor::Assistant),
+            toolkit => Some(toolkit),
         }
     }
 }

@@ -7,6 +7,7 @@ mod tools;
 use crate::args::Args;
 use crate::domains::{State, Toolkits};
 use crate::toolkit::{Requestor, ToolResult};
+use crate::view::View;
 
 pub use model::FlightDb;
 
@@ -17,6 +18,14 @@ impl Toolkits for Airline {
     const AGENT_DB_CLASS: &'static str = "FlightDB";
     type Db = FlightDb;
     type UserDb = ();
+
+    fn view(db: &FlightDb) -> View<'_> {
+        View::Object(vec![
+            ("flights", View::Table(&db.flights)),
+            ("users", View::Table(&db.users)),
+            ("reservations", View::Table(&db.reservations)),
+        ])
+    }
 
     fn call(state: &mut State<Self>, toolkit: Requestor, name: &str, args: &Args) -> Option<ToolResult> {
         match toolkit {

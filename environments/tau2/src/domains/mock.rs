@@ -11,6 +11,7 @@ use crate::error::Tau2Error;
 use crate::ordered_map::OrderedMap;
 use crate::pyjson::Py;
 use crate::toolkit::{Out, Requestor, ToolError, ToolResult};
+use crate::view::View;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
@@ -112,6 +113,14 @@ impl Toolkits for Mock {
     const USER_DB_FIELD: &'static str = "notifications";
     type Db = MockDb;
     type UserDb = MockUserDb;
+
+    fn view(db: &MockDb) -> View<'_> {
+        View::Object(vec![("tasks", View::Table(&db.tasks)), ("users", View::Table(&db.users))])
+    }
+
+    fn user_view(db: &MockUserDb) -> View<'_> {
+        View::Object(vec![("notifications", View::Table(&db.notifications))])
+    }
 
     fn call(state: &mut State<Self>, toolkit: Requestor, name: &str, args: &Args) -> Option<ToolResult> {
         let db = &mut state.db;

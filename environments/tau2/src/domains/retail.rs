@@ -7,6 +7,7 @@ mod tools;
 use crate::args::Args;
 use crate::domains::{State, Toolkits};
 use crate::toolkit::{Requestor, ToolResult};
+use crate::view::View;
 
 pub use model::RetailDb;
 
@@ -17,6 +18,14 @@ impl Toolkits for Retail {
     const AGENT_DB_CLASS: &'static str = "RetailDB";
     type Db = RetailDb;
     type UserDb = ();
+
+    fn view(db: &RetailDb) -> View<'_> {
+        View::Object(vec![
+            ("products", View::Table(&db.products)),
+            ("users", View::Table(&db.users)),
+            ("orders", View::Table(&db.orders)),
+        ])
+    }
 
     fn call(state: &mut State<Self>, toolkit: Requestor, name: &str, args: &Args) -> Option<ToolResult> {
         match toolkit {

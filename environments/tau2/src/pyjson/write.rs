@@ -93,7 +93,7 @@ fn json_float(f: f64) -> String {
 
 /// JSON string with `ensure_ascii`: control characters and everything beyond ASCII as `\uXXXX`
 /// (astral characters as surrogate pairs), lowercase hex, as CPython writes them.
-fn write_str(s: &str, out: &mut String) {
+pub(super) fn write_str(s: &str, out: &mut String) {
     out.push('"');
     if s.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') {
         out.push_str(s);

@@ -8,6 +8,7 @@ use parley_core::Message;
 use serde_json::{Map, Value, json};
 
 use super::ScoreContext;
+use super::diff::Comparison;
 use crate::spec::Criteria;
 use crate::toolkit::Requestor;
 use crate::world::World;
@@ -40,8 +41,9 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
 
     let mut gold = World::new(ctx.base.clone_box(), ctx.catalog.clone(), false);
     gold.set_state(ctx.spec, &ctx.spec.history).map_err(|e| format!("building the gold state: {e}"))?;
-    // Before the gold actions, the gold world is the session's initial state.
-    let initial = [gold.canonical(Requestor::Assistant), gold.canonical(Requestor::User)];
+    // Before the gold actions, the gold world is the session's initial state (a clone shares
+    // every record with it, so keeping it costs nothing).
+    let initial = gold.clone();
     let mut failed = Vec::new();
     for action in criteria.actions.iter().flatten() {
         let Some(requestor) = Requestor::parse(&action.requestor) else { continue };
@@ -59,19 +61,18 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
         }
     }
 
-    // Each state's canonical text once (a few megabytes for airline): the match is theirs.
-    let final_dbs = [predicted.canonical(Requestor::Assistant), predicted.canonical(Requestor::User)];
-    let gold_dbs = [gold.canonical(Requestor::Assistant), gold.canonical(Requestor::User)];
-    let db_match = final_dbs == gold_dbs;
-    let diffs = |from: &[Option<String>; 2], to: &[Option<String>; 2]| {
-        json!({
-            "db": super::diff::between(from[0].as_deref(), to[0].as_deref()),
-            "user_db": super::diff::between(from[1].as_deref(), to[1].as_deref()),
-        })
+    // tau2 compares the hashes of the databases' dumps; the three worlds come from one base and
+    // share every record none of them changed, so only the others are written and compared.
+    let compare = |from: &World, to: &World| {
+        [Requestor::Assistant, Requestor::User]
+            .map(|toolkit| super::diff::compare(from.view(toolkit).as_ref(), to.view(toolkit).as_ref()))
     };
+    let diffs = |[db, user_db]: [Comparison; 2]| json!({"db": db.diff, "user_db": user_db.diff});
+    let to_gold = compare(&predicted, &gold);
+    let db_match = to_gold.iter().all(|c| c.same);
     let diff = json!({
-        "initial_to_final": diffs(&initial, &final_dbs),
-        "final_to_gold": if db_match { Value::Null } else { diffs(&final_dbs, &gold_dbs) },
+        "initial_to_final": diffs(compare(&initial, &predicted)),
+        "final_to_gold": if db_match { Value::Null } else { diffs(to_gold) },
     });
     let db_reward = if db_match { 1.0 } else { 0.0 };
     let db_check = json!({"db_match": db_match, "db_reward": db_reward});
