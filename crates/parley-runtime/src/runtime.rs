@@ -125,9 +125,12 @@ impl Runtime {
             None => environments.user.clone(),
         };
         let store = Arc::new(store);
-        let parties = Parties { agent, user, environment: environments.environment.clone(), store: store.clone() };
         let owner = Owner::new(lease());
-        let renewal = Renewal::new(store.clone(), owner.clone()).spawn(shutdown.clone());
+        let renewal = Renewal::new(store.clone(), owner.clone());
+        let leases = renewal.leases.clone();
+        let parties =
+            Parties { agent, user, environment: environments.environment.clone(), store: store.clone(), leases };
+        let renewal = renewal.spawn(shutdown.clone());
         Ok(Runtime { store, parties, base_url, system_prompt, owner, renewal, shutdown, environments, policy })
     }
 
