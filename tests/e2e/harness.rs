@@ -21,8 +21,13 @@ impl Stub {
 
     /// A stub on a given port (0 picks a free one).
     pub fn start_on(port: u16, args: &[&str]) -> Stub {
+        Stub::start_at("127.0.0.1", port, args)
+    }
+
+    /// A stub listening on `host` (an address of this machine) and `port` (0 picks a free one).
+    pub fn start_at(host: &str, port: u16, args: &[&str]) -> Stub {
         let mut child = Command::new(PARLEY)
-            .args(["stub", "--port", &port.to_string()])
+            .args(["stub", "--host", host, "--port", &port.to_string()])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -30,7 +35,7 @@ impl Stub {
             .expect("start parley stub");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("read the stub's address");
-        assert!(line.starts_with("http://127.0.0.1:"), "unexpected stub banner: {line}");
+        assert!(line.starts_with(&format!("http://{host}:")), "unexpected stub banner: {line}");
         Stub { child, url: line.trim().to_owned() }
     }
 

@@ -2,6 +2,7 @@
 //! with a real SQLite file (and, in `postgres`, a real PostgreSQL server).
 
 mod agreement;
+mod cluster;
 mod crash;
 mod deploy;
 mod durable;

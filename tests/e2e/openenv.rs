@@ -188,6 +188,7 @@ async fn run_in_process(
         user: Some(Arc::new(simulator_scripted::Scripted)),
         environment: domain.environment(),
         store: store.clone(),
+        leases: Default::default(),
     };
     let job =
         parley_engine::Job { id: claims[0], fence: Fence::UNCLAIMED, task, trial: 0, seed: spec.seed, prior: None };

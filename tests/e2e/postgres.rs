@@ -2,7 +2,8 @@
 //! on SQLite, every reading command (and the viewer) works on it, a detached run is finished by workers that
 //! share its sessions (each once, no model call asked twice), a killed worker's sessions are
 //! taken over when its leases run out, a worker paused past its leases has its commits refused,
-//! and a password in the URL is never printed or stored.
+//! and a password in the URL is never printed or stored. (`cluster` drives a run with three workers
+//! that fail as a cluster does: one killed, one stopped, one cut off from the database.)
 //!
 //! The server is the one `PARLEY_TEST_POSTGRES` names (`.ci/setup-postgres` starts one and
 //! prints its URL); each test works in a schema of its own, so tests run in parallel. Without a
@@ -26,15 +27,15 @@ type SessionRow = (i64, i64, i64, String, Option<String>, Option<f64>);
 
 /// A schema of its own on the test server, dropped by [`Pg::remove`] (a failed test leaves it
 /// behind, to look at).
-struct Pg {
+pub(crate) struct Pg {
     /// The URL the binary is given: the server's, with the schema as its search path.
-    url: String,
-    pool: PgPool,
+    pub(crate) url: String,
+    pub(crate) pool: PgPool,
     schema: String,
 }
 
 impl Pg {
-    async fn new() -> Option<Pg> {
+    pub(crate) async fn new() -> Option<Pg> {
         let required = std::env::var("PARLEY_REQUIRE_PEERS").is_ok_and(|v| v == "1");
         let how = "start one with `url=$(.ci/setup-postgres) && export PARLEY_TEST_POSTGRES=$url`";
         let base = match std::env::var("PARLEY_TEST_POSTGRES") {
@@ -71,7 +72,7 @@ impl Pg {
         Some(Pg { url, pool, schema })
     }
 
-    async fn remove(self) {
+    pub(crate) async fn remove(self) {
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.schema)))
             .execute(&self.pool)
             .await
@@ -81,7 +82,7 @@ impl Pg {
 
     /// Every session's outcome and transcript, keyed by (task, trial), as `crash::results`
     /// reads them from SQLite.
-    async fn results(&self) -> BTreeMap<(i64, i64), Outcome> {
+    pub(crate) async fn results(&self) -> BTreeMap<(i64, i64), Outcome> {
         let sessions: Vec<SessionRow> =
             sqlx::query_as("SELECT id, task_index, trial, status, termination, reward FROM sessions")
                 .fetch_all(&self.pool)
@@ -109,7 +110,7 @@ impl Pg {
             .unwrap_or(0)
     }
 
-    async fn wait_finished(&self, at_least: i64) {
+    pub(crate) async fn wait_finished(&self, at_least: i64) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.finished().await < at_least {
             assert!(Instant::now() < deadline, "the run did not get going");
@@ -118,7 +119,7 @@ impl Pg {
     }
 
     /// The stub's turn key of every model call recorded, as `crash::recorded_turns` gives them.
-    async fn recorded_turns(&self) -> Vec<String> {
+    pub(crate) async fn recorded_turns(&self) -> Vec<String> {
         let rows: Vec<(i64, i64, String, Option<String>)> =
             sqlx::query_as("SELECT session_id, seq, role, content FROM messages ORDER BY session_id, seq")
                 .fetch_all(&self.pool)
@@ -140,7 +141,7 @@ impl Pg {
 }
 
 /// `run_args` with the store at `db` and no rollout file named (a detached run writes none).
-fn detached_args<'a>(stub: &'a Stub, db: &'a str) -> Vec<&'a str> {
+pub(crate) fn detached_args<'a>(stub: &'a Stub, db: &'a str) -> Vec<&'a str> {
     let mut args = run_args(stub, db, "unused.jsonl");
     let out = args.iter().position(|a| *a == "--out").unwrap();
     args.drain(out..out + 2);
@@ -166,13 +167,13 @@ fn succeeded(mut child: Child, work: &Workdir, log: &str) -> String {
     stderr
 }
 
-fn ok(out: &Output) -> String {
+pub(crate) fn ok(out: &Output) -> String {
     assert!(out.status.success(), "{}", text(&out.stderr));
     text(&out.stdout)
 }
 
 /// The reference: the run on SQLite, never interrupted, against a stub of its own.
-fn reference_run() -> Workdir {
+pub(crate) fn reference_run() -> Workdir {
     let work = Workdir::new();
     write_tasks(&work);
     let stub = Stub::start(&["--latency-ms", "40"]);
@@ -187,13 +188,13 @@ fn sorted(rows: Vec<Value>) -> Vec<String> {
 }
 
 /// Turns the stub was asked more than once.
-fn repeated(stats: &Value) -> Vec<(String, u64)> {
+pub(crate) fn repeated(stats: &Value) -> Vec<(String, u64)> {
     let turns = stats["turns"].as_object().unwrap();
     turns.iter().filter(|(_, n)| n.as_u64().unwrap() > 1).map(|(k, n)| (k.clone(), n.as_u64().unwrap())).collect()
 }
 
 /// How many sessions a worker's log says it drove.
-fn drove(log: &str) -> u64 {
+pub(crate) fn drove(log: &str) -> u64 {
     let at = log.find(" drove ").unwrap_or_else(|| panic!("the worker says what it drove: {log}"));
     log[at + 7..].split_whitespace().next().unwrap().parse().unwrap()
 }

@@ -17,6 +17,7 @@ use parley_core::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::claims::Leases;
 use crate::schema;
 
 /// The parties every session of a run shares. Without a user, the agent's first text answer
@@ -28,6 +29,8 @@ pub struct Parties {
     pub user: Option<Arc<dyn UserSimulator>>,
     pub environment: Arc<dyn Environment>,
     pub store: Arc<dyn SessionStore>,
+    /// What the process knows of its claims' leases (the default: claims that always hold).
+    pub leases: Leases,
 }
 
 /// One session to run: a task and a trial, the claim it is driven under, and what an earlier
@@ -169,6 +172,8 @@ struct State<'a> {
     stopping: Option<UserStop>,
     /// Model-call attempts beyond the first.
     retries: u32,
+    /// The [`Leases::mark`] at which the session's claim was last known to hold.
+    mark: u64,
 }
 
 impl State<'_> {
@@ -283,6 +288,7 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         grace: limits.stop_grace,
         stopping: None,
         retries: 0,
+        mark: parties.leases.mark(),
     };
     for m in opening(parties.agent.system_prompt(), &task) {
         state.push(m, None, Party::Agent);
@@ -486,7 +492,7 @@ async fn agent_turn(
     let turn = {
         let messages = agent_view(&state.messages);
         let view = AgentView { task: state.task, messages: &messages, tools: env.tools(), seed: state.seed };
-        beside_commit(parties, state.claim, previous, parties.agent.act(view)).await?
+        beside_commit(parties, state.claim, previous, &mut state.mark, parties.agent.act(view)).await?
     };
     let message = match turn {
         Ok(turn) => {
@@ -538,7 +544,7 @@ async fn user_turn(
             tools: env.user_tools(),
             seed: state.seed,
         };
-        beside_commit(parties, state.claim, previous, user.respond(view)).await?
+        beside_commit(parties, state.claim, previous, &mut state.mark, user.respond(view)).await?
     };
     let turn = match turn {
         Ok(turn) => turn,
@@ -759,15 +765,29 @@ async fn commit(store: &dyn SessionStore, claim: Claim, turn: Option<TurnRecord>
 /// on the reply (runs its tools, records it, ends) only once every turn before it is durable, and
 /// the commit costs the session no time of its own. A crash before the commit lands loses that
 /// turn as it would lose the call in flight: neither was recorded, and resume asks again.
+///
+/// That holds while the session's claim surely holds ([`Leases::hold`]). When it may have run out
+/// (the process was paused, or cut off from the store, past its lease), another owner may have
+/// taken the session over and committed this very turn: the commit goes first then (an empty one
+/// when there is nothing to commit), and the call is made only once the store has taken it, under
+/// the session's claim.
 async fn beside_commit<T>(
     parties: &Parties,
     claim: Claim,
     previous: Option<TurnRecord>,
+    mark: &mut u64,
     call: impl Future<Output = T>,
 ) -> Result<T, Ended> {
-    let (reply, committed) = tokio::join!(call, commit(parties.store.as_ref(), claim, previous));
-    committed.map_err(Ended::commit_failed)?;
-    Ok(reply)
+    let store = parties.store.as_ref();
+    if parties.leases.hold(*mark) {
+        let (reply, committed) = tokio::join!(call, commit(store, claim, previous));
+        committed.map_err(Ended::commit_failed)?;
+        return Ok(reply);
+    }
+    let now = parties.leases.mark();
+    store.commit_turn(claim, previous.unwrap_or_default()).await.map_err(Ended::commit_failed)?;
+    *mark = now;
+    Ok(call.await)
 }
 
 impl SessionResult {

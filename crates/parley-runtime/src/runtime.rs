@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex};
 use agent_tool_calling::{ToolCallingAgent, ToolCallingConfig};
 use anyhow::Context;
 use futures::{Stream, StreamExt};
-use parley_core::{Agent, Owner, RunId, RunSpec, SessionSpec, SessionStore, UserSimulator, stable_seed};
-use parley_engine::{Job, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
+use parley_core::{
+    Agent, Claim, Owner, RunId, RunSpec, SessionSpec, SessionStore, StoreError, TurnRecord, UserSimulator, stable_seed,
+};
+use parley_engine::{Job, Leases, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
 use parley_llm::{ChatClient, EndpointConfig};
 use parley_store::{Store, Transcript};
 use tokio_util::sync::CancellationToken;
@@ -125,9 +127,12 @@ impl Runtime {
             None => environments.user.clone(),
         };
         let store = Arc::new(store);
-        let parties = Parties { agent, user, environment: environments.environment.clone(), store: store.clone() };
         let owner = Owner::new(lease());
-        let renewal = Renewal::new(store.clone(), owner.clone()).spawn(shutdown.clone());
+        let renewal = Renewal::new(store.clone(), owner.clone());
+        let leases = renewal.leases.clone();
+        let parties =
+            Parties { agent, user, environment: environments.environment.clone(), store: store.clone(), leases };
+        let renewal = renewal.spawn(shutdown.clone());
         Ok(Runtime { store, parties, base_url, system_prompt, owner, renewal, shutdown, environments, policy })
     }
 
@@ -223,6 +228,8 @@ impl Runtime {
             resumed,
             claim: (2 * settings.concurrency).clamp(CLAIM_PAGE.0, CLAIM_PAGE.1),
             page: Vec::new().into_iter(),
+            leases: self.parties.leases.clone(),
+            mark: 0,
             failed: failed.clone(),
         };
         let jobs = futures::stream::unfold(state, JobCursor::next).boxed();
@@ -301,6 +308,9 @@ struct JobCursor {
     /// Sessions claimed at once.
     claim: usize,
     page: std::vec::IntoIter<(parley_store::SessionRow, parley_core::Fence)>,
+    /// What the process knows of its claims, and its [`Leases::mark`] when the page was claimed.
+    leases: Leases,
+    mark: u64,
     failed: Arc<Mutex<Option<anyhow::Error>>>,
 }
 
@@ -320,18 +330,32 @@ impl JobCursor {
 
     /// The next session of this owner's: from the page it claimed last, or from a new claim.
     async fn job(&mut self) -> anyhow::Result<Option<Job>> {
-        let (session, fence) = match self.page.next() {
-            Some(next) => next,
-            None => {
-                let claimed = self.store.claim_sessions(self.run, &self.owner, self.claim).await?;
-                let ids: Vec<i64> = claimed.claims.iter().map(|c| c.session).collect();
-                let rows = self.store.sessions_by_id(&ids).await?;
-                let fences = claimed.claims.iter().map(|c| c.fence);
-                self.page = rows.into_iter().zip(fences).collect::<Vec<_>>().into_iter();
-                match self.page.next() {
-                    Some(next) => next,
-                    None => return Ok(None),
+        let (session, fence) = loop {
+            let (session, fence) = match self.page.next() {
+                Some(next) => next,
+                None => {
+                    self.mark = self.leases.mark();
+                    let claimed = self.store.claim_sessions(self.run, &self.owner, self.claim).await?;
+                    let ids: Vec<i64> = claimed.claims.iter().map(|c| c.session).collect();
+                    let rows = self.store.sessions_by_id(&ids).await?;
+                    let fences = claimed.claims.iter().map(|c| c.fence);
+                    self.page = rows.into_iter().zip(fences).collect::<Vec<_>>().into_iter();
+                    match self.page.next() {
+                        Some(next) => next,
+                        None => return Ok(None),
+                    }
                 }
+            };
+            if self.leases.hold(self.mark) {
+                break (session, fence);
+            }
+            // The page's claims may have run out since it was claimed (the process was paused, or
+            // cut off from the store), and another owner may have claimed any of its sessions: an
+            // empty commit, refused as fenced for those, says which are still this owner's.
+            match self.store.commit_turn(Claim { session: session.id, fence }, TurnRecord::default()).await {
+                Ok(()) => break (session, fence),
+                Err(StoreError::Fenced { .. }) => continue,
+                Err(e) => return Err(e.into()),
             }
         };
         let task = self.tasks.get(session.task_index as usize).await?;

@@ -24,6 +24,7 @@ pub fn observed(parties: &Parties, metrics: &Arc<Metrics>) -> Parties {
             .map(|inner| Arc::new(ObservedUser { inner, metrics: metrics.clone() }) as Arc<dyn UserSimulator>),
         environment: parties.environment.clone(),
         store: Arc::new(ObservedStore { inner: parties.store.clone(), metrics: metrics.clone() }),
+        leases: parties.leases.clone(),
     }
 }
 

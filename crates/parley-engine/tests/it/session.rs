@@ -24,6 +24,7 @@ fn setup(plays: Vec<Play>, store: MemoryStore, fail_open: bool) -> Setup {
         user: None,
         environment: Arc::new(Counter { fail_open }),
         store: store.clone(),
+        leases: Default::default(),
     };
     Setup { agent, store, parties }
 }
@@ -463,6 +464,64 @@ async fn a_session_under_its_current_claim_commits_as_before() {
     let r = run_session(&s.parties, Job { fence: Fence(3), ..job(1) }, &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::AgentStop);
     assert_eq!(s.store.finished.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_whose_claim_may_have_run_out_asks_the_store_before_the_model() {
+    // Leases of 30 s that were never renewed: 25 s on, another owner may have claimed the session
+    // and committed its turns. It has (at fence 2): the session learns so from its first commit,
+    // before any model call.
+    let plays = vec![Play::Call("add", r#"{"n": 1}"#), Play::Say("1")];
+    let store = MemoryStore::default();
+    store.fences.lock().unwrap().insert(1, Fence(2));
+    let mut s = setup(plays, store, false);
+    s.parties.leases = parley_engine::Leases::new(Duration::from_secs(30));
+    tokio::time::advance(Duration::from_secs(25)).await;
+    let r = run_session(&s.parties, Job { fence: Fence(1), ..job(1) }, &Limits::default(), &Stop::default()).await;
+    assert_eq!(r.outcome.termination, Termination::Cancelled);
+    assert!(r.outcome.error.as_deref().unwrap_or_default().contains("claimed by another owner"), "{r:?}");
+    assert!(s.agent.seen.lock().unwrap().is_empty(), "no model call under a claim taken over");
+    assert!(s.store.turns.lock().unwrap().is_empty() && s.store.finished.lock().unwrap().is_empty());
+
+    // Under a claim that still holds, the session plays as ever, each turn committed before the
+    // next call.
+    let plays = vec![Play::Call("add", r#"{"n": 1}"#), Play::Say("1")];
+    let mut s = setup(plays, MemoryStore::default(), false);
+    s.parties.leases = parley_engine::Leases::new(Duration::from_secs(30));
+    tokio::time::advance(Duration::from_secs(25)).await;
+    let r = run_session(&s.parties, Job { fence: Fence(1), ..job(1) }, &Limits::default(), &Stop::default()).await;
+    assert_eq!(r.outcome.termination, Termination::AgentStop);
+    assert_eq!(s.agent.seen.lock().unwrap().len(), 2);
+    assert_eq!(s.store.messages(1), r.transcript, "every message is committed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_comes_past_the_lease_tells_the_sessions_their_claims_may_have_run_out() {
+    let store = Arc::new(MemoryStore::default());
+    let renewal = parley_engine::Renewal::new(store.clone(), parley_core::Owner::new(Duration::from_secs(30)));
+    let leases = renewal.leases.clone();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = renewal.spawn(shutdown.clone());
+    let mark = leases.mark();
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    assert!(leases.hold(mark), "renewed every 10 s, the claims hold");
+    // The process stands still for 40 s (stopped, or cut off from its store): then the renewal due
+    // at 40 s comes at 75 s. The claims may have run out meanwhile, and a mark taken before says
+    // so after the renewal too; a mark taken after it holds.
+    tokio::time::advance(Duration::from_secs(40)).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(*store.renewals.lock().unwrap(), 4);
+    assert!(!leases.hold(mark), "the claims may have been taken over");
+    assert_eq!(leases.mark(), mark + 1);
+    assert!(leases.hold(leases.mark()));
+    // Without the renewal, the claims are in doubt again 20 s (two thirds of a lease) later.
+    shutdown.cancel();
+    task.await.unwrap();
+    let mark = leases.mark();
+    tokio::time::sleep(Duration::from_secs(19)).await;
+    assert!(leases.hold(mark));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!leases.hold(mark));
 }
 
 #[tokio::test(start_paused = true)]

@@ -24,6 +24,7 @@ fn talk(plays: Vec<Play>, lines: Vec<Line>) -> Talk {
         user: Some(user.clone()),
         environment: Arc::new(Counter { fail_open: false }),
         store: store.clone(),
+        leases: Default::default(),
     };
     Talk { agent, user, store, parties }
 }

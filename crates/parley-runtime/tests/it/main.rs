@@ -53,3 +53,34 @@ async fn a_run_is_recorded_in_batches_and_driven_from_the_store_once() {
     assert_eq!(order, [(0, 0), (0, 1), (1, 0), (1, 1)]);
     runtime.stop().await.unwrap();
 }
+
+/// A page of sessions claimed before the process's claims may have run out is checked before
+/// its sessions are driven: a session another owner has claimed since is left to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_claimed_before_the_claims_may_have_run_out_gives_only_the_sessions_still_held() {
+    use parley_core::SessionStore;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("parley.db");
+    let settings = settings(&db, 20, 1);
+    let store = SqliteStore::open(&db, StoreOptions::default()).await.unwrap();
+    let mut runtime = Runtime::start(&settings, store).await.unwrap();
+    let (source, _) = TaskSource::from_settings(&settings).unwrap();
+    let run = runtime.create_run(&settings, source).await.unwrap().run;
+    // Claims never renewed, of a lease so short that they are in doubt at once.
+    runtime.parties.leases = parley_engine::Leases::new(std::time::Duration::from_millis(1));
+    let mut pending = runtime.pending(&settings, run, false).await.unwrap();
+    let mut jobs = pending.take_jobs();
+    let first = jobs.next().await.unwrap();
+    // The page's leases run out, and another owner claims the first two sessions of the run.
+    runtime.store.expire_owner(run, &runtime.owner.id).await.unwrap();
+    let other = parley_core::Owner::new(std::time::Duration::from_secs(30));
+    let taken = runtime.store.claim_sessions(run, &other, 2).await.unwrap().claims;
+    let taken: Vec<i64> = taken.iter().map(|c| c.session).collect();
+    assert_eq!(taken, [first.id, first.id + 1]);
+    // This process renews what it still holds, as its renewal does once it runs again.
+    runtime.store.renew_claims(&runtime.owner).await.unwrap();
+    let rest: Vec<i64> = jobs.map(|job| job.id).collect().await;
+    assert!(pending.error().is_none());
+    assert_eq!(rest, (first.id + 2..first.id + 20).collect::<Vec<_>>(), "every session but those taken, once");
+    runtime.stop().await.unwrap();
+}
