@@ -359,7 +359,8 @@ def plan(quick):
                 "parley": [(1, 10), (16, 64), (256, 512)],
                 "added": {"concurrency": 64, "latency_ms": 50, "calls": 256, "rollouts": 128},
             },
-            "openenv": {"levels": [(1, 3), (16, 2)], "in_process_trials": 1},
+            "openenv": {"levels": [(1, 3), (16, 2)], "in_process_trials": 1, "think_ms": 50,
+                        "paced_levels": [(1, 1), (16, 1)]},
             "workers": {"tasks": 20, "trials": 5, "concurrency": 16, "counts": [1, 2],
                         "takeover": {"sessions": 60, "concurrency": 8, "latency_ms": 50, "lease_s": 2}},
         }
@@ -383,7 +384,10 @@ def plan(quick):
             "added": {"concurrency": 256, "latency_ms": 100, "calls": 10_000, "rollouts": 5000},
         },
         # OpenEnv over WebSocket on tau2 airline: (sessions at once, episodes each).
-        "openenv": {"levels": [(1, 50), (64, 4), (1024, 1)], "in_process_trials": 8},
+        # Flat out (each session steps as soon as it is answered: what the stack can take), then
+        # with the trainer thinking a second a step on average, as a policy generating its action.
+        "openenv": {"levels": [(1, 50), (64, 4), (1024, 1)], "in_process_trials": 8, "think_ms": 1000,
+                    "paced_levels": [(1, 5), (64, 1), (1024, 1)]},
         # Workers on PostgreSQL: a run of tasks x trials, each process at `concurrency`.
         "workers": {"tasks": 200, "trials": 25, "concurrency": 256, "counts": [1, 2, 4],
                     "takeover": {"sessions": 2000, "concurrency": 64, "latency_ms": 50, "lease_s": 5}},
@@ -953,9 +957,10 @@ def openenv(parley, load_bin, work, p):
     user = Stub(parley, work, "stub-user", "--threads", 1)
     levels = []
     try:
-        for sessions, episodes in o["levels"]:
-            db = work / f"openenv-{sessions}.db"
-            log = open(work / f"openenv-{sessions}.log", "w")
+        for (sessions, episodes), think in [(level, 0) for level in o["levels"]] + [(level, o["think_ms"]) for level in o["paced_levels"]]:
+            name = f"openenv-{sessions}" + (f"-think{think}" if think else "")
+            db = work / f"{name}.db"
+            log = open(work / f"{name}.log", "w")
             serve = subprocess.Popen(
                 [parley, "serve", "--env", "tau2:airline", "--data-dir", data, "--user", "llm",
                  "--user-base-url", user.url, "--listen", "127.0.0.1:0", "--db", db,
@@ -967,8 +972,9 @@ def openenv(parley, load_bin, work, p):
                 if not url.startswith("http://"):
                     raise SystemExit(f"bench: parley serve did not start; see {log.name}")
                 m = measured(
-                    [load_bin, "openenv", url.replace("http://", "ws://") + "/ws", str(sessions), str(episodes), "50"],
-                    cwd=work, watch=[serve.pid, user.proc.pid], log=work / f"openenv-load-{sessions}.log",
+                    [load_bin, "openenv", url.replace("http://", "ws://") + "/ws", str(sessions), str(episodes), "50",
+                     str(think)],
+                    cwd=work, watch=[serve.pid, user.proc.pid], log=work / f"{name}-load.log",
                 )
             finally:
                 serve.terminate()
@@ -985,8 +991,9 @@ def openenv(parley, load_bin, work, p):
             text_steps = sorted(t * 1e3 for t, kind in out["steps"] if kind == "text")
             n = len(out["steps"])
             row = {
-                "system": "Parley serve, OpenEnv /ws",
+                "system": "Parley serve, OpenEnv /ws" + (f", trainer thinks {think} ms a step" if think else ", flat out"),
                 "concurrency": sessions,
+                "think_ms": think,
                 "rollouts": sessions * episodes,
                 "steps": n,
                 "steps_per_s": n / out["wall_s"],
@@ -1001,7 +1008,7 @@ def openenv(parley, load_bin, work, p):
                 "added_text_step_p99_ms": percentile(text_steps, 0.99) - percentile(users, 0.99),
             }
             levels.append(row)
-            print(f"openenv {sessions} sessions: {row['steps_per_s']:.0f} steps/s, added per tool step "
+            print(f"openenv {sessions} sessions (think {think} ms): {row['steps_per_s']:.0f} steps/s, added per tool step "
                   f"p50 {row['added_tool_step_p50_ms']:.3f} ms p99 {row['added_tool_step_p99_ms']:.3f} ms",
                   file=sys.stderr, flush=True)
         # The same environment and user, driven in-process.
@@ -1019,12 +1026,13 @@ def openenv(parley, load_bin, work, p):
                       "rollouts": row["rollouts"], "steps": steps, "steps_per_s": steps / row["elapsed_s"]}
     finally:
         user.stop()
-    top_row = max(levels, key=lambda r: r["concurrency"])
+    paced = max((r for r in levels if r["think_ms"]), key=lambda r: r["concurrency"])
     return {
         "levels": levels,
         "in_process": in_process,
         "targets": {
-            f"< 1 ms p99 added per step at {top_row['concurrency']} sessions": top_row["added_tool_step_p99_ms"] < 1.0,
+            f"< 1 ms p99 added per step at {paced['concurrency']} sessions (the trainer thinking {paced['think_ms']} ms "
+            "a step)": paced["added_tool_step_p99_ms"] < 1.0,
         },
     }
 
@@ -1033,7 +1041,7 @@ def report_openenv(o):
     print("OpenEnv over WebSocket, tau2 airline, the stub as the user: steps/s, stack CPU per step, and the time")
     print("Parley adds to a step (a tool step less the tool's run; a text step less the user's model call)")
     for r in o["levels"]:
-        print(f"  {r['concurrency']:>5} sessions  {r['steps']:>6} steps  {r['steps_per_s']:>8.0f} steps/s  "
+        print(f"  {r['concurrency']:>5} sessions {'think ' + str(r['think_ms']) + ' ms' if r['think_ms'] else 'flat out':>14}  {r['steps']:>6} steps  {r['steps_per_s']:>8.0f} steps/s  "
               f"{r['stack_cpu_ms_per_step']:.2f} ms CPU/step  +tool step p50 {r['added_tool_step_p50_ms']:.3f} "
               f"p99 {r['added_tool_step_p99_ms']:.3f} ms  +text step p50 {r['added_text_step_p50_ms']:.3f} "
               f"p99 {r['added_text_step_p99_ms']:.3f} ms")

@@ -6,12 +6,14 @@
 //! body, as NeMo RL's collection does): the wall seconds, the count of each status, and per
 //! request its latency, the session that answered it (`_parley_session`) and its reward.
 //!
-//!     parley-bench-load openenv WS_URL SESSIONS EPISODES TASKS
+//!     parley-bench-load openenv WS_URL SESSIONS EPISODES TASKS [THINK_MS]
 //!
 //! holds SESSIONS OpenEnv WebSocket connections at once, each playing EPISODES episodes (task
 //! `k % TASKS`): two tool calls (`calculate`, run by the environment alone), then a text to the
 //! simulated user, and again, until the episode is done. Per step its latency and kind (`tool`
-//! or `text`), and the wall seconds.
+//! or `text`), and the wall seconds. With THINK_MS, each session thinks before each step, as a
+//! trainer's policy generates its action: THINK_MS on average, spread evenly over half to one and
+//! a half times that (so that sessions do not step in lockstep); without it, they step at once.
 //!
 //! A client of its own in Rust, so that its cost stays small beside the servers measured.
 
@@ -101,8 +103,10 @@ fn action(step: usize) -> Value {
 }
 
 async fn openenv(args: &[String]) -> anyhow::Result<()> {
-    let [url, sessions, episodes, tasks] = args else {
-        bail!("usage: parley-bench-load openenv WS_URL SESSIONS EPISODES TASKS");
+    let (url, sessions, episodes, tasks, think_ms) = match args {
+        [url, sessions, episodes, tasks] => (url, sessions, episodes, tasks, 0.0),
+        [url, sessions, episodes, tasks, think] => (url, sessions, episodes, tasks, think.parse().context("THINK_MS")?),
+        _ => bail!("usage: parley-bench-load openenv WS_URL SESSIONS EPISODES TASKS [THINK_MS]"),
     };
     let sessions: usize = sessions.parse().context("SESSIONS")?;
     let episodes: usize = episodes.parse().context("EPISODES")?;
@@ -131,6 +135,10 @@ async fn openenv(args: &[String]) -> anyhow::Result<()> {
                     bail!("reset answered {answer}");
                 }
                 for step in 0..60 {
+                    if think_ms > 0.0 {
+                        let spread = 0.5 + unit((k * 1_000 + episode) as u64 * 64 + step as u64);
+                        tokio::time::sleep(std::time::Duration::from_secs_f64(think_ms * spread / 1e3)).await;
+                    }
                     let asked = Instant::now();
                     let answer = exchange(json!({"type": "step", "data": action(step)})).await?;
                     let kind = if step % 3 == 2 { "text" } else { "tool" };
@@ -159,4 +167,12 @@ async fn openenv(args: &[String]) -> anyhow::Result<()> {
     }
     println!("{}", json!({"wall_s": wall, "steps": steps, "errors": errors}));
     Ok(())
+}
+
+/// A number in [0, 1) fixed by `n` (splitmix64): the same think times in every run.
+fn unit(n: u64) -> f64 {
+    let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as f64 / (u64::MAX as f64 + 1.0)
 }
