@@ -743,8 +743,8 @@ class Postgres:
 def workers(parley, work, p):
     """Parley on many machines, here on one: a detached run on PostgreSQL driven by 1, 2 and 4
     `parley worker` processes, beside the same run on SQLite by one `parley run`, against the
-    same stub and task rows. Per row: rollouts/s (from the first worker's start to the last
-    one's exit), Parley's CPU per rollout (every parley process, the detached run's recording
+    same stub and task rows. Per row: rollouts/s (over the sessions phase, the first session's
+    start to the last one's end, as `parley run` reports its own), Parley's CPU per rollout (every parley process, the detached run's recording
     included), PostgreSQL's own CPU per rollout, and their sum against SQLite's. Then takeover:
     two workers, one of them (on "another machine", so only its leases speak for it) killed
     with SIGKILL mid-run; how long each of its sessions waits before the other claims it,
@@ -805,24 +805,23 @@ def workers(parley, work, p):
         }
 
     try:
+        # SQLite first, then each PostgreSQL row, on the same stub.
+        stub_before = tree_cpu(stub.proc.pid)
+        row = parley_run(parley, work, "workers-sqlite", run_args, watch=[])
+        rows.append({
+            "system": "Parley, SQLite, one process",
+            "store": "sqlite",
+            "workers": 1,
+            "concurrency": w["concurrency"],
+            "rollouts": row["rollouts"],
+            "rollouts_per_s": row["rollouts_per_s"],
+            "wall_s": row["rollouts"] / row["rollouts_per_s_wall"],
+            "parley_cpu_ms": row["orchestrator_cpu_ms"],
+            "postgres_cpu_ms": 0.0,
+            "stub_cpu_ms": (tree_cpu(stub.proc.pid) - stub_before) * 1e3 / row["rollouts"],
+        })
+        show_workers(rows[-1])
         for count in w["counts"]:
-            if count == w["counts"][0]:
-                # SQLite first, then each PostgreSQL row, on the same stub.
-                stub_before = tree_cpu(stub.proc.pid)
-                row = parley_run(parley, work, "workers-sqlite", run_args, watch=[])
-                rows.append({
-                    "system": "Parley, SQLite, one process",
-                    "store": "sqlite",
-                    "workers": 1,
-                    "concurrency": w["concurrency"],
-                    "rollouts": row["rollouts"],
-                    "rollouts_per_s": row["rollouts_per_s"],
-                    "wall_s": row["rollouts"] / row["rollouts_per_s_wall"],
-                    "parley_cpu_ms": row["orchestrator_cpu_ms"],
-                    "postgres_cpu_ms": 0.0,
-                    "stub_cpu_ms": (tree_cpu(stub.proc.pid) - stub_before) * 1e3 / row["rollouts"],
-                })
-                show_workers(rows[-1])
             rows.append(pg_row(count))
             show_workers(rows[-1])
         takeover = takeover_after_kill(parley, work, pg, w)
@@ -919,16 +918,16 @@ WORKER_COLUMNS = [
 
 
 def show_workers(row):
-    print("  ".join(cell(row, k, f, w) for k, f, w in WORKER_COLUMNS), file=sys.stderr, flush=True)
+    print(line(row, WORKER_COLUMNS), file=sys.stderr, flush=True)
 
 
 def report_workers(wk):
     print("Many workers on one PostgreSQL (on this one machine), beside SQLite: CPU ms per rollout of Parley's")
     print("processes, of the PostgreSQL server, their sum, that sum against SQLite's, and the stub's")
     heads = ["system", "c", "n", "rollouts/s", "parley ms", "pg ms", "sum ms", "vs SQLite", "stub ms"]
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, (_, _, w)) in enumerate(zip(heads, WORKER_COLUMNS))))
+    print(heading(heads, WORKER_COLUMNS))
     for row in wk["rows"]:
-        print("  ".join(cell(row, k, f, w) for k, f, w in WORKER_COLUMNS))
+        print(line(row, WORKER_COLUMNS))
     t = wk["takeover"]
     print(f"takeover: a worker killed with {t['sessions_held_at_kill']} sessions held; another took them "
           f"{t['min_wait_s']:.2f} to {t['max_wait_s']:.2f} s after the kill (p50 {t['p50_wait_s']:.2f} s), "
@@ -1066,16 +1065,15 @@ SERVICE_COLUMNS = [
 
 
 def show_service(row):
-    print("  ".join(cell(row, k, f, w) for k, f, w in SERVICE_COLUMNS), file=sys.stderr, flush=True)
+    print(line(row, SERVICE_COLUMNS), file=sys.stderr, flush=True)
 
 
 def report_service(service, header=True):
     if header:
         heads = ["system", "c", "n", "rollouts/s", "vs Gym", "stack ms", "client ms", "p50 ms", "p99 ms"]
-        print("  ".join(h.ljust(w) if i == 0 else h.rjust(w)
-                        for i, (h, (_, _, w)) in enumerate(zip(heads, SERVICE_COLUMNS))))
+        print(heading(heads, SERVICE_COLUMNS))
     for row in service["levels"]:
-        print("  ".join(cell(row, k, f, w) for k, f, w in SERVICE_COLUMNS))
+        print(line(row, SERVICE_COLUMNS))
     a = service["added"]
     print(f"at c = {a['concurrency']} against a {a['latency_ms']} ms model: a rollout's latency per model call "
           f"p50 {a['per_call_p50_ms']:.2f} ms, p99 {a['per_call_p99_ms']:.2f} ms; a direct call "
@@ -1286,15 +1284,25 @@ def cell(row, key, fmt, width):
     return text.ljust(width) if key == "system" else text.rjust(width)
 
 
+def line(row, columns):
+    """One row of a table: each column's cell, formatted and aligned."""
+    return "  ".join(cell(row, k, f, w) for k, f, w in columns)
+
+
+def heading(heads, columns):
+    """A table's header: the first column's title to the left, the others to the right."""
+    return "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, (_, _, w)) in enumerate(zip(heads, columns)))
+
+
 def show(row):
-    print("  ".join(cell(row, k, f, w) for k, f, w in COLUMNS if k != "x_nemo_gym_best"), file=sys.stderr, flush=True)
+    print(line(row, [c for c in COLUMNS if c[0] != "x_nemo_gym_best"]), file=sys.stderr, flush=True)
 
 
 def report(results):
     print()
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, (_, _, w)) in enumerate(zip(HEADERS, COLUMNS))))
+    print(heading(HEADERS, COLUMNS))
     for row in all_rows(results):
-        print("  ".join(cell(row, k, f, w) for k, f, w in COLUMNS))
+        print(line(row, COLUMNS))
     s = results["summary"]
     print()
     print("rollouts/s: NeMo Gym's collection window (first dispatch to last completion) and Parley's sessions")
@@ -1333,8 +1341,8 @@ def report_stream(results, *, header=True):
     st = results["stream"]
     if header:
         print()
-        print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, (_, _, w)) in enumerate(zip(HEADERS, COLUMNS))))
-        print("  ".join(cell(st, k, f, w) for k, f, w in COLUMNS))
+        print(heading(HEADERS, COLUMNS))
+        print(line(st, COLUMNS))
     print(f"{st['rollouts']:,} generated tasks at c = {st['concurrency']}: peak RSS {st['peak_rss_mib']:.0f} MiB, "
           f"{st['rollouts_per_s']:.0f} rollouts/s, database {st['db_mib']:.0f} MiB")
 
