@@ -2,6 +2,7 @@
 //! scheduler → results. Every front end starts its sessions here, so a session is driven the
 //! same way whoever asked for it.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -9,7 +10,8 @@ use agent_tool_calling::{ToolCallingAgent, ToolCallingConfig};
 use anyhow::Context;
 use futures::{Stream, StreamExt};
 use parley_core::{
-    Agent, Claim, Owner, RunId, RunSpec, SessionSpec, SessionStore, StoreError, TurnRecord, UserSimulator, stable_seed,
+    Agent, Claim, Owner, RunId, RunSpec, SessionId, SessionSpec, SessionStore, StoreError, TurnRecord, UserSimulator,
+    stable_seed,
 };
 use parley_engine::{Job, Leases, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
 use parley_llm::{ChatClient, EndpointConfig};
@@ -228,6 +230,7 @@ impl Runtime {
             resumed,
             claim: (2 * settings.concurrency).clamp(CLAIM_PAGE.0, CLAIM_PAGE.1),
             page: Vec::new().into_iter(),
+            stored: HashSet::new(),
             leases: self.parties.leases.clone(),
             mark: 0,
             failed: failed.clone(),
@@ -308,6 +311,9 @@ struct JobCursor {
     /// Sessions claimed at once.
     claim: usize,
     page: std::vec::IntoIter<(parley_store::SessionRow, parley_core::Fence)>,
+    /// The page's sessions with committed turns (read only when `resumed`): the others start
+    /// afresh without reading a transcript.
+    stored: HashSet<SessionId>,
     /// What the process knows of its claims, and its [`Leases::mark`] when the page was claimed.
     leases: Leases,
     mark: u64,
@@ -338,6 +344,11 @@ impl JobCursor {
                     let claimed = self.store.claim_sessions(self.run, &self.owner, self.claim).await?;
                     let ids: Vec<i64> = claimed.claims.iter().map(|c| c.session).collect();
                     let rows = self.store.sessions_by_id(&ids).await?;
+                    // Read under this page's claims: no other owner writes these sessions'
+                    // turns while they hold, and a page whose claims lapse is checked below.
+                    if self.resumed {
+                        self.stored = self.store.sessions_with_turns(&ids).await?;
+                    }
                     let fences = claimed.claims.iter().map(|c| c.fence);
                     self.page = rows.into_iter().zip(fences).collect::<Vec<_>>().into_iter();
                     match self.page.next() {
@@ -359,7 +370,12 @@ impl JobCursor {
             }
         };
         let task = self.tasks.get(session.task_index as usize).await?;
-        let prior = if self.resumed { Some(prior(self.store.transcript(session.id).await?)) } else { None };
+        let prior = match (self.resumed, self.stored.contains(&session.id)) {
+            (false, _) => None,
+            (true, true) => Some(prior(self.store.transcript(session.id).await?)),
+            // Nothing committed: what reading its transcript would give.
+            (true, false) => Some(prior(Transcript::default())),
+        };
         Ok(Some(Job { id: session.id, fence, task, trial: session.trial as u32, seed: session.seed as u64, prior }))
     }
 }

@@ -1,6 +1,7 @@
 //! [`Store`]: the store a `--db` names, SQLite or PostgreSQL, as one type for every front end.
 //! Each method is the backend's own, delegated; both give the same types back.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -72,6 +73,9 @@ impl Store {
         fn sessions_page_checked(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRead>, StoreError>;
         /// The sessions with these ids, in id order (those that exist).
         fn sessions_by_id(&self, ids: &[i64]) -> Result<Vec<SessionRow>, StoreError>;
+        /// Those of these sessions with anything committed (a message, a tool call or a model
+        /// call): the others have no transcript to read.
+        fn sessions_with_turns(&self, ids: &[i64]) -> Result<HashSet<SessionId>, StoreError>;
         /// How many sessions the run has, and how many of them are finished.
         fn session_counts(&self, run: RunId) -> Result<(u64, u64), StoreError>;
         /// The run's sessions as its metrics see them.

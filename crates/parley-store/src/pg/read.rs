@@ -2,7 +2,9 @@
 //! `read` gives: pages of sessions (by id, by run), counts, token totals, latencies and the
 //! training metrics' session shapes.
 
-use parley_core::{RunId, StoreError};
+use std::collections::HashSet;
+
+use parley_core::{RunId, SessionId, StoreError};
 
 use super::PgStore;
 use crate::{RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
@@ -19,6 +21,23 @@ impl PgStore {
     ) -> Result<Vec<SessionRead>, StoreError> {
         let page = self.sessions_page(run, after, limit).await?;
         Ok(page.into_iter().map(|row| SessionRead { id: row.id, row: Ok(row) }).collect())
+    }
+
+    /// Those of these sessions with anything committed (a message, a tool call or a model
+    /// call): the others have no transcript to read. One query for a page of claimed sessions,
+    /// where reading each transcript would be three round trips.
+    pub async fn sessions_with_turns(&self, ids: &[i64]) -> Result<HashSet<SessionId>, StoreError> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT id FROM UNNEST($1::bigint[]) AS ids (id)
+             WHERE EXISTS (SELECT 1 FROM messages WHERE session_id = ids.id)
+                OR EXISTS (SELECT 1 FROM tool_calls WHERE session_id = ids.id)
+                OR EXISTS (SELECT 1 FROM model_calls WHERE session_id = ids.id)",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.error(&format!("reading which of {} sessions have turns (table `messages`)", ids.len())))?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
     /// The sessions with these ids, in id order (those that exist).

@@ -378,6 +378,10 @@ pub async fn a_fork_shares_its_prefix_and_failed_sessions_reopen(db: &Db) {
     assert_eq!(forked.messages, source.messages[..1]);
     assert_eq!(forked.calls, source.calls.iter().filter(|c| c.seq < 1).cloned().collect::<Vec<_>>());
     assert!(forked.tool_calls.is_empty());
+    // Which sessions have a transcript to read: the one with a turn and its fork, not the one
+    // without, nor an id no session has.
+    let stored = store.sessions_with_turns(&[ids[0], ids[1], fork, fork + 1000]).await.unwrap();
+    assert_eq!(stored, [ids[0], fork].into_iter().collect());
     let row = &store.sessions_by_id(&[fork]).await.unwrap()[0];
     assert_eq!((row.trial, row.status.as_str()), (2, "pending"), "the fork is its task's next trial");
     assert_eq!(store.run_of(fork).await.unwrap(), run);
