@@ -357,10 +357,10 @@ def plan(quick):
             "service": {
                 "gym": [(1, 5), (16, 32)],
                 "parley": [(1, 10), (16, 64), (256, 512)],
-                "added": {"concurrency": 64, "latency_ms": 50, "calls": 256, "rollouts": 128},
+                "added": {"concurrency": 64, "latency_ms": 50, "spread_ms": 50, "calls": 256, "rollouts": 128},
             },
             "openenv": {"levels": [(1, 3), (16, 2)], "in_process_trials": 1, "think_ms": 50,
-                        "paced_levels": [(1, 1), (16, 1)]},
+                        "paced_levels": [(1, 2), (16, 2)]},
             "workers": {"tasks": 20, "trials": 5, "concurrency": 16, "counts": [1, 2],
                         "takeover": {"sessions": 60, "concurrency": 8, "latency_ms": 50, "lease_s": 2}},
         }
@@ -381,13 +381,16 @@ def plan(quick):
         "service": {
             "gym": [(1, 100), (16, 800), (256, 2000)],
             "parley": [(1, 1000), (16, 10_000), (256, 20_000)],
-            "added": {"concurrency": 256, "latency_ms": 100, "calls": 10_000, "rollouts": 5000},
+            # A policy that takes its time, as one writing a turn does: 1 s a call on average, each
+            # call 0.5 to 1.5 s (a fixed latency keeps every session in step with the others, so
+            # that all of them wake at the same instant, which no real model does).
+            "added": {"concurrency": 256, "latency_ms": 1000, "spread_ms": 1000, "calls": 5120, "rollouts": 3000},
         },
         # OpenEnv over WebSocket on tau2 airline: (sessions at once, episodes each).
         # Flat out (each session steps as soon as it is answered: what the stack can take), then
         # with the trainer thinking a second a step on average, as a policy generating its action.
         "openenv": {"levels": [(1, 50), (64, 4), (1024, 1)], "in_process_trials": 8, "think_ms": 1000,
-                    "paced_levels": [(1, 5), (64, 1), (1024, 1)]},
+                    "paced_levels": [(1, 5), (64, 2), (1024, 2)]},
         # Workers on PostgreSQL: a run of tasks x trials, each process at `concurrency`.
         "workers": {"tasks": 200, "trials": 25, "concurrency": 256, "counts": [1, 2, 4],
                     "takeover": {"sessions": 2000, "concurrency": 64, "latency_ms": 50, "lease_s": 5}},
@@ -553,9 +556,12 @@ def service(parley, load_bin, work, p, stub, gym, tasks):
     and the stub; the client is the trainer's side and is reported apart).
 
     Then the time Parley adds to each model call, where the model sets the pace: a stub that
-    answers after a fixed latency, called directly by the same client at the same concurrency,
-    and through `parley serve`. Added per call, at p50 and p99: a rollout's `/run` latency over its
-    model calls, less a direct call, percentile by percentile."""
+    answers after a latency drawn around a mean (`--latency-spread-ms`), called directly by the
+    same client at the same concurrency, and through `parley serve`. Added per call, at p50 and
+    p99: the session's own time (its duration less its model calls as Parley's client timed
+    them) per model call; beside it, a rollout's `/run` latency per model call against a direct
+    call, and what `/run` adds around the session. The first wave of rollouts (one per slot, all
+    sent at once) is reported apart from the rest."""
     python = ROOT / ".venv-nemo-gym/bin/python"
     gym.wait_all_ready()
     # The head server answers its merged configuration as YAML inside a JSON string.
@@ -622,7 +628,8 @@ def service(parley, load_bin, work, p, stub, gym, tasks):
 
     # The time added per model call, against a model that takes its time.
     a = p["service"]["added"]
-    slow = Stub(parley, work, "stub-slow", "--latency-ms", a["latency_ms"], "--threads", 1)
+    slow = Stub(parley, work, "stub-slow", "--latency-ms", a["latency_ms"], "--latency-spread-ms", a["spread_ms"],
+                "--threads", 1)
     try:
         first = json.loads(Path(tasks).read_text().splitlines()[0])
         params = first["responses_create_params"]
@@ -644,7 +651,13 @@ def service(parley, load_bin, work, p, stub, gym, tasks):
             timed = sorted(r[0] for r in conn.execute("SELECT latency_ms FROM model_calls"))
     finally:
         slow.stop()
-    served = [(took * 1e3, session) for took, session, _ in out["rollouts"] if session in calls]
+    # The first wave (one rollout per slot, every one of them sent at the same instant: the
+    # trainer's batch starting) is reported apart; the rest is the service under way, each
+    # rollout sent as another ends.
+    ids = sorted(session for _, session, _ in out["rollouts"] if session in calls)
+    first = set(ids[: a["concurrency"]])
+    start = [(took * 1e3, session) for took, session, _ in out["rollouts"] if session in first]
+    served = [(took * 1e3, session) for took, session, _ in out["rollouts"] if session in calls and session not in first]
     # A rollout's latency per model call through Parley, against a direct call, percentile by
     # percentile: both see the same model, the same concurrency and the same client.
     per_call = sorted(took / calls[session][0] for took, session in served)
@@ -653,27 +666,30 @@ def service(parley, load_bin, work, p, stub, gym, tasks):
     # committing its end, HTTP).
     engine = sorted((durations[s] - calls[s][1]) / calls[s][0] for _, s in served)
     around = sorted(took - durations[s] for took, s in served)
+    start_engine = sorted((durations[s] - calls[s][1]) / calls[s][0] for _, s in start)
     added_row = {
         "concurrency": a["concurrency"],
         "latency_ms": a["latency_ms"],
+        "spread_ms": a["spread_ms"],
         "direct_call_p50_ms": direct["run_p50_ms"],
         "direct_call_p99_ms": direct["run_p99_ms"],
         "run_p50_ms": through["run_p50_ms"],
         "rollouts": through["rollouts"],
         "per_call_p50_ms": percentile(per_call, 0.5),
         "per_call_p99_ms": percentile(per_call, 0.99),
-        "added_per_call_p50_ms": percentile(per_call, 0.5) - direct["run_p50_ms"],
-        "added_per_call_p99_ms": percentile(per_call, 0.99) - direct["run_p99_ms"],
         "parley_timed_call_p50_ms": percentile(timed, 0.5),
         "parley_timed_call_p99_ms": percentile(timed, 0.99),
         "engine_per_call_p50_ms": percentile(engine, 0.5),
         "engine_per_call_p99_ms": percentile(engine, 0.99),
         "around_session_p50_ms": percentile(around, 0.5),
         "around_session_p99_ms": percentile(around, 0.99),
+        "first_wave_rollouts": len(start),
+        "first_wave_engine_per_call_p50_ms": percentile(start_engine, 0.5),
+        "first_wave_engine_per_call_p99_ms": percentile(start_engine, 0.99),
     }
-    print(f"added per model call at c = {a['concurrency']} ({a['latency_ms']} ms model): "
-          f"p50 {added_row['added_per_call_p50_ms']:.3f} ms, p99 {added_row['added_per_call_p99_ms']:.3f} ms "
-          f"(direct call p50 {direct['run_p50_ms']:.2f} ms)", file=sys.stderr)
+    print(f"added per model call at c = {a['concurrency']} ({a['latency_ms']} ms model, spread {a['spread_ms']} ms), "
+          f"the session's own time per call: p50 {added_row['engine_per_call_p50_ms']:.3f} ms, "
+          f"p99 {added_row['engine_per_call_p99_ms']:.3f} ms", file=sys.stderr)
     top = max((r for r in levels if r["system"] == "Parley serve /run"), key=lambda r: r["concurrency"])
     best_gym = max(r["rollouts_per_s"] for r in gym_rows.values())
     return {
@@ -986,8 +1002,14 @@ def openenv(parley, load_bin, work, p):
                 users = sorted(r[0] for r in conn.execute(
                     "SELECT c.latency_ms FROM model_calls c JOIN messages m ON m.session_id = c.session_id "
                     "AND m.seq = c.seq WHERE m.role = 'user'"))
-            tool_steps = sorted(t * 1e3 for t, kind in out["steps"] if kind == "tool")
-            text_steps = sorted(t * 1e3 for t, kind in out["steps"] if kind == "text")
+            # With the trainer thinking, every session's first episode warms the service and is
+            # not counted: all of them reset at the same instant, which a trainer's batch does
+            # once, and their steps then fall together. Later episodes start as earlier ones end,
+            # spread as a running trainer's are. Flat out, every step counts.
+            warm = 1 if think and episodes > 1 else 0
+            tool_steps = sorted(t * 1e3 for t, kind, _, e in out["steps"] if kind == "tool" and e >= warm)
+            text_steps = sorted(t * 1e3 for t, kind, _, e in out["steps"] if kind == "text" and e >= warm)
+            all_tool_steps = sorted(t * 1e3 for t, kind, *_ in out["steps"] if kind == "tool")
             n = len(out["steps"])
             row = {
                 "system": "Parley serve, OpenEnv /ws" + (f", trainer thinks {think} ms a step" if think else ", flat out"),
@@ -1003,6 +1025,8 @@ def openenv(parley, load_bin, work, p):
                 "tool_run_p99_ms": percentile(tools, 0.99),
                 "added_tool_step_p50_ms": percentile(tool_steps, 0.5) - percentile(tools, 0.5),
                 "added_tool_step_p99_ms": percentile(tool_steps, 0.99) - percentile(tools, 0.99),
+                "warm_episodes": warm,
+                "added_tool_step_p99_ms_warm_included": percentile(all_tool_steps, 0.99) - percentile(tools, 0.99),
                 "added_text_step_p50_ms": percentile(text_steps, 0.5) - percentile(users, 0.5),
                 "added_text_step_p99_ms": percentile(text_steps, 0.99) - percentile(users, 0.99),
             }
@@ -1044,6 +1068,9 @@ def report_openenv(o):
               f"{r['stack_cpu_ms_per_step']:.2f} ms CPU/step  +tool step p50 {r['added_tool_step_p50_ms']:.3f} "
               f"p99 {r['added_tool_step_p99_ms']:.3f} ms  +text step p50 {r['added_text_step_p50_ms']:.3f} "
               f"p99 {r['added_text_step_p99_ms']:.3f} ms")
+        if r.get("warm_episodes"):
+            print(f"        (each session's first episode, all of them started at once, not counted; with it, +tool "
+                  f"step p99 {r['added_tool_step_p99_ms_warm_included']:.3f} ms)")
     ip = o["in_process"]
     print(f"  in-process ({ip['system']}, {ip['concurrency']} at once): {ip['steps']} steps, "
           f"{ip['steps_per_s']:.0f} steps/s")
@@ -1075,7 +1102,7 @@ def report_service(service, header=True):
     for row in service["levels"]:
         print(line(row, SERVICE_COLUMNS))
     a = service["added"]
-    print(f"at c = {a['concurrency']} against a {a['latency_ms']} ms model: a rollout's latency per model call "
+    print(f"at c = {a['concurrency']} against a {a['latency_ms']} ms model (each call {a['latency_ms'] - a.get('spread_ms', 0) // 2} to {a['latency_ms'] + a.get('spread_ms', 0) // 2} ms): a rollout's latency per model call "
           f"p50 {a['per_call_p50_ms']:.2f} ms, p99 {a['per_call_p99_ms']:.2f} ms; a direct call "
           f"p50 {a['direct_call_p50_ms']:.2f} ms, p99 {a['direct_call_p99_ms']:.2f} ms")
     print(f"  a model call as Parley's client timed it: p50 {a['parley_timed_call_p50_ms']:.2f} ms, "
@@ -1083,6 +1110,10 @@ def report_service(service, header=True):
     print(f"  the session's own time per model call: p50 {a['engine_per_call_p50_ms']:.3f} ms, "
           f"p99 {a['engine_per_call_p99_ms']:.3f} ms; /run around the session (recording it, committing its end, "
           f"HTTP), per rollout: p50 {a['around_session_p50_ms']:.2f} ms, p99 {a['around_session_p99_ms']:.2f} ms")
+    if "first_wave_rollouts" in a:
+        print(f"  (the first {a['first_wave_rollouts']} rollouts, sent at once, apart: the session's own time per "
+              f"model call p50 {a['first_wave_engine_per_call_p50_ms']:.3f} ms, p99 "
+              f"{a['first_wave_engine_per_call_p99_ms']:.3f} ms)")
     for target, met in service["targets"].items():
         print(f"  [{'met' if met else 'MISSED'}] {target}")
 

@@ -10,8 +10,9 @@
 //!
 //! holds SESSIONS OpenEnv WebSocket connections at once, each playing EPISODES episodes (task
 //! `k % TASKS`): two tool calls (`calculate`, run by the environment alone), then a text to the
-//! simulated user, and again, until the episode is done. Per step its latency and kind (`tool`
-//! or `text`), and the wall seconds. With THINK_MS, each session thinks before each step, as a
+//! simulated user, and again, until the episode is done. Per step its latency, kind (`tool`
+//! or `text`), when it was asked (seconds from the start) and its episode (from 0), and the wall
+//! seconds. With THINK_MS, each session thinks before each step, as a
 //! trainer's policy generates its action: THINK_MS on average, spread evenly over half to one and
 //! a half times that (so that sessions do not step in lockstep); without it, they step at once.
 //!
@@ -116,7 +117,7 @@ async fn openenv(args: &[String]) -> anyhow::Result<()> {
         let url = url.clone();
         async move {
             let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.context("connecting")?;
-            let mut steps: Vec<(f64, &'static str)> = Vec::new();
+            let mut steps: Vec<(f64, &'static str, f64, usize)> = Vec::new();
             let mut exchange = async |frame: Value| -> anyhow::Result<Value> {
                 ws.send(Message::text(frame.to_string())).await?;
                 loop {
@@ -142,7 +143,7 @@ async fn openenv(args: &[String]) -> anyhow::Result<()> {
                     let asked = Instant::now();
                     let answer = exchange(json!({"type": "step", "data": action(step)})).await?;
                     let kind = if step % 3 == 2 { "text" } else { "tool" };
-                    steps.push((asked.elapsed().as_secs_f64(), kind));
+                    steps.push((asked.elapsed().as_secs_f64(), kind, (asked - started).as_secs_f64(), episode));
                     if answer["type"] != "observation" {
                         bail!("step answered {answer}");
                     }
@@ -161,7 +162,7 @@ async fn openenv(args: &[String]) -> anyhow::Result<()> {
     let mut errors = Vec::new();
     for p in played {
         match p {
-            Ok(s) => steps.extend(s.into_iter().map(|(took, kind)| json!([took, kind]))),
+            Ok(s) => steps.extend(s.into_iter().map(|(took, kind, at, episode)| json!([took, kind, at, episode]))),
             Err(e) => errors.push(e.to_string()),
         }
     }

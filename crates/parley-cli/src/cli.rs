@@ -500,6 +500,9 @@ pub struct StubArgs {
     /// Time from a request's arrival to its answer, in milliseconds (the stub's own work happens within it).
     #[arg(long, default_value_t = 0)]
     pub latency_ms: u64,
+    /// How much the latency varies, in milliseconds, as a real model's does with what it writes: each answer's latency is drawn evenly from `--latency-ms` less half of this to `--latency-ms` plus half (by arrival order and `--seed`, the same in every run).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub latency_spread_ms: u64,
     /// Fraction of answers that are 429 with `Retry-After`.
     #[arg(long, default_value_t = 0.0)]
     pub rate_limit: f64,

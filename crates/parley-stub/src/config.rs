@@ -10,6 +10,10 @@ pub struct StubConfig {
     pub tool_calls: u32,
     /// Time from a request's arrival to its answer, errors included (default 0).
     pub latency: Duration,
+    /// How widely the latency varies, as a real model's does with the length of what it writes:
+    /// each answer's latency is drawn evenly from `latency` less half of this to `latency` plus
+    /// half, by the request's arrival order and the seed (default 0: every answer alike).
+    pub latency_spread: Duration,
     /// Fractions of requests that get each fault (default: none).
     pub faults: Faults,
     /// Mixed into every fault draw, so different seeds fault on different requests (default 0).
@@ -78,6 +82,7 @@ impl Default for StubConfig {
         Self {
             tool_calls: 2,
             latency: Duration::ZERO,
+            latency_spread: Duration::ZERO,
             faults: Faults::default(),
             seed: 0,
             hang: Duration::from_secs(3600),

@@ -107,7 +107,9 @@
 //!
 //! Every answer to the two model endpoints, errors included, is sent [`StubConfig::latency`]
 //! after its request arrived: the stub's own work happens within that time instead of adding
-//! to it. A `hang` fault's sleep comes on top.
+//! to it. With [`StubConfig::latency_spread`], each answer's latency is drawn evenly around it
+//! instead (by arrival order and seed), so sessions that start together drift apart as they
+//! do against a real model. A `hang` fault's sleep comes on top.
 //!
 //! Bad requests (body not JSON, not an object, no string `model`, no non-empty `messages` or
 //! `input`, a message without a string `role`, a function tool without a string name, a

@@ -208,16 +208,32 @@ async fn not_found(uri: Uri) -> Response {
 /// answer's status is counted once it is sent.
 async fn complete<A: Api>(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     let arrived = Instant::now();
-    shared.stats.record_request();
+    let nth = shared.stats.record_request();
     let Decision { response, hang } = decide::<A>(&shared, &body);
     // Thousands of requests may be waiting out the latency at once; their bodies are done with.
     drop(body);
-    if !shared.config.latency.is_zero() {
-        tokio::time::sleep_until(arrived + shared.config.latency).await;
+    let latency = latency_of(&shared.config, nth);
+    if !latency.is_zero() {
+        tokio::time::sleep_until(arrived + latency).await;
     }
     let response = if hang { hang_then(&shared, response).await } else { response };
     shared.stats.record_status(response.status().as_u16());
     response
+}
+
+/// The latency of the `nth` request: [`StubConfig::latency`], moved by up to half the spread
+/// either way, evenly, by a hash of `nth` and the seed (the same in every run).
+fn latency_of(config: &StubConfig, nth: u64) -> std::time::Duration {
+    if config.latency_spread.is_zero() {
+        return config.latency;
+    }
+    let mut z = nth ^ config.seed.rotate_left(32);
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    let unit = (z ^ (z >> 31)) as f64 / (u64::MAX as f64 + 1.0);
+    let low = config.latency.saturating_sub(config.latency_spread / 2);
+    low + config.latency_spread.mul_f64(unit)
 }
 
 /// The answer to a request, ready to send once the latency has passed.
@@ -299,4 +315,36 @@ fn decide<A: Api>(shared: &Shared, body: &[u8]) -> Decision {
         A::add_token_ids(&mut rendered, &value, mode);
     }
     Decision { response: Json(rendered).into_response(), hang: fault == Some(Fault::Hang) }
+}
+
+#[cfg(test)]
+mod latency_tests {
+    use std::time::Duration;
+
+    use super::latency_of;
+    use crate::StubConfig;
+
+    #[test]
+    fn a_spread_latency_is_drawn_evenly_around_the_latency_and_the_same_in_every_run() {
+        let config = StubConfig {
+            latency: Duration::from_millis(1000),
+            latency_spread: Duration::from_millis(1000),
+            ..StubConfig::default()
+        };
+        let drawn: Vec<Duration> = (0..10_000).map(|n| latency_of(&config, n)).collect();
+        assert!(drawn.iter().all(|d| (Duration::from_millis(500)..Duration::from_millis(1500)).contains(d)));
+        let mean = drawn.iter().sum::<Duration>() / 10_000;
+        assert!(mean.abs_diff(Duration::from_millis(1000)) < Duration::from_millis(20), "mean {mean:?}");
+        // Each tenth of the range gets about a tenth of the draws.
+        for tenth in 0..10u64 {
+            let low = Duration::from_millis(500 + 100 * tenth);
+            let n = drawn.iter().filter(|d| (low..low + Duration::from_millis(100)).contains(*d)).count();
+            assert!((800..1200).contains(&n), "{n} draws in tenth {tenth}");
+        }
+        assert_eq!(drawn, (0..10_000).map(|n| latency_of(&config, n)).collect::<Vec<_>>());
+        let other = StubConfig { seed: 7, ..config.clone() };
+        assert_ne!(drawn[..10], (0..10).map(|n| latency_of(&other, n)).collect::<Vec<_>>()[..]);
+        let fixed = StubConfig { latency_spread: Duration::ZERO, ..config };
+        assert!((0..100).all(|n| latency_of(&fixed, n) == Duration::from_millis(1000)));
+    }
 }

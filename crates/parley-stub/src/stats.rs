@@ -79,8 +79,9 @@ impl Stats {
         })
     }
 
-    pub(crate) fn record_request(&self) {
-        self.inner.requests.fetch_add(1, Ordering::Relaxed);
+    /// Counts a request; answers how many came before it.
+    pub(crate) fn record_request(&self) -> u64 {
+        self.inner.requests.fetch_add(1, Ordering::Relaxed)
     }
 
     pub(crate) fn record_turn(&self, conversation: u64, messages: usize) {

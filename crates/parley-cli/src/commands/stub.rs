@@ -12,6 +12,7 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
     let config = StubConfig {
         tool_calls: args.tool_calls,
         latency: Duration::from_millis(args.latency_ms),
+        latency_spread: Duration::from_millis(args.latency_spread_ms),
         faults: Faults {
             rate_limit: args.rate_limit,
             server_error: args.server_error,
