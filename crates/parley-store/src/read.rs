@@ -288,24 +288,20 @@ impl SqliteStore {
 
     /// Those of these sessions with anything committed (a message, a tool call or a model
     /// call): the others have no transcript to read. One query for a page of claimed sessions,
-    /// where reading each transcript would be three.
+    /// where reading each transcript would be three. The ids go in as one JSON array, so no
+    /// page meets the limit on bound parameters.
     pub async fn sessions_with_turns(&self, ids: &[i64]) -> Result<HashSet<SessionId>, StoreError> {
-        let mut found = HashSet::new();
-        for chunk in ids.chunks(300) {
-            let list = serde_json::to_string(chunk).unwrap_or_default();
-            let rows: Vec<(i64,)> = sqlx::query_as(
-                "WITH ids (id) AS (SELECT value FROM json_each(?1))
-                 SELECT id FROM ids WHERE EXISTS (SELECT 1 FROM messages WHERE session_id = ids.id)
-                     OR EXISTS (SELECT 1 FROM tool_calls WHERE session_id = ids.id)
-                     OR EXISTS (SELECT 1 FROM model_calls WHERE session_id = ids.id)",
-            )
-            .bind(list)
-            .fetch_all(self.pool())
-            .await
-            .map_err(|e| self.read_error(e, "messages"))?;
-            found.extend(rows.into_iter().map(|(id,)| id));
-        }
-        Ok(found)
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT value FROM json_each(?1) AS ids
+             WHERE EXISTS (SELECT 1 FROM messages WHERE session_id = ids.value)
+                OR EXISTS (SELECT 1 FROM tool_calls WHERE session_id = ids.value)
+                OR EXISTS (SELECT 1 FROM model_calls WHERE session_id = ids.value)",
+        )
+        .bind(serde_json::to_string(ids).unwrap_or_default())
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, "messages"))?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
     /// The sessions with these ids, in id order (those that exist).

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::config::{StubConfig, StubReasoning};
 use crate::error::ApiError;
 use crate::fault::{Fault, FaultDice};
-use crate::hash::{fnv, hex};
+use crate::hash::{Fnv, fnv, hex, mix, unit};
 use crate::stats::Stats;
 use crate::token_ids::{self, TokenMode};
 use crate::turn::{Answer, Turn, thought};
@@ -222,16 +222,13 @@ async fn complete<A: Api>(State(shared): State<Arc<Shared>>, body: Bytes) -> Res
 }
 
 /// The latency of the `nth` request: [`StubConfig::latency`], moved by up to half the spread
-/// either way, evenly, by a hash of `nth` and the seed (the same in every run).
+/// either way, evenly, by a hash of the seed and `nth` (drawn as the faults are: the same in every
+/// run).
 fn latency_of(config: &StubConfig, nth: u64) -> std::time::Duration {
     if config.latency_spread.is_zero() {
         return config.latency;
     }
-    let mut z = nth ^ config.seed.rotate_left(32);
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    let unit = (z ^ (z >> 31)) as f64 / (u64::MAX as f64 + 1.0);
+    let unit = unit(mix(Fnv::new().u64(config.seed).u64(nth).finish()));
     let low = config.latency.saturating_sub(config.latency_spread / 2);
     low + config.latency_spread.mul_f64(unit)
 }
