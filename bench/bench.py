@@ -963,10 +963,15 @@ def openenv(parley, load_bin, work, p):
     """Trainers that keep the loop: `parley serve`'s OpenEnv WebSocket on tau2 airline, the
     simulated user an LLM (the stub), at 1, 64 and 1,024 sessions at once (bench/load plays the
     trainer: two `calculate` calls, then a text to the user, until the user ends it). Per level:
-    steps/s, the CPU of the stack per step, and the time Parley adds to a step, percentile by
-    percentile: a tool step's latency less the tool's own run time, a text step's less the user's
-    model call (both as the store recorded them). Beside it, the same environment driven
-    in-process by `parley run` (the oracle agent and the same user), steps/s."""
+    steps/s, the CPU of the stack per step, and a tool step's latency as the trainer sees it,
+    percentile by percentile. Beside it, in the same run, the same trainer against
+    `parley-bench-load echo`, a WebSocket server that answers at once and does nothing else: the
+    floor that the loopback socket, the framing and the client put under any server. The time
+    Parley adds to a step is the step's latency less that floor and less the tool's own run time
+    (as the store recorded it). Parley's own time per step, from the action read off the
+    connection to the observation written, is read from `parley serve`'s /metrics. Beside it all,
+    the same environment driven in-process by `parley run` (the oracle agent and the same user),
+    steps/s."""
     o = p["openenv"]
     data = tau2_data()
     user = Stub(parley, work, "stub-user", "--threads", 1)
@@ -976,6 +981,7 @@ def openenv(parley, load_bin, work, p):
             name = f"openenv-{sessions}" + (f"-think{think}" if think else "")
             db = work / f"{name}.db"
             log = open(work / f"{name}.log", "w")
+            trainer = [str(sessions), str(episodes), "50", str(think)]
             serve = subprocess.Popen(
                 [parley, "serve", "--env", "tau2:airline", "--data-dir", data, "--user", "llm",
                  "--user-base-url", user.url, "--listen", "127.0.0.1:0", "--db", db,
@@ -987,16 +993,18 @@ def openenv(parley, load_bin, work, p):
                 if not url.startswith("http://"):
                     raise SystemExit(f"bench: parley serve did not start; see {log.name}")
                 m = measured(
-                    [load_bin, "openenv", url.replace("http://", "ws://") + "/ws", str(sessions), str(episodes), "50",
-                     str(think)],
+                    [load_bin, "openenv", url.replace("http://", "ws://") + "/ws", *trainer],
                     cwd=work, watch=[serve.pid, user.proc.pid], log=work / f"{name}-load.log",
                 )
+                with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+                    metrics = r.read().decode()
             finally:
                 serve.terminate()
                 serve.wait()
             out = json.loads(m["stdout"])
             if out["errors"]:
                 raise SystemExit(f"bench: openenv at {sessions} sessions: {out['errors'][:3]}")
+            floor = echo_floor(load_bin, work, name, trainer)
             with contextlib.closing(sqlite3.connect(db)) as conn:
                 tools = sorted(r[0] / 1e3 for r in conn.execute("SELECT duration_us FROM tool_calls"))
                 users = sorted(r[0] for r in conn.execute(
@@ -1007,9 +1015,10 @@ def openenv(parley, load_bin, work, p):
             # once, and their steps then fall together. Later episodes start as earlier ones end,
             # spread as a running trainer's are. Flat out, every step counts.
             warm = 1 if think and episodes > 1 else 0
-            tool_steps = sorted(t * 1e3 for t, kind, _, e in out["steps"] if kind == "tool" and e >= warm)
-            text_steps = sorted(t * 1e3 for t, kind, _, e in out["steps"] if kind == "text" and e >= warm)
-            all_tool_steps = sorted(t * 1e3 for t, kind, *_ in out["steps"] if kind == "tool")
+            tool_steps = counted_steps(out, "tool", warm)
+            text_steps = counted_steps(out, "text", warm)
+            all_tool_steps = counted_steps(out, "tool", 0)
+            own = step_histogram(metrics, "tool_calls")
             n = len(out["steps"])
             row = {
                 "system": "Parley serve, OpenEnv /ws" + (f", trainer thinks {think} ms a step" if think else ", flat out"),
@@ -1021,18 +1030,26 @@ def openenv(parley, load_bin, work, p):
                 "stack_cpu_ms_per_step": m["watched_cpu_s"] * 1e3 / n,
                 "tool_step_p50_ms": percentile(tool_steps, 0.5),
                 "tool_step_p99_ms": percentile(tool_steps, 0.99),
+                "floor_tool_step_p50_ms": percentile(floor, 0.5),
+                "floor_tool_step_p99_ms": percentile(floor, 0.99),
                 "tool_run_p50_ms": percentile(tools, 0.5),
                 "tool_run_p99_ms": percentile(tools, 0.99),
-                "added_tool_step_p50_ms": percentile(tool_steps, 0.5) - percentile(tools, 0.5),
-                "added_tool_step_p99_ms": percentile(tool_steps, 0.99) - percentile(tools, 0.99),
+                "added_tool_step_p50_ms": percentile(tool_steps, 0.5) - percentile(floor, 0.5) - percentile(tools, 0.5),
+                "added_tool_step_p99_ms": percentile(tool_steps, 0.99) - percentile(floor, 0.99) - percentile(tools, 0.99),
+                # Parley's own time, every episode counted (its /metrics cannot tell them apart).
+                "own_tool_step_p50_ms": histogram_quantile(own, 0.5) * 1e3,
+                "own_tool_step_p99_ms": histogram_quantile(own, 0.99) * 1e3,
                 "warm_episodes": warm,
-                "added_tool_step_p99_ms_warm_included": percentile(all_tool_steps, 0.99) - percentile(tools, 0.99),
+                "tool_step_p99_ms_warm_included": percentile(all_tool_steps, 0.99),
                 "added_text_step_p50_ms": percentile(text_steps, 0.5) - percentile(users, 0.5),
                 "added_text_step_p99_ms": percentile(text_steps, 0.99) - percentile(users, 0.99),
             }
             levels.append(row)
-            print(f"openenv {sessions} sessions (think {think} ms): {row['steps_per_s']:.0f} steps/s, added per tool step "
-                  f"p50 {row['added_tool_step_p50_ms']:.3f} ms p99 {row['added_tool_step_p99_ms']:.3f} ms",
+            print(f"openenv {sessions} sessions (think {think} ms): {row['steps_per_s']:.0f} steps/s, tool step "
+                  f"p50 {row['tool_step_p50_ms']:.3f} p99 {row['tool_step_p99_ms']:.3f} ms (floor "
+                  f"{row['floor_tool_step_p50_ms']:.3f} / {row['floor_tool_step_p99_ms']:.3f}), added "
+                  f"p50 {row['added_tool_step_p50_ms']:.3f} p99 {row['added_tool_step_p99_ms']:.3f} ms, own "
+                  f"p50 {row['own_tool_step_p50_ms']:.3f} p99 {row['own_tool_step_p99_ms']:.3f} ms",
                   file=sys.stderr, flush=True)
         # The same environment and user, driven in-process.
         top = max(s for s, _ in o["levels"])
@@ -1060,17 +1077,75 @@ def openenv(parley, load_bin, work, p):
     }
 
 
+def counted_steps(out, kind, warm):
+    """The latencies in ms of the load's steps of `kind` in episodes from `warm` on, sorted."""
+    return sorted(t * 1e3 for t, k, _, episode in out["steps"] if k == kind and episode >= warm)
+
+
+def echo_floor(load_bin, work, name, trainer):
+    """The trainer's tool steps, in ms and sorted (the same episodes counted), against a server
+    that does nothing: the transport's floor."""
+    server = subprocess.Popen([load_bin, "echo", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().strip()
+        if not url.startswith("ws://"):
+            raise SystemExit("bench: parley-bench-load echo did not start")
+        m = measured([load_bin, "openenv", url + "/ws", *trainer], cwd=work, log=work / f"{name}-echo.log")
+    finally:
+        server.terminate()
+        server.wait()
+    out = json.loads(m["stdout"])
+    if out["errors"]:
+        raise SystemExit(f"bench: the echo floor for {name}: {out['errors'][:3]}")
+    episodes, think = int(trainer[1]), float(trainer[3])
+    return counted_steps(out, "tool", 1 if think and episodes > 1 else 0)
+
+
+def step_histogram(metrics, action):
+    """`parley_openenv_step_seconds{action=...}`'s buckets from /metrics: (upper bound in
+    seconds, cumulative count), `+Inf` last."""
+    prefix = f'parley_openenv_step_seconds_bucket{{action="{action}",le="'
+    buckets = []
+    for line in metrics.splitlines():
+        if line.startswith(prefix):
+            bound, count = line[len(prefix):].split('"} ')
+            buckets.append((float(bound), int(count)))
+    return buckets
+
+
+def histogram_quantile(buckets, q):
+    """The `q` quantile of a cumulative histogram, interpolated within its bucket as
+    Prometheus' `histogram_quantile` does (its lowest bucket from 0)."""
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return float("nan")
+    rank = q * total
+    lower, below = 0.0, 0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1)
+        lower, below = bound, count
+    return lower
+
+
 def report_openenv(o):
-    print("OpenEnv over WebSocket, tau2 airline, the stub as the user: steps/s, stack CPU per step, and the time")
-    print("Parley adds to a step (a tool step less the tool's run; a text step less the user's model call)")
+    print("OpenEnv over WebSocket, tau2 airline, the stub as the user: steps/s, stack CPU per step, a tool step's")
+    print("latency as the trainer sees it, the same trainer's against a server that does nothing (the floor), the")
+    print("time Parley adds (the step less the floor and the tool's run), Parley's own time per tool step (its")
+    print("/metrics), and a text step less the user's model call; p50 / p99 ms")
     for r in o["levels"]:
-        print(f"  {r['concurrency']:>5} sessions {'think ' + str(r['think_ms']) + ' ms' if r['think_ms'] else 'flat out':>14}  {r['steps']:>6} steps  {r['steps_per_s']:>8.0f} steps/s  "
-              f"{r['stack_cpu_ms_per_step']:.2f} ms CPU/step  +tool step p50 {r['added_tool_step_p50_ms']:.3f} "
-              f"p99 {r['added_tool_step_p99_ms']:.3f} ms  +text step p50 {r['added_text_step_p50_ms']:.3f} "
-              f"p99 {r['added_text_step_p99_ms']:.3f} ms")
+        print(f"  {r['concurrency']:>5} sessions {'think ' + str(r['think_ms']) + ' ms' if r['think_ms'] else 'flat out':>14}  "
+              f"{r['steps']:>6} steps  {r['steps_per_s']:>6.0f} steps/s  {r['stack_cpu_ms_per_step']:.2f} ms CPU/step  "
+              f"tool step {r['tool_step_p50_ms']:.3f} / {r['tool_step_p99_ms']:.3f}  floor "
+              f"{r['floor_tool_step_p50_ms']:.3f} / {r['floor_tool_step_p99_ms']:.3f}  added "
+              f"{r['added_tool_step_p50_ms']:.3f} / {r['added_tool_step_p99_ms']:.3f}  own "
+              f"{r['own_tool_step_p50_ms']:.3f} / {r['own_tool_step_p99_ms']:.3f}  +text step "
+              f"{r['added_text_step_p50_ms']:.3f} / {r['added_text_step_p99_ms']:.3f}")
         if r.get("warm_episodes"):
-            print(f"        (each session's first episode, all of them started at once, not counted; with it, +tool "
-                  f"step p99 {r['added_tool_step_p99_ms_warm_included']:.3f} ms)")
+            print(f"        (each session's first episode, all of them started at once, not counted; with it, the "
+                  f"tool step's p99 is {r['tool_step_p99_ms_warm_included']:.3f} ms)")
     ip = o["in_process"]
     print(f"  in-process ({ip['system']}, {ip['concurrency']} at once): {ip['steps']} steps, "
           f"{ip['steps_per_s']:.0f} steps/s")

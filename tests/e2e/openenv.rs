@@ -317,6 +317,16 @@ async fn openenv_200_websocket_sessions_at_once_keep_their_own_state() {
     sessions.sort_unstable();
     sessions.dedup();
     assert_eq!(sessions.len(), 200, "each episode is a session of its own");
+    // Every step played is timed, by what its action held: these trainers only write text.
+    let metrics = get(served.url.trim_start_matches("http://"), "/metrics");
+    let count = |action: &str| -> u64 {
+        let name = format!("parley_openenv_step_seconds_count{{action=\"{action}\"}} ");
+        let line = metrics.lines().find_map(|l| l.strip_prefix(&name)).unwrap_or_else(|| panic!("{name}: {metrics}"));
+        line.parse().unwrap()
+    };
+    let played: u64 = episodes.iter().map(|e| e["step_count"].as_u64().unwrap()).sum();
+    assert_eq!(count("text"), played, "{metrics}");
+    assert_eq!(count("tool_calls"), 0, "{metrics}");
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path("serve.db").display())).await.unwrap();
     let finished: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE status = 'finished'").fetch_one(&pool).await.unwrap();
@@ -450,11 +460,22 @@ async fn run_calls_the_policy_url_its_row_names_and_only_for_the_agent() {
 
 /// POSTs a JSON body over one HTTP/1.1 connection and reads the JSON answer.
 fn post(address: &str, path: &str, body: &str) -> Value {
+    let (head, body) = exchange(address, "POST", path, body);
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{head}\n{body}: {e}"))
+}
+
+/// GETs a text over one HTTP/1.1 connection.
+fn get(address: &str, path: &str) -> String {
+    exchange(address, "GET", path, "").1
+}
+
+/// One request over one HTTP/1.1 connection: the answer's head and body.
+fn exchange(address: &str, method: &str, path: &str, body: &str) -> (String, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -466,5 +487,5 @@ fn post(address: &str, path: &str, body: &str) -> Value {
     } else {
         body
     };
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{head}\n{body}: {e}"))
+    (head.to_owned(), body.to_owned())
 }

@@ -28,9 +28,16 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("echo") {
+        // A server, on the runtime `parley serve` has: a worker per core.
+        return tokio::runtime::Runtime::new()?.block_on(echo(&args[1..]));
+    }
+    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(client(args))
+}
+
+async fn client(args: Vec<String>) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]).await,
         Some("openenv") => openenv(&args[1..]).await,
@@ -118,11 +125,12 @@ async fn openenv(args: &[String]) -> anyhow::Result<()> {
         async move {
             let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.context("connecting")?;
             let mut steps: Vec<(f64, &'static str, f64, usize)> = Vec::new();
-            let mut exchange = async |frame: Value| -> anyhow::Result<Value> {
-                ws.send(Message::text(frame.to_string())).await?;
+            // Only what the trainer's loop needs of an answer is read: its type and `done`.
+            let mut exchange = async |frame: String| -> anyhow::Result<Answer> {
+                ws.send(Message::text(frame)).await?;
                 loop {
                     match ws.next().await {
-                        Some(Ok(Message::Text(text))) => return Ok(serde_json::from_str(&text)?),
+                        Some(Ok(Message::Text(text))) => return Answer::read(&text),
                         Some(Ok(_)) => continue,
                         Some(Err(e)) => return Err(e.into()),
                         None => bail!("the connection closed"),
@@ -131,23 +139,24 @@ async fn openenv(args: &[String]) -> anyhow::Result<()> {
             };
             for episode in 0..episodes {
                 let task = (k * episodes + episode) % tasks;
-                let answer = exchange(json!({"type": "reset", "data": {"task_index": task}})).await?;
-                if answer["type"] != "observation" {
-                    bail!("reset answered {answer}");
+                let answer = exchange(json!({"type": "reset", "data": {"task_index": task}}).to_string()).await?;
+                if !answer.observation {
+                    bail!("reset answered {}", answer.text);
                 }
                 for step in 0..60 {
                     if think_ms > 0.0 {
                         let spread = 0.5 + unit((k * 1_000 + episode) as u64 * 64 + step as u64);
                         tokio::time::sleep(std::time::Duration::from_secs_f64(think_ms * spread / 1e3)).await;
                     }
+                    let frame = json!({"type": "step", "data": action(step)}).to_string();
                     let asked = Instant::now();
-                    let answer = exchange(json!({"type": "step", "data": action(step)})).await?;
+                    let answer = exchange(frame).await?;
                     let kind = if step % 3 == 2 { "text" } else { "tool" };
                     steps.push((asked.elapsed().as_secs_f64(), kind, (asked - started).as_secs_f64(), episode));
-                    if answer["type"] != "observation" {
-                        bail!("step answered {answer}");
+                    if !answer.observation {
+                        bail!("step answered {}", answer.text);
                     }
-                    if answer["data"]["done"] == true {
+                    if answer.done {
                         break;
                     }
                 }
@@ -168,6 +177,87 @@ async fn openenv(args: &[String]) -> anyhow::Result<()> {
     }
     println!("{}", json!({"wall_s": wall, "steps": steps, "errors": errors}));
     Ok(())
+}
+
+/// The transport alone: an OpenEnv WebSocket server that does nothing. It answers a reset with an
+/// observation of one message, and each step with an observation of one tool result, `done` at a
+/// connection's sixth step since its reset (as the `openenv` mode's episodes end on tau2 airline
+/// with the stub user). What a step costs through it is what the loopback socket, the WebSocket
+/// framing and the client cost, with no server work: the floor under Parley's own step time.
+async fn echo(args: &[String]) -> anyhow::Result<()> {
+    let [listen] = args else { bail!("usage: parley-bench-load echo ADDRESS") };
+    let listener = tokio::net::TcpListener::bind(listen.as_str()).await.with_context(|| format!("binding {listen}"))?;
+    println!("ws://{}", listener.local_addr()?);
+    loop {
+        let (socket, _) = listener.accept().await?;
+        tokio::spawn(async move {
+            let Ok(mut ws) = tokio_tungstenite::accept_async(socket).await else { return };
+            let mut steps = 0;
+            while let Some(Ok(frame)) = ws.next().await {
+                let Message::Text(text) = frame else { continue };
+                let kind = Answer::kind(&text);
+                let done = match kind.as_deref() {
+                    Some("reset") => {
+                        steps = 0;
+                        false
+                    }
+                    Some("step") => {
+                        steps += 1;
+                        steps == 6
+                    }
+                    _ => return,
+                };
+                let answer = json!({"type": "observation", "data": {
+                    "observation": {"messages": [{"role": "tool", "tool_call_id": "c0", "content": "4.0"}]},
+                    "reward": if done { json!(1.0) } else { Value::Null },
+                    "done": done,
+                }});
+                if ws.send(Message::text(answer.to_string())).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// What the trainer's loop reads of an answer: whether it is an observation, and `done`; the
+/// rest is skipped unread, as a trainer hands it on to its policy without looking.
+struct Answer {
+    observation: bool,
+    done: bool,
+    /// The answer's start, for an error's message.
+    text: String,
+}
+
+impl Answer {
+    fn read(text: &str) -> anyhow::Result<Answer> {
+        #[derive(serde::Deserialize)]
+        struct Frame<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: std::borrow::Cow<'a, str>,
+            #[serde(default)]
+            data: Data,
+        }
+        #[derive(serde::Deserialize, Default)]
+        struct Data {
+            #[serde(default)]
+            done: bool,
+        }
+        let frame: Frame = serde_json::from_str(text).context("an answer that is not a frame")?;
+        let observation = frame.kind == "observation";
+        let text = if observation { String::new() } else { text.chars().take(500).collect() };
+        Ok(Answer { observation, done: frame.data.done, text })
+    }
+
+    /// A frame's `type`, for the echo server.
+    fn kind(text: &str) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct Frame {
+            #[serde(rename = "type")]
+            kind: String,
+        }
+        serde_json::from_str::<Frame>(text).ok().map(|f| f.kind)
+    }
 }
 
 /// A number in [0, 1) fixed by `n` (splitmix64): the same think times in every run.

@@ -1,6 +1,7 @@
 //! What `GET /metrics` reports, in Prometheus' text format: sessions in flight and queued,
 //! sessions finished by termination and failure class, requests refused, token contiguity
-//! violations, and latency histograms of `/run`, of model calls (by party) and of store commits.
+//! violations, and latency histograms of `/run`, of OpenEnv steps (by what the action held), of
+//! model calls (by party) and of store commits.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,6 +13,28 @@ use std::time::Duration;
 const RUN_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
 /// Upper bounds of the model-call and commit buckets, in seconds: commits take milliseconds.
 const CALL_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0];
+
+/// Upper bounds of the OpenEnv step buckets, in seconds: a step the environment answers takes
+/// a fraction of a millisecond of Parley's time, one the simulated user answers a model call.
+const STEP_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+    60.0,
+];
+
+/// What an OpenEnv step's action held, which says who answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Tool calls: the environment answers (with the user after, if the action also wrote text).
+    ToolCalls,
+    /// Text alone: the simulated user answers.
+    Text,
+}
+
+impl Action {
+    pub(crate) fn of(message: &parley_core::Message) -> Action {
+        if message.tool_calls.is_empty() { Action::Text } else { Action::ToolCalls }
+    }
+}
 
 /// A Prometheus histogram: a count per bucket (cumulative), the sum and the count.
 #[derive(Debug)]
@@ -70,6 +93,9 @@ pub struct Metrics {
     /// Sessions whose token ids a trainer would refuse.
     discontiguous: AtomicU64,
     run: Histogram,
+    /// OpenEnv steps, from the action read off the connection to the observation written.
+    tool_steps: Histogram,
+    text_steps: Histogram,
     /// Model calls of the agent (the policy) and of the simulated user.
     pub agent_calls: Histogram,
     pub user_calls: Histogram,
@@ -86,6 +112,8 @@ impl Default for Metrics {
             ended: Mutex::default(),
             discontiguous: AtomicU64::new(0),
             run: Histogram::new(RUN_BUCKETS),
+            tool_steps: Histogram::new(STEP_BUCKETS),
+            text_steps: Histogram::new(STEP_BUCKETS),
             agent_calls: Histogram::new(CALL_BUCKETS),
             user_calls: Histogram::new(CALL_BUCKETS),
             commits: Histogram::new(CALL_BUCKETS),
@@ -118,6 +146,13 @@ impl Metrics {
 
     pub(crate) fn run_took(&self, took: Duration) {
         self.run.observe(took);
+    }
+
+    pub(crate) fn step_took(&self, action: Action, took: Duration) {
+        match action {
+            Action::ToolCalls => self.tool_steps.observe(took),
+            Action::Text => self.text_steps.observe(took),
+        }
     }
 
     /// Sessions ended so far.
@@ -167,6 +202,14 @@ impl Metrics {
             writeln!(out, "parley_sessions_token_discontiguous_total {}", self.discontiguous.load(Ordering::Relaxed));
         head(&mut out, "parley_run_seconds", "histogram", "Time from a /run request to its answer.");
         self.run.render(&mut out, "parley_run_seconds", "");
+        head(
+            &mut out,
+            "parley_openenv_step_seconds",
+            "histogram",
+            "OpenEnv steps, from the action read off the connection to the observation written, by what the action held.",
+        );
+        self.tool_steps.render(&mut out, "parley_openenv_step_seconds", "action=\"tool_calls\",");
+        self.text_steps.render(&mut out, "parley_openenv_step_seconds", "action=\"text\",");
         head(&mut out, "parley_model_call_seconds", "histogram", "Model calls, retries included, by party.");
         self.agent_calls.render(&mut out, "parley_model_call_seconds", "party=\"agent\",");
         self.user_calls.render(&mut out, "parley_model_call_seconds", "party=\"user\",");

@@ -22,7 +22,7 @@ mod wire;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use self::episode::{Episode, Resumable, StepRefused};
 use self::wire::Invalid;
 use crate::Service;
+use crate::metrics::Action;
 
 /// How long an HTTP session that has ended stays readable by `GET /state`.
 const ENDED_KEPT: Duration = Duration::from_secs(300);
@@ -298,7 +299,8 @@ async fn ws(State(service): State<Arc<Service>>, upgrade: WebSocketUpgrade) -> R
 /// take longer than a client waits for a pong).
 async fn connection(service: Arc<Service>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
-    let (frames_tx, mut frames) = mpsc::channel::<String>(8);
+    // Each frame with the instant it was read off the connection, where a step's time starts.
+    let (frames_tx, mut frames) = mpsc::channel::<(String, Instant)>(8);
     let gone = CancellationToken::new();
     let reader = tokio::spawn({
         let gone = gone.clone();
@@ -310,7 +312,7 @@ async fn connection(service: Arc<Service>, socket: WebSocket) {
                     Ok(Frame::Ping(_) | Frame::Pong(_)) => continue,
                     Ok(Frame::Close(_)) | Err(_) => break,
                 };
-                if frames_tx.send(text).await.is_err() {
+                if frames_tx.send((text, Instant::now())).await.is_err() {
                     break;
                 }
             }
@@ -319,20 +321,23 @@ async fn connection(service: Arc<Service>, socket: WebSocket) {
     });
     let mut episode: Option<Episode> = None;
     loop {
-        let text = tokio::select! {
-            text = frames.recv() => match text {
-                Some(text) => text,
+        let (text, read) = tokio::select! {
+            frame = frames.recv() => match frame {
+                Some(frame) => frame,
                 None => break,
             },
             () = service.stop.abort.cancelled() => break,
         };
-        let (reply, close) = tokio::select! {
+        let answered = tokio::select! {
             answered = answer(&service, &mut episode, &text) => answered,
             () = gone.cancelled() => break,
             () = service.stop.abort.cancelled() => break,
         };
-        if close || sink.send(Frame::Text(reply.to_string().into())).await.is_err() {
+        if answered.close || sink.send(Frame::Text(answered.reply.to_string().into())).await.is_err() {
             break;
+        }
+        if let Some(action) = answered.step {
+            service.metrics.step_took(action, read.elapsed());
         }
     }
     reader.abort();
@@ -341,19 +346,34 @@ async fn connection(service: Arc<Service>, socket: WebSocket) {
     }
 }
 
-/// Answers one WebSocket frame; `true` when the client closes the connection.
-async fn answer(service: &Arc<Service>, episode: &mut Option<Episode>, text: &str) -> (Value, bool) {
+/// What a WebSocket frame is answered with.
+struct Answered {
+    reply: Value,
+    /// The client closes the connection: nothing is sent back.
+    close: bool,
+    /// A step was played, its action of this kind.
+    step: Option<Action>,
+}
+
+impl Answered {
+    fn with(reply: Value) -> Answered {
+        Answered { reply, close: false, step: None }
+    }
+}
+
+/// Answers one WebSocket frame.
+async fn answer(service: &Arc<Service>, episode: &mut Option<Episode>, text: &str) -> Answered {
     let message: Value = match serde_json::from_str(text) {
         Ok(message) => message,
         Err(e) => {
             let data = json!({"message": format!("Invalid JSON: {e}"), "code": "INVALID_JSON"});
-            return (json!({"type": "error", "data": data}), false);
+            return Answered::with(json!({"type": "error", "data": data}));
         }
     };
     let Some(fields) = message.as_object() else {
         let invalid =
             Invalid::new(vec![], "model_type", format!("a message is an object, not {}", wire::kind(&message)));
-        return (Refusal::Invalid(vec![invalid]).frame(), false);
+        return Answered::with(Refusal::Invalid(vec![invalid]).frame());
     };
     let kind = fields.get("type").and_then(Value::as_str).unwrap_or_default();
     let takes_data = matches!(kind, "reset" | "step");
@@ -364,7 +384,7 @@ async fn answer(service: &Arc<Service>, episode: &mut Option<Episode>, text: &st
         .collect();
     let known = matches!(kind, "reset" | "step" | "state" | "close");
     if known && !extra.is_empty() {
-        return (Refusal::Invalid(extra).frame(), false);
+        return Answered::with(Refusal::Invalid(extra).frame());
     }
     let data = fields.get("data").unwrap_or(&Value::Null);
     match kind {
@@ -377,40 +397,43 @@ async fn answer(service: &Arc<Service>, episode: &mut Option<Episode>, text: &st
             match reset(service, data).await {
                 Ok((started, observation)) => {
                     *episode = Some(started);
-                    (json!({"type": "observation", "data": observation}), false)
+                    Answered::with(json!({"type": "observation", "data": observation}))
                 }
-                Err(refusal) => (refusal.frame(), false),
+                Err(refusal) => Answered::with(refusal.frame()),
             }
         }
         "step" => {
-            let Some(current) = episode.as_mut() else { return (Refusal::NoEpisode.frame(), false) };
+            let Some(current) = episode.as_mut() else { return Answered::with(Refusal::NoEpisode.frame()) };
             if fields.get("data").is_none() {
                 let invalid = Invalid::new(vec![json!("data")], "missing", "a step carries its action in `data`");
-                return (Refusal::Invalid(vec![invalid]).frame(), false);
+                return Answered::with(Refusal::Invalid(vec![invalid]).frame());
             }
             if current.is_done() {
-                return (Refusal::Done.frame(), false);
+                return Answered::with(Refusal::Done.frame());
             }
             let action = match wire::action(data, current.steps_taken()) {
                 Ok(action) => action,
                 Err(problems) => {
                     let problems = problems.into_iter().map(|p| p.under(&[json!("data")])).collect();
-                    return (Refusal::Invalid(problems).frame(), false);
+                    return Answered::with(Refusal::Invalid(problems).frame());
                 }
             };
+            let kind = Action::of(&action);
             match current.step(action).await {
-                Ok(observation) => (json!({"type": "observation", "data": observation}), false),
-                Err(StepRefused::Done) => (Refusal::Done.frame(), false),
+                Ok(observation) => {
+                    Answered { step: Some(kind), ..Answered::with(json!({"type": "observation", "data": observation})) }
+                }
+                Err(StepRefused::Done) => Answered::with(Refusal::Done.frame()),
             }
         }
         "state" => {
             let state = episode.as_ref().map_or_else(|| json!({"episode_id": null, "step_count": 0}), Episode::state);
-            (json!({"type": "state", "data": state}), false)
+            Answered::with(json!({"type": "state", "data": state}))
         }
-        "close" => (Value::Null, true),
+        "close" => Answered { close: true, ..Answered::with(Value::Null) },
         other => {
             let data = json!({"message": format!("Unknown message type: {other}"), "code": "UNKNOWN_TYPE"});
-            (json!({"type": "error", "data": data}), false)
+            Answered::with(json!({"type": "error", "data": data}))
         }
     }
 }
@@ -444,6 +467,7 @@ async fn http_reset(State(service): State<Arc<Service>>, body: Bytes) -> Respons
 /// `POST /step`: `{"action": {...}, "session_id": N}`, and OpenEnv's optional `timeout_s` and
 /// `request_id`, which Parley reads and leaves alone.
 async fn http_step(State(service): State<Arc<Service>>, body: Bytes) -> Response {
+    let read = Instant::now();
     let under = [json!("body")];
     let data = match body_json(&body) {
         Ok(data) => data,
@@ -505,8 +529,13 @@ async fn http_step(State(service): State<Arc<Service>>, body: Bytes) -> Response
             return Refusal::Invalid(problems).response(&under);
         }
     };
+    let kind = Action::of(&action);
     match episode.step(action).await {
-        Ok(observation) => axum::Json(observation).into_response(),
+        Ok(observation) => {
+            let response = axum::Json(observation).into_response();
+            service.metrics.step_took(kind, read.elapsed());
+            response
+        }
         Err(StepRefused::Done) => Refusal::Done.response(&under),
     }
 }
