@@ -13,6 +13,7 @@ mod action;
 mod communicate;
 mod diff;
 mod env;
+pub use env::Gold;
 mod nl;
 
 use std::sync::Arc;

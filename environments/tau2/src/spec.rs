@@ -81,6 +81,8 @@ pub struct TaskSpec {
     pub history: Vec<Message>,
     pub criteria: Option<Criteria>,
     pub ticket: Option<String>,
+    /// The DB check's gold worlds, built at the first score of a session of this task.
+    pub(crate) gold: crate::score::Gold,
 }
 
 impl TaskSpec {
@@ -123,6 +125,7 @@ impl TaskSpec {
             criteria,
             ticket: row.get("ticket").and_then(Value::as_str).map(String::from),
             id,
+            gold: Default::default(),
         })
     }
 }

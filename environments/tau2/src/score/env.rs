@@ -4,6 +4,9 @@
 //! on the predicted world. A gold action that raises is only logged, as in tau2: the DB check
 //! compares with the gold world as the actions left it (the failures are listed in `info`).
 
+use std::fmt;
+use std::sync::OnceLock;
+
 use parley_core::Message;
 use serde_json::{Map, Value, json};
 
@@ -24,6 +27,69 @@ pub struct EnvOutcome {
     pub info: Value,
 }
 
+/// The gold side of a task's DB check: the task's initial state, the world its gold actions
+/// leave, and the mutating gold actions that raised. It depends on the task alone, so every
+/// session of the task shares one, built at its first score (a session of a task read from its
+/// row, not the domain's, builds its own). A copied spec starts without one.
+#[derive(Default)]
+pub struct Gold(OnceLock<GoldWorlds>);
+
+struct GoldWorlds {
+    initial: World,
+    after: World,
+    failed: Vec<Value>,
+}
+
+impl Clone for Gold {
+    fn clone(&self) -> Gold {
+        Gold::default()
+    }
+}
+
+impl fmt::Debug for Gold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gold").field("built", &self.0.get().is_some()).finish()
+    }
+}
+
+impl Gold {
+    fn get<'s>(&'s self, ctx: &ScoreContext<'_>, criteria: &Criteria) -> Result<&'s GoldWorlds, String> {
+        if let Some(gold) = self.0.get() {
+            return Ok(gold);
+        }
+        let built = GoldWorlds::build(ctx, criteria)?;
+        // Two first scores at once both build it; the worlds are the same, one is kept.
+        Ok(self.0.get_or_init(|| built))
+    }
+}
+
+impl GoldWorlds {
+    fn build(ctx: &ScoreContext<'_>, criteria: &Criteria) -> Result<GoldWorlds, String> {
+        let mut gold = World::new(ctx.base.clone_box(), ctx.catalog.clone(), false);
+        gold.set_state(ctx.spec, &ctx.spec.history).map_err(|e| format!("building the gold state: {e}"))?;
+        // Before the gold actions, the gold world is the session's initial state (a clone shares
+        // every record with it, so keeping it costs nothing).
+        let initial = gold.clone();
+        let mut failed = Vec::new();
+        for action in criteria.actions.iter().flatten() {
+            let Some(requestor) = Requestor::parse(&action.requestor) else { continue };
+            let mutating = ctx.catalog.is_mutating(&action.name);
+            if let Err(e) = gold.make_tool_call(requestor, &action.name, &action.arguments)
+                && mutating
+            {
+                failed.push(json!({
+                    "action_id": action.action_id,
+                    "tool_name": action.name,
+                    "requestor": action.requestor,
+                    "error_type": "ValueError",
+                    "error": e.0,
+                }));
+            }
+        }
+        Ok(GoldWorlds { initial, after: gold, failed })
+    }
+}
+
 pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Message]) -> Result<EnvOutcome, String> {
     if criteria.actions.is_none() && criteria.env_assertions.is_none() {
         return Ok(EnvOutcome {
@@ -39,27 +105,7 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
     let mut predicted = World::new(ctx.base.clone_box(), ctx.catalog.clone(), ctx.solo);
     predicted.set_state(ctx.spec, transcript)?;
 
-    let mut gold = World::new(ctx.base.clone_box(), ctx.catalog.clone(), false);
-    gold.set_state(ctx.spec, &ctx.spec.history).map_err(|e| format!("building the gold state: {e}"))?;
-    // Before the gold actions, the gold world is the session's initial state (a clone shares
-    // every record with it, so keeping it costs nothing).
-    let initial = gold.clone();
-    let mut failed = Vec::new();
-    for action in criteria.actions.iter().flatten() {
-        let Some(requestor) = Requestor::parse(&action.requestor) else { continue };
-        let mutating = ctx.catalog.is_mutating(&action.name);
-        if let Err(e) = gold.make_tool_call(requestor, &action.name, &action.arguments)
-            && mutating
-        {
-            failed.push(json!({
-                "action_id": action.action_id,
-                "tool_name": action.name,
-                "requestor": action.requestor,
-                "error_type": "ValueError",
-                "error": e.0,
-            }));
-        }
-    }
+    let GoldWorlds { initial, after: gold, failed } = ctx.spec.gold.get(ctx, criteria)?;
 
     // tau2 compares the hashes of the databases' dumps; the three worlds come from one base and
     // share every record none of them changed, so only the others are written and compared.
@@ -68,10 +114,10 @@ pub fn evaluate(ctx: &ScoreContext<'_>, criteria: &Criteria, transcript: &[Messa
             .map(|toolkit| super::diff::compare(from.view(toolkit).as_ref(), to.view(toolkit).as_ref()))
     };
     let diffs = |[db, user_db]: [Comparison; 2]| json!({"db": db.diff, "user_db": user_db.diff});
-    let to_gold = compare(&predicted, &gold);
+    let to_gold = compare(&predicted, gold);
     let db_match = to_gold.iter().all(|c| c.same);
     let diff = json!({
-        "initial_to_final": diffs(compare(&initial, &predicted)),
+        "initial_to_final": diffs(compare(initial, &predicted)),
         "final_to_gold": if db_match { Value::Null } else { diffs(to_gold) },
     });
     let db_reward = if db_match { 1.0 } else { 0.0 };
