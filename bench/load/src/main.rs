@@ -1,4 +1,5 @@
-//! The trainer's side of Parley's service, for `bench/`. Two modes, each writing JSON on stdout:
+//! The trainer's side of Parley's service, for `bench/`. Two client modes, each writing JSON on
+//! stdout, and a server:
 //!
 //!     parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY
 //!
@@ -15,6 +16,11 @@
 //! seconds. With THINK_MS, each session thinks before each step, as a
 //! trainer's policy generates its action: THINK_MS on average, spread evenly over half to one and
 //! a half times that (so that sessions do not step in lockstep); without it, they step at once.
+//!
+//!     parley-bench-load echo ADDRESS
+//!
+//! serves OpenEnv's WebSocket and does nothing else (see [`echo`]); it prints its `ws://` URL.
+//! The `openenv` mode against it measures the transport's floor under any server's step.
 //!
 //! A client of its own in Rust, so that its cost stays small beside the servers measured.
 
@@ -42,7 +48,7 @@ async fn client(args: Vec<String>) -> anyhow::Result<()> {
         Some("run") => run(&args[1..]).await,
         Some("openenv") => openenv(&args[1..]).await,
         _ => bail!(
-            "usage: parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY | openenv WS_URL SESSIONS EPISODES TASKS"
+            "usage: parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY | openenv WS_URL SESSIONS EPISODES TASKS [THINK_MS] | echo ADDRESS"
         ),
     }
 }
