@@ -992,19 +992,13 @@ def openenv(parley, load_bin, work, p):
                 url = serve.stdout.readline().strip()
                 if not url.startswith("http://"):
                     raise SystemExit(f"bench: parley serve did not start; see {log.name}")
-                m = measured(
-                    [load_bin, "openenv", url.replace("http://", "ws://") + "/ws", *trainer],
-                    cwd=work, watch=[serve.pid, user.proc.pid], log=work / f"{name}-load.log",
-                )
+                m, out = play_trainer(load_bin, work, url.replace("http://", "ws://"), trainer, f"{name}-load",
+                                      watch=[serve.pid, user.proc.pid])
                 with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
                     metrics = r.read().decode()
             finally:
                 serve.terminate()
                 serve.wait()
-            out = json.loads(m["stdout"])
-            if out["errors"]:
-                raise SystemExit(f"bench: openenv at {sessions} sessions: {out['errors'][:3]}")
-            floor = echo_floor(load_bin, work, name, trainer)
             with contextlib.closing(sqlite3.connect(db)) as conn:
                 tools = sorted(r[0] / 1e3 for r in conn.execute("SELECT duration_us FROM tool_calls"))
                 users = sorted(r[0] for r in conn.execute(
@@ -1015,6 +1009,7 @@ def openenv(parley, load_bin, work, p):
             # once, and their steps then fall together. Later episodes start as earlier ones end,
             # spread as a running trainer's are. Flat out, every step counts.
             warm = 1 if think and episodes > 1 else 0
+            floor = echo_floor(load_bin, work, name, trainer, warm)
             tool_steps = counted_steps(out, "tool", warm)
             text_steps = counted_steps(out, "text", warm)
             all_tool_steps = counted_steps(out, "tool", 0)
@@ -1087,23 +1082,29 @@ def counted_steps(out, kind, warm):
     return sorted(t * 1e3 for t, k, _, episode in out["steps"] if k == kind and episode >= warm)
 
 
-def echo_floor(load_bin, work, name, trainer):
-    """The trainer's tool steps, in ms and sorted (the same episodes counted), against a server
-    that does nothing: the transport's floor."""
+def play_trainer(load_bin, work, ws_url, trainer, log, watch=()):
+    """bench/load's OpenEnv trainer against the server at `ws_url`: its measurement and its
+    JSON, refused when any session failed."""
+    m = measured([load_bin, "openenv", ws_url + "/ws", *trainer], cwd=work, watch=watch, log=work / f"{log}.log")
+    out = json.loads(m["stdout"])
+    if out["errors"]:
+        raise SystemExit(f"bench: the trainer against {ws_url} ({log}): {out['errors'][:3]}")
+    return m, out
+
+
+def echo_floor(load_bin, work, name, trainer, warm):
+    """The trainer's tool steps from episode `warm` on, in ms and sorted, against a server that
+    does nothing: the transport's floor."""
     server = subprocess.Popen([load_bin, "echo", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip()
         if not url.startswith("ws://"):
             raise SystemExit("bench: parley-bench-load echo did not start")
-        m = measured([load_bin, "openenv", url + "/ws", *trainer], cwd=work, log=work / f"{name}-echo.log")
+        _, out = play_trainer(load_bin, work, url, trainer, f"{name}-echo")
     finally:
         server.terminate()
         server.wait()
-    out = json.loads(m["stdout"])
-    if out["errors"]:
-        raise SystemExit(f"bench: the echo floor for {name}: {out['errors'][:3]}")
-    episodes, think = int(trainer[1]), float(trainer[3])
-    return counted_steps(out, "tool", 1 if think and episodes > 1 else 0)
+    return counted_steps(out, "tool", warm)
 
 
 def step_histogram(metrics, action):
