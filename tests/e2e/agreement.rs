@@ -221,13 +221,9 @@ fn judge_agrees_with_nemo_gyms_equivalence_llm_judge_with_the_swap_check() {
     assert!(gym_judgements >= 60 + right as u64, "NeMo Gym asked the judge twice for right answers");
 }
 
-/// A verifier that reports its own failure (`equivalence_llm_judge` whose judge answers 500:
-/// NeMo Gym's failsafe answers `mask_sample: true`, `failure_kind: judge_failed`) fails the
-/// session as a classified environment error, left out of the rewards.
-#[test]
-fn a_verifier_reporting_its_own_failure_is_a_classified_failure() {
-    let Some(venv) = venv() else { return };
-    let work = Workdir::new();
+/// `equivalence_llm_judge` whose judge answers 500: NeMo Gym's failsafe answers
+/// `mask_sample: true`, `failure_kind: judge_failed`.
+fn failing_judge_config(work: &Workdir) -> std::path::PathBuf {
     ok(&work.parley(&["tasks", "arithmetic", "--count", "3", "--out", "rows.jsonl"]));
     let config = work.path("equivalence.yaml");
     std::fs::write(
@@ -238,6 +234,16 @@ fn a_verifier_reporting_its_own_failure_is_a_classified_failure() {
          \x20     judge_prompt_template_fpath: prompt_templates/equivalence_llm_judge.txt\n",
     )
     .unwrap();
+    config
+}
+
+/// A verifier that reports its own failure fails the session as a classified failure
+/// (`verifier_failed`), left out of the rewards.
+#[test]
+fn a_verifier_reporting_its_own_failure_is_a_classified_failure() {
+    let Some(venv) = venv() else { return };
+    let work = Workdir::new();
+    let config = failing_judge_config(&work);
     let agent = Stub::start(&["--answers", work.path("rows.jsonl").to_str().unwrap()]);
     let judge = Stub::start(&["--server-error", "1.0"]);
     let out = ok(&work.parley(&[
@@ -263,11 +269,51 @@ fn a_verifier_reporting_its_own_failure_is_a_classified_failure() {
         "--out",
         "out.jsonl",
     ]));
-    assert!(out.contains("failures       environment_error 3") && out.contains("no scored sessions"), "{out}");
+    assert!(out.contains("failures       verifier_failed 3") && out.contains("no scored sessions"), "{out}");
     let failures = read_jsonl(&work.path("out_failures.jsonl"));
     assert_eq!(failures.len(), 3);
     for row in failures {
         let message = row["_ng_failure_message"].as_str().unwrap();
         assert!(message.contains("judge_failed, mask_sample"), "{message}");
+    }
+}
+
+/// The same verdict served to a trainer: `/run` answers 200 with the trajectory, reward 0 and
+/// `instance_config.mask_sample: true`, where NeMo RL reads it to leave the sample out of the
+/// loss (a 5xx would count as an infrastructure failure instead).
+#[test]
+fn a_verifier_reporting_its_own_failure_is_served_masked() {
+    let Some(venv) = venv() else { return };
+    let work = Workdir::new();
+    let config = failing_judge_config(&work);
+    let agent = Stub::start(&["--answers", work.path("rows.jsonl").to_str().unwrap()]);
+    let judge = Stub::start(&["--server-error", "1.0"]);
+    let serve = crate::serve::Serve::start(
+        &work,
+        &agent,
+        &[
+            "--env",
+            "nemo-gym",
+            "--config",
+            config.to_str().unwrap(),
+            "--config",
+            "responses_api_models/openai_model/configs/openai_model.yaml",
+            "--gym-venv",
+            venv.to_str().unwrap(),
+            "--server-name",
+            "equivalence_llm_judge",
+            "--judge-base-url",
+            &judge.url,
+        ],
+    );
+    for row in std::fs::read_to_string(work.path("rows.jsonl")).unwrap().lines() {
+        let (status, _, body) = crate::serve::post_run(&serve.address, row);
+        assert_eq!(status, 200, "{body}");
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(answer["instance_config"]["mask_sample"], json!(true), "{answer}");
+        assert_eq!(answer["reward"], json!(0.0));
+        assert_eq!(answer["failure_kind"], json!("verifier_failed"));
+        assert!(answer["failure_reason"].as_str().unwrap().contains("judge_failed"), "{answer}");
+        assert!(!answer["response"]["output"].as_array().unwrap().is_empty(), "the trajectory comes back");
     }
 }

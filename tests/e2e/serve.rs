@@ -13,13 +13,13 @@ use serde_json::Value;
 use crate::harness::{PARLEY, Stub, Workdir, ok, read_jsonl, run, text};
 
 /// `parley serve` on a free port, killed when dropped.
-struct Serve {
+pub(crate) struct Serve {
     child: Child,
-    address: String,
+    pub(crate) address: String,
 }
 
 impl Serve {
-    fn start(work: &Workdir, stub: &Stub, extra: &[&str]) -> Serve {
+    pub(crate) fn start(work: &Workdir, stub: &Stub, extra: &[&str]) -> Serve {
         let mut child = Command::new(PARLEY)
             .current_dir(work.dir.path())
             .args(["serve", "--listen", "127.0.0.1:0", "--base-url", &stub.url, "--model", "stub-model"])
@@ -78,7 +78,7 @@ fn unchunk(mut body: &str) -> String {
     out
 }
 
-fn post_run(address: &str, row: &str) -> (u16, String, String) {
+pub(crate) fn post_run(address: &str, row: &str) -> (u16, String, String) {
     request(address, "POST", "/run", row, &[])
 }
 
@@ -357,4 +357,137 @@ fn the_simulated_user_never_defaults_to_the_policy() {
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("--user-base-url"), "{}", text(&out.stderr));
     assert_eq!(stub.stats()["requests"], 0);
+}
+
+/// A trainer's row comes back with the indices it was sent with (NeMo RL groups a prompt's
+/// rollouts by `_ng_task_index`), on a scored answer and on a failure alike.
+#[test]
+fn a_rows_nemo_gym_indices_come_back_as_sent() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let line = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let mut row: Value = serde_json::from_str(&line).unwrap();
+    row["_ng_task_index"] = 7.into();
+    row["_ng_rollout_index"] = 3.into();
+    let (status, _, body) = post_run(&serve.address, &row.to_string());
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((answer["_ng_task_index"].as_i64(), answer["_ng_rollout_index"].as_i64()), (Some(7), Some(3)));
+
+    // A policy that fails: the 502's row keeps them too.
+    let down = Stub::start(&["--server-error", "1.0"]);
+    let elsewhere = Workdir::new();
+    let failing = Serve::start(&elsewhere, &down, &["--max-retries", "0"]);
+    let (status, _, body) = post_run(&failing.address, &row.to_string());
+    assert_eq!(status, 502, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((answer["_ng_task_index"].as_i64(), answer["_ng_rollout_index"].as_i64()), (Some(7), Some(3)));
+}
+
+/// A non-loopback address of this machine, when it has one.
+fn cluster_address() -> Option<String> {
+    let out = Command::new("ip").args(["-4", "-o", "addr", "show", "scope", "global"]).output().ok()?;
+    let text = text(&out.stdout);
+    let address = text.split_whitespace().skip_while(|w| *w != "inet").nth(1)?;
+    Some(address.split('/').next()?.to_owned())
+}
+
+/// `--trusted-network` serves a cluster address without a token (NeMo Gym and OpenEnv's
+/// clients send none), says so at start, and binds that address only; every interface at once
+/// is refused, and without the flag a token is still required.
+#[test]
+fn a_trusted_network_is_served_without_a_token_on_its_address_only() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&[]);
+    let out = work.parley(&["serve", "--listen", "0.0.0.0:0", "--trusted-network", "--base-url", &stub.url]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("not every one"), "{}", text(&out.stderr));
+    let Some(host) = cluster_address() else {
+        eprintln!("*** no non-loopback address on this machine: the serving half is skipped ***");
+        return;
+    };
+    let refused = work.parley(&["serve", "--listen", &format!("{host}:0"), "--base-url", &stub.url]);
+    assert_eq!(refused.status.code(), Some(64));
+    assert!(text(&refused.stderr).contains("--trusted-network"), "{}", text(&refused.stderr));
+
+    let mut child = Command::new(PARLEY)
+        .current_dir(work.dir.path())
+        .args(["serve", "--listen", &format!("{host}:0"), "--trusted-network", "--base-url", &stub.url])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(work.path("trusted.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let address = line.trim().trim_start_matches("http://").to_owned();
+    assert!(address.starts_with(&format!("{host}:")), "{line}");
+    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let (status, _, body) = post_run(&address, &row);
+    assert_eq!(status, 200, "no token needed: {body}");
+    let port = address.rsplit(':').next().unwrap();
+    assert!(TcpStream::connect(format!("127.0.0.1:{port}")).is_err(), "only the address given is bound");
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(work.path("trusted.log")).unwrap();
+    assert!(log.contains("--trusted-network") && log.contains("without a token"), "announced: {log}");
+}
+
+/// Every tau2 session of a domain opens alike (the policy, the greeting): they still spread
+/// evenly over the ranks, since a session's rank follows its id, and each stays on its rank.
+#[test]
+fn tau2_sessions_spread_evenly_over_the_ranks() {
+    let work = Workdir::new();
+    let data = crate::harness::tau2_data_dir();
+    let ranks = [Stub::start(&[]), Stub::start(&[]), Stub::start(&[])];
+    let user = Stub::start(&["--user-turns", "2"]);
+    let serve = Serve::start(
+        &work,
+        &ranks[0],
+        &[
+            "--base-url",
+            &ranks[1].url,
+            "--base-url",
+            &ranks[2].url,
+            "--env",
+            "tau2:airline",
+            "--data-dir",
+            &data,
+            "--user",
+            "llm",
+            "--user-base-url",
+            &user.url,
+        ],
+    );
+    for id in 0..12 {
+        let row = serde_json::json!({"id": id.to_string(), "responses_create_params": {"input": []}});
+        let (status, _, body) = post_run(&serve.address, &row.to_string());
+        assert_eq!(status, 200, "{body}");
+    }
+    // The stub keys a conversation by its opening, which every session here shares: count the
+    // agent's calls each rank took instead.
+    let calls: Vec<u64> = ranks.iter().map(|rank| rank.stats()["requests"].as_u64().unwrap()).collect();
+    let (most, least) = (*calls.iter().max().unwrap(), *calls.iter().min().unwrap());
+    assert!(least > 0 && most as f64 <= least as f64 * 1.5, "agent calls per rank: {calls:?}");
+}
+
+/// A row that names its own policy URL keeps the token ids the service captures (`--token-ids`):
+/// that policy is the one being trained.
+#[test]
+fn a_rows_own_policy_url_keeps_the_token_ids() {
+    let work = Workdir::new();
+    work.tasks(2);
+    let (service_policy, rollout_policy) = (Stub::start(&["--token-ids"]), Stub::start(&["--token-ids"]));
+    let serve = Serve::start(&work, &service_policy, &["--token-ids"]);
+    for line in std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines() {
+        let mut row: Value = serde_json::from_str(line).unwrap();
+        row["policy_base_url"] = rollout_policy.url.clone().into();
+        let (status, _, body) = post_run(&serve.address, &row.to_string());
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(crate::tokens::check_trainable(&answer), Ok(3), "{answer}");
+    }
+    assert_eq!(service_policy.stats()["conversations"].as_object().map_or(0, |c| c.len()), 0);
 }

@@ -141,14 +141,14 @@ mod tests {
         let task = task();
         let mut messages = vec![Message::user("hi")];
         for expected in ["enable_roaming", "refuel"] {
-            let view = AgentView { task: &task, messages: &messages, tools: &[], seed: 0 };
+            let view = AgentView { task: &task, messages: &messages, tools: &[], seed: 0, session: 0 };
             let turn = Oracle.act(view).await.unwrap();
             assert_eq!(turn.message.tool_calls[0].name, expected);
             let id = turn.message.tool_calls[0].id.clone();
             messages.push(turn.message);
             messages.push(Message::tool_result(id, "ok"));
         }
-        let view = AgentView { task: &task, messages: &messages, tools: &[], seed: 0 };
+        let view = AgentView { task: &task, messages: &messages, tools: &[], seed: 0, session: 0 };
         let turn = Oracle.act(view).await.unwrap();
         assert!(turn.message.tool_calls.is_empty());
         assert_eq!(turn.message.content.as_deref(), Some("one\ntwo"));

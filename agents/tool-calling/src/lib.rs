@@ -68,6 +68,7 @@ impl Agent for ToolCallingAgent {
                 tools: &[],
                 sampling: &sampling,
                 response_format: Some(&format),
+                session: Some(view.session),
             };
             let reply = self.client.chat(request).await?;
             let steps = view.messages.iter().filter(|m| m.role == Role::Assistant).count();
@@ -83,6 +84,7 @@ impl Agent for ToolCallingAgent {
             tools: view.tools,
             sampling: &sampling,
             response_format: None,
+            session: Some(view.session),
         };
         let reply = self.client.chat(request).await?;
         Ok(AgentTurn { message: reply.message, call: Some(reply.call) })

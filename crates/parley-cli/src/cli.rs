@@ -77,7 +77,7 @@ pub struct ViewArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub run: RunOptions,
-    /// Address to listen on. Off loopback, `--token-env` is required.
+    /// Address to listen on. Off loopback, `--token-env` (or `--trusted-network`) is required.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", help_heading = "Service")]
     pub listen: std::net::SocketAddr,
     /// Requests that may wait for a free slot beyond `--concurrency`; more are answered 503
@@ -88,6 +88,11 @@ pub struct ServeArgs {
     /// TOKEN`).
     #[arg(long, value_name = "VAR", help_heading = "Service")]
     pub token_env: Option<String>,
+    /// Serve the `--listen` address without a token: for a cluster network that only the
+    /// trainer's nodes reach (NeMo Gym and OpenEnv's clients send no token). Only the address
+    /// given is bound, never every interface.
+    #[arg(long, conflicts_with = "token_env", help_heading = "Service")]
+    pub trusted_network: bool,
 }
 
 #[derive(Debug, Args)]

@@ -15,6 +15,8 @@ pub struct AgentView<'a> {
     pub tools: &'a [ToolSpec],
     /// Derived per task and trial, so that a rerun asks the endpoint the same questions.
     pub seed: u64,
+    /// The session being driven (its id in the store), the same for every turn of it.
+    pub session: crate::SessionId,
 }
 
 /// The agent's next turn: text, tool calls, or both, and the model call that produced it.

@@ -32,8 +32,25 @@ impl ToolOutput {
 /// An environment failure: the environment itself broke (a crashed server, a bug), as opposed
 /// to a tool that answered with an error.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct EnvError(pub String);
+#[error("{message}")]
+pub struct EnvError {
+    pub message: String,
+    /// The verifier ran but reports that its own verdict failed (NeMo Gym's judge failsafe: a
+    /// judge that could not answer): the trajectory is sound, the sample is to be left out of
+    /// training, and the session is recorded as `verifier_failed`.
+    pub verifier_failed: bool,
+}
+
+impl EnvError {
+    pub fn new(message: impl Into<String>) -> EnvError {
+        EnvError { message: message.into(), verifier_failed: false }
+    }
+
+    /// The verifier's report of its own failure.
+    pub fn verifier_failed(message: impl Into<String>) -> EnvError {
+        EnvError { message: message.into(), verifier_failed: true }
+    }
+}
 
 /// A kind of environment. It opens one [`EnvSession`] per session.
 #[async_trait]

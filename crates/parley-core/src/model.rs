@@ -27,6 +27,9 @@ pub struct ChatRequest<'a> {
     pub sampling: &'a Sampling,
     /// An OpenAI `response_format`, for endpoints that constrain output by a JSON schema.
     pub response_format: Option<&'a Value>,
+    /// The session the call belongs to, when it belongs to one: a policy served on several
+    /// ranks keeps every call of a session on one rank. Never sent to the endpoint.
+    pub session: Option<crate::SessionId>,
 }
 
 /// Token counts reported by the endpoint.

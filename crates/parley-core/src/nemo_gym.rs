@@ -251,12 +251,42 @@ pub fn rollout_row(
     }
     out.insert("_ng_task_index".into(), json!(task_index));
     out.insert("_ng_rollout_index".into(), json!(rollout_index));
+    if out.get("mask_sample") == Some(&Value::Bool(true)) {
+        mask(&mut out);
+    }
     Value::Object(out)
+}
+
+/// Marks a rollout row to be left out of training where NeMo RL reads it:
+/// `instance_config.mask_sample` (its `_extract_mask_sample_flags`), and the top-level
+/// `mask_sample` NeMo Gym's verifiers write.
+pub fn mask(row: &mut Map<String, Value>) {
+    row.insert("mask_sample".into(), Value::Bool(true));
+    let config = row.entry("instance_config").or_insert_with(|| json!({}));
+    if !config.is_object() {
+        *config = json!({});
+    }
+    if let Some(config) = config.as_object_mut() {
+        config.insert("mask_sample".into(), Value::Bool(true));
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_masked_verdict_reaches_instance_config_beside_the_rows_own_settings() {
+        let row = json!({"id": 1, "instance_config": {"difficulty": 3}});
+        let mut reward = crate::reward::Reward::new(0.0);
+        reward.breakdown.insert("mask_sample".into(), json!(true));
+        let out = rollout_row(&row, json!({}), &reward, 0, 0);
+        assert_eq!(out["instance_config"], json!({"difficulty": 3, "mask_sample": true}));
+        assert_eq!(out["mask_sample"], json!(true));
+        let plain = rollout_row(&row, json!({}), &crate::reward::Reward::new(1.0), 0, 0);
+        assert_eq!(plain["instance_config"], json!({"difficulty": 3}), "an unmasked row's config is its own");
+        assert_eq!(plain["mask_sample"], json!(false));
+    }
 
     #[test]
     fn reads_a_multi_step_row() {

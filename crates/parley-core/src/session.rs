@@ -94,6 +94,9 @@ pub enum FailureClass {
     ContextWindowExceeded,
     /// A tool or resources server failed: it could not be reached or answered with an error.
     EnvironmentError,
+    /// The verifier ran but reports its own verdict failed (a judge that could not answer):
+    /// the trajectory is sound and goes to a trainer masked (`instance_config.mask_sample`).
+    VerifierFailed,
     /// The store could not commit a turn.
     Store,
     /// A bug in Parley: the session's task panicked.
@@ -101,7 +104,7 @@ pub enum FailureClass {
 }
 
 impl FailureClass {
-    pub const ALL: [FailureClass; 10] = [
+    pub const ALL: [FailureClass; 11] = [
         FailureClass::RateLimited,
         FailureClass::ServerError,
         FailureClass::Rejected,
@@ -110,6 +113,7 @@ impl FailureClass {
         FailureClass::MalformedResponse,
         FailureClass::ContextWindowExceeded,
         FailureClass::EnvironmentError,
+        FailureClass::VerifierFailed,
         FailureClass::Store,
         FailureClass::Panic,
     ];
@@ -124,6 +128,7 @@ impl FailureClass {
             FailureClass::MalformedResponse => "malformed_response",
             FailureClass::ContextWindowExceeded => "context_window_exceeded",
             FailureClass::EnvironmentError => "environment_error",
+            FailureClass::VerifierFailed => "verifier_failed",
             FailureClass::Store => "store",
             FailureClass::Panic => "panic",
         }

@@ -344,6 +344,12 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
                     Ok(r) => reward = Some(r),
                     // The trajectory is whole but unscored: a failure of the environment, which
                     // `--retry-failed` scores again without another model call.
+                    // A verifier that reports its own failure is classified apart: the sample
+                    // goes to a trainer masked rather than as a failed rollout.
+                    Err(e) if e.verifier_failed => {
+                        let error = format!("scoring failed: {e}");
+                        ended = Ended::failed(Termination::EnvironmentError, FailureClass::VerifierFailed, error);
+                    }
                     Err(e) => ended = Ended::environment(format!("scoring failed: {e}")),
                 }
             }
@@ -491,7 +497,13 @@ async fn agent_turn(
     let previous = state.committing.take();
     let turn = {
         let messages = agent_view(&state.messages);
-        let view = AgentView { task: state.task, messages: &messages, tools: env.tools(), seed: state.seed };
+        let view = AgentView {
+            task: state.task,
+            messages: &messages,
+            tools: env.tools(),
+            seed: state.seed,
+            session: state.id,
+        };
         beside_commit(parties, state.claim, previous, &mut state.mark, parties.agent.act(view)).await?
     };
     let message = match turn {

@@ -363,8 +363,14 @@ mod tests {
         for (sampling, tools, format) in
             [(Sampling::default(), &tools[..], None), (full.clone(), &tools[..], Some(&format)), (full, &[][..], None)]
         {
-            let request =
-                ChatRequest { model: "m", messages: &messages, tools, sampling: &sampling, response_format: format };
+            let request = ChatRequest {
+                model: "m",
+                messages: &messages,
+                tools,
+                sampling: &sampling,
+                response_format: format,
+                session: None,
+            };
             assert_eq!(request_body(&request, Dialect::default()).get(), request_json(&request).to_string());
         }
     }
@@ -379,7 +385,14 @@ mod tests {
         let tools = [ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}), strict: false }];
         let sampling = Sampling { temperature: Some(0.5), seed: Some(9), ..Sampling::default() };
         let body = request_body(
-            &ChatRequest { model: "m", messages: &messages, tools: &tools, sampling: &sampling, response_format: None },
+            &ChatRequest {
+                model: "m",
+                messages: &messages,
+                tools: &tools,
+                sampling: &sampling,
+                response_format: None,
+                session: None,
+            },
             Dialect::default(),
         )
         .to_value();
@@ -460,8 +473,14 @@ mod tests {
             assert_eq!(m.reasoning.as_ref().unwrap().text, "2 + 2");
             let messages = [Message::user("2 + 2?"), m, Message::user("and 3 + 3?")];
             let sampling = Sampling::default();
-            let request =
-                ChatRequest { model: "m", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
+            let request = ChatRequest {
+                model: "m",
+                messages: &messages,
+                tools: &[],
+                sampling: &sampling,
+                response_format: None,
+                session: None,
+            };
             let sent = |replay| {
                 request_body(&request, Dialect { reasoning: replay, token_ids: false }).to_value()["messages"][1]
                     .clone()
@@ -487,8 +506,14 @@ mod tests {
         );
         let sampling = Sampling::default();
         let messages = [user];
-        let request =
-            ChatRequest { model: "m", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
+        let request = ChatRequest {
+            model: "m",
+            messages: &messages,
+            tools: &[],
+            sampling: &sampling,
+            response_format: None,
+            session: None,
+        };
         let body = request_body(&request, Dialect::default()).to_value();
         assert_eq!(
             body["messages"][0]["content"],
@@ -550,8 +575,14 @@ mod tests {
         earlier.tokens = Some(Arc::new(tokens(&[1, 2], &[3], &[-0.5])));
         let messages = [Message::user("hi"), earlier, Message::user("again")];
         let sampling = Sampling::default();
-        let request =
-            ChatRequest { model: "m", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
+        let request = ChatRequest {
+            model: "m",
+            messages: &messages,
+            tools: &[],
+            sampling: &sampling,
+            response_format: None,
+            session: None,
+        };
         let capturing = request_body(&request, Dialect { token_ids: true, ..Dialect::default() }).to_value();
         assert_eq!(capturing["logprobs"], true);
         assert_eq!(capturing["top_logprobs"], 0);

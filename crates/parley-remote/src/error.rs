@@ -30,6 +30,6 @@ pub enum RemoteError {
 
 impl From<RemoteError> for EnvError {
     fn from(error: RemoteError) -> EnvError {
-        EnvError(error.to_string())
+        EnvError::new(error.to_string())
     }
 }

@@ -126,7 +126,7 @@ impl EnvSession for NemoGymSession {
         let exchange = self.server.post("/verify", &Value::Object(body), Some(&mut self.jar), Retry::Unsent).await?;
         let verify = exchange.success(&self.server, CALL)?.json(&self.server, CALL)?;
         if let Some(failure) = reward::verifier_failure(&verify) {
-            return Err(EnvError(format!("{}: {CALL}: {failure}", self.server.label())));
+            return Err(EnvError::verifier_failed(format!("{}: {CALL}: {failure}", self.server.label())));
         }
         Ok(reward_from_verify(&verify, &self.task.row).map_err(|cause| RemoteError::Protocol {
             server: self.server.label(),

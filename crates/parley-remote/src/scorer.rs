@@ -66,7 +66,7 @@ pub fn final_answer(transcript: &[Message]) -> Option<&str> {
 impl Scorer for ExactMatch {
     async fn score(&self, task: &Task, transcript: &[Message], termination: Termination) -> Result<Reward, EnvError> {
         let expected = task.row.get(&self.field).ok_or_else(|| {
-            EnvError(format!("task `{}` has no `{}` field for the exact-match scorer", task.id, self.field))
+            EnvError::new(format!("task `{}` has no `{}` field for the exact-match scorer", task.id, self.field))
         })?;
         let candidates: Vec<String> = match expected {
             Value::Array(items) => items.iter().map(text_of).collect(),

@@ -61,7 +61,7 @@ impl EnvSession for RewardedSession {
             None
         };
         let cx = Context { task: &self.task, transcript, termination, env_reward: own.as_ref() };
-        self.composite.score(&cx).await.map_err(|e| EnvError(format!("scoring task `{}`: {e}", self.task.id)))
+        self.composite.score(&cx).await.map_err(|e| EnvError::new(format!("scoring task `{}`: {e}", self.task.id)))
     }
 
     async fn close(&mut self) {
@@ -101,7 +101,7 @@ impl EnvSession for TasksOnlySession {
     }
 
     async fn score(&mut self, _transcript: &[Message], _termination: Termination) -> Result<Reward, EnvError> {
-        Err(EnvError("the environment has no verifier of its own; give the run a [[reward]]".into()))
+        Err(EnvError::new("the environment has no verifier of its own; give the run a [[reward]]"))
     }
 }
 
@@ -164,7 +164,7 @@ mod tests {
         let env = RewardedEnvironment::new(Arc::new(TasksOnly), composite(&["math"]));
         let mut session = env.open(&owned.task).await.unwrap();
         let err = session.score(&owned.transcript, Termination::AgentStop).await.unwrap_err();
-        assert!(err.0.contains("expected_answer"), "{err}");
+        assert!(err.message.contains("expected_answer"), "{err}");
         let env = RewardedEnvironment::new(Arc::new(TasksOnly), composite(&["environment"]));
         let mut session = env.open(&owned.task).await.unwrap();
         assert!(session.score(&owned.transcript, Termination::AgentStop).await.is_err());

@@ -96,6 +96,7 @@ impl Judge {
             tools: &[],
             sampling: &sampling,
             response_format: None,
+            session: None,
         };
         let reply = self
             .client

@@ -112,7 +112,8 @@ impl Runtime {
                     greeting: settings.greeting.clone(),
                     sampling_from_row: front.sampling_from_row,
                 };
-                policy = Some((config.clone(), settings.endpoint(String::new(), settings.api_key_env.clone())));
+                // A rollout's own policy URL is the policy all the same: its token ids are captured too.
+                policy = Some((config.clone(), settings.policy_endpoint(String::new())));
                 Arc::new(ToolCallingAgent::new(client, config))
             }
         };

@@ -30,7 +30,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parley_core::nemo_gym::task_from_row;
-use parley_core::{Agent, RunId, SessionSpec, Task, ToolLists, stable_seed};
+use parley_core::{Agent, FailureClass, RunId, SessionSpec, Task, ToolLists, stable_seed};
 use parley_engine::{Job, Parties, Stop, run_session};
 use parley_runtime::{Failure, Rollout, RunSettings, Runtime};
 use serde_json::{Value, json};
@@ -248,17 +248,37 @@ async fn drive(service: &Arc<Service>, task: Arc<Task>, agent: Option<Arc<dyn Ag
     if result.taken_over {
         return problem(StatusCode::CONFLICT, "another process took the session over");
     }
-    if outcome.termination.is_infrastructure() {
+    let verifier_failed = outcome.failure == Some(FailureClass::VerifierFailed);
+    if outcome.termination.is_infrastructure() && !verifier_failed {
         // A 5xx is an infrastructure failure to the trainer, never a reward of 0.
-        let failure = Failure::of_result(service.run, &result).row(&result.task.row);
+        let mut failure = Failure::of_result(service.run, &result).row(&result.task.row);
+        as_sent(&mut failure, &result.task.row);
         return (StatusCode::BAD_GATEWAY, axum::Json(failure)).into_response();
     }
     let mut row = Rollout::from(&result).row(&service.settings.model);
+    as_sent(&mut row, &result.task.row);
     if let Some(map) = row.as_object_mut() {
+        if verifier_failed {
+            // The trajectory is sound and only its verdict failed: the trainer gets it, masked
+            // from the loss (NeMo RL reads `instance_config.mask_sample`), with reward 0.
+            parley_core::nemo_gym::mask(map);
+            map.insert("failure_kind".into(), json!(FailureClass::VerifierFailed.as_str()));
+            map.insert("failure_reason".into(), json!(outcome.error));
+        }
         map.insert("_parley_run".into(), json!(service.run));
         map.insert("_parley_session".into(), json!(result.id));
     }
     axum::Json(row).into_response()
+}
+
+/// NeMo Gym's indices of a row come back as the trainer sent them: NeMo RL groups a prompt's
+/// rollouts by `_ng_task_index` and logs by both.
+fn as_sent(answer: &mut Value, sent: &Value) {
+    for key in ["_ng_task_index", "_ng_rollout_index"] {
+        if let (Some(value), Some(map)) = (sent.get(key), answer.as_object_mut()) {
+            map.insert(key.to_owned(), value.clone());
+        }
+    }
 }
 
 /// `POST /aggregate_metrics`: what NeMo Gym's collector asks an agent for at the end of a

@@ -21,7 +21,7 @@ pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {
         .get(EXPECTED)
         .and_then(Value::as_array)
         .cloned()
-        .ok_or_else(|| EnvError("the task row has no `expected_synonym_values` list".into()))?;
+        .ok_or_else(|| EnvError::new("the task row has no `expected_synonym_values` list"))?;
     let actual = last_extraction(transcript);
     let accuracy = same_numbers(&expected, &actual);
     // NeMo Gym divides the size of the set intersection by the length of the expected list.

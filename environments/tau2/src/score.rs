@@ -61,7 +61,7 @@ pub async fn score(
             .with("info", json!({"note": "No evaluation criteria"})));
     };
     if let Some(unknown) = criteria.reward_basis.iter().find(|b| !KNOWN_BASIS.contains(&b.as_str())) {
-        return Err(EnvError(format!("task {}: unknown reward type `{unknown}` in reward_basis", ctx.spec.id)));
+        return Err(EnvError::new(format!("task {}: unknown reward type `{unknown}` in reward_basis", ctx.spec.id)));
     }
     let basis = |kind: &str| criteria.reward_basis.iter().any(|b| b == kind);
     let failed = |error: String| {

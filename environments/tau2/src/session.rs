@@ -36,10 +36,10 @@ impl Tau2Environment {
     pub fn open_session(&self, task: &Task) -> Result<Tau2Session, EnvError> {
         let spec = match self.shared.specs.get(&task.id) {
             Some(spec) => spec.clone(),
-            None => Arc::new(TaskSpec::parse(&task.row, None).map_err(EnvError)?),
+            None => Arc::new(TaskSpec::parse(&task.row, None).map_err(EnvError::new)?),
         };
         let mut world = World::new(self.shared.base.clone_box(), self.shared.catalog.clone(), self.shared.solo);
-        world.set_state(&spec, &spec.history).map_err(|e| EnvError(format!("task {}: {e}", spec.id)))?;
+        world.set_state(&spec, &spec.history).map_err(|e| EnvError::new(format!("task {}: {e}", spec.id)))?;
         let user_tools = if self.shared.solo { Vec::new() } else { self.shared.catalog.specs(Requestor::User) };
         let tools = match task.tools.is_empty() {
             true => self.shared.catalog.specs(Requestor::Assistant).into(),

@@ -81,6 +81,7 @@ impl UserSimulator for LlmUser {
             tools: view.tools,
             sampling: &sampling,
             response_format: None,
+            session: None,
         };
         let reply = self.client.chat(request).await?;
         let text = reply.message.content.clone().unwrap_or_default();

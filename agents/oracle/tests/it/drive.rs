@@ -49,7 +49,7 @@ pub async fn play(env: &dyn parley_core::Environment, task: &Task) -> (Reward, V
     for (party, call) in gold_script(task) {
         match party {
             Party::Agent => {
-                let view = AgentView { task, messages: &transcript, tools: session.tools(), seed: 0 };
+                let view = AgentView { task, messages: &transcript, tools: session.tools(), seed: 0, session: 0 };
                 let turn = Oracle.act(view).await.unwrap();
                 assert_eq!(turn.message.tool_calls.len(), 1, "task {}", task.id);
                 assert_eq!(turn.message.tool_calls[0], call, "task {}", task.id);
@@ -62,7 +62,7 @@ pub async fn play(env: &dyn parley_core::Environment, task: &Task) -> (Reward, V
         let result = execute(session.as_mut(), party, &call).await;
         transcript.push(result);
     }
-    let view = AgentView { task, messages: &transcript, tools: session.tools(), seed: 0 };
+    let view = AgentView { task, messages: &transcript, tools: session.tools(), seed: 0, session: 0 };
     let closing = Oracle.act(view).await.unwrap().message;
     assert!(closing.tool_calls.is_empty());
     transcript.push(closing);

@@ -23,10 +23,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(var) => Some(std::env::var(var).ok().filter(|t| !t.is_empty()).ok_or_else(|| {
                 usage(format!("--token-env names `{var}`, which is not set; export {var}=... first"))
             })?),
-            None if !args.listen.ip().is_loopback() => {
+            None if args.trusted_network && args.listen.ip().is_unspecified() => {
+                return Err(usage(format!(
+                    "--trusted-network serves one interface without a token, not every one: name the cluster \
+                 interface's address in --listen instead of {}",
+                    args.listen.ip()
+                )));
+            }
+            None if !args.listen.ip().is_loopback() && !args.trusted_network => {
                 return Err(usage(format!(
                     "--listen {} is reachable from other machines: pass --token-env VAR, the variable holding the \
-                 bearer token every request must carry",
+                 bearer token every request must carry, or --trusted-network when only a trainer's cluster \
+                 reaches this address",
                     args.listen
                 )));
             }
@@ -51,6 +59,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let tasks = reset_tasks(&settings, &runtime)?;
     let service = Arc::new(Service::new(Arc::clone(&runtime), settings.clone(), run, 0, options).with_tasks(tasks));
     println!("http://{address}");
+    if args.trusted_network && !address.ip().is_loopback() {
+        eprintln!(
+            "parley serve: --trusted-network: {address} takes requests without a token; anyone who reaches it \
+             can start rollouts"
+        );
+    }
     eprintln!(
         "parley serve: run {run} in {}; {} against {}, model {}; up to {} sessions at once",
         settings.db, settings.env, runtime.base_url, settings.model, settings.concurrency

@@ -126,7 +126,7 @@ impl Environment for Counter {
 
     async fn open(&self, _task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
         if self.fail_open {
-            return Err(EnvError("the counter server is down".into()));
+            return Err(EnvError::new("the counter server is down"));
         }
         Ok(Box::new(CounterSession { tools: counter_tools(), user_tools: user_tools(), total: 0, switch: false }))
     }
@@ -163,7 +163,7 @@ impl EnvSession for CounterSession {
                 self.total += arguments["n"].as_i64().unwrap_or(0);
                 Ok(ToolOutput { content: self.total.to_string(), is_error: false, write: true })
             }
-            _ => Err(EnvError("the tool crashed".into())),
+            _ => Err(EnvError::new("the tool crashed")),
         }
     }
 

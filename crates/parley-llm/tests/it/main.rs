@@ -38,6 +38,7 @@ async fn ask(client: &ChatClient) -> Result<parley_core::ChatReply, parley_core:
             tools: &tools,
             sampling: &sampling,
             response_format: None,
+            session: None,
         })
         .await
 }

@@ -167,8 +167,14 @@ mod tests {
         ];
         let tools = [ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}), strict: true }];
         let sampling = Sampling { temperature: Some(0.0), ..Sampling::default() };
-        let request =
-            ChatRequest { model: "m", messages: &messages, tools: &tools, sampling: &sampling, response_format: None };
+        let request = ChatRequest {
+            model: "m",
+            messages: &messages,
+            tools: &tools,
+            sampling: &sampling,
+            response_format: None,
+            session: None,
+        };
         let body = request_json(&request, ReasoningReplay::Auto);
         assert_eq!(body["input"][2]["type"], "function_call");
         assert_eq!(body["input"][3]["output"], "ok");

@@ -30,8 +30,8 @@ pub async fn run(
         }
         steps += 1;
         let visible = agent_view(&messages);
-        let view = AgentView { task, messages: &visible, tools: session.tools(), seed: 7 };
-        let turn = agent.act(view).await.map_err(|e| EnvError(format!("the agent failed: {e}")))?;
+        let view = AgentView { task, messages: &visible, tools: session.tools(), seed: 7, session: 0 };
+        let turn = agent.act(view).await.map_err(|e| EnvError::new(format!("the agent failed: {e}")))?;
         let message = turn.message;
         messages.push(message.clone());
         if !message.tool_calls.is_empty() {
@@ -45,7 +45,7 @@ pub async fn run(
         loop {
             let visible = user_view(&messages);
             let view = UserView { task, trial: 0, messages: &visible, tools: session.user_tools(), seed: 7 };
-            let turn = user.respond(view).await.map_err(|e| EnvError(format!("the user failed: {e}")))?;
+            let turn = user.respond(view).await.map_err(|e| EnvError::new(format!("the user failed: {e}")))?;
             messages.push(turn.message.clone());
             if turn.stop.is_some() {
                 break 'session Termination::UserStop;

@@ -61,7 +61,7 @@ async fn a_server_that_dies_mid_session_fails_the_session_clearly() {
     assert!(text.contains("POST /increment_counter"), "{text}");
     assert!(text.contains("could not connect after 3 attempt(s)"), "{text}");
     let error = session.score(&[], parley_core::Termination::AgentStop).await.unwrap_err();
-    assert!(error.0.contains("POST /verify"), "{error}");
+    assert!(error.message.contains("POST /verify"), "{error}");
     session.close().await;
     servers.shutdown().await;
 }

@@ -65,7 +65,10 @@ async fn mcp_over_stdio_shared_and_per_session() {
     // After a clean stop the shared server is gone: a call fails with a clear cause.
     let mut session = environment.open(&task()).await.unwrap();
     let error = session.call(Party::Agent, "echo", &json!({"message": "x"})).await.unwrap_err();
-    assert!(error.0.contains("MCP server `everything`") && error.0.contains("tools/call `echo`"), "{error}");
+    assert!(
+        error.message.contains("MCP server `everything`") && error.message.contains("tools/call `echo`"),
+        "{error}"
+    );
 
     let per_session = McpServerSpec::stdio("everything", "node", &[script, "stdio"]).per_session();
     let environment =

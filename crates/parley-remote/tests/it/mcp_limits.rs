@@ -51,8 +51,8 @@ async fn an_oversized_stdio_answer_fails_at_once_as_too_large() {
     let started = Instant::now();
     let error = session.call(Party::Agent, "big", &json!({})).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(20), "it failed after {:?}", started.elapsed());
-    assert!(error.0.contains("larger than the limit of 1048576 bytes"), "{error}");
-    assert!(!error.0.contains("hangs"), "{error}");
+    assert!(error.message.contains("larger than the limit of 1048576 bytes"), "{error}");
+    assert!(!error.message.contains("hangs"), "{error}");
 
     let small = session.call(Party::Agent, "small", &json!({})).await.unwrap();
     assert_eq!(small.content, "ok", "the connection goes on serving");
@@ -110,7 +110,7 @@ async fn an_oversized_streamable_http_answer_fails_at_once_as_too_large() {
     let started = Instant::now();
     let error = session.call(Party::Agent, "big", &json!({})).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(20), "it failed after {:?}", started.elapsed());
-    assert!(error.0.contains("larger than the limit of 1048576 bytes"), "{error}");
+    assert!(error.message.contains("larger than the limit of 1048576 bytes"), "{error}");
     session.close().await;
     environment.shutdown().await;
 }

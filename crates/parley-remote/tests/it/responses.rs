@@ -32,7 +32,7 @@ async fn a_tool_call_then_a_text() {
     };
     let (m, t, s) = request(&messages);
     let reply = client
-        .chat(ChatRequest { model: "stub", messages: &m, tools: t, sampling: s, response_format: None })
+        .chat(ChatRequest { model: "stub", messages: &m, tools: t, sampling: s, response_format: None, session: None })
         .await
         .unwrap();
     let call = &reply.message.tool_calls[0];
@@ -49,6 +49,7 @@ async fn a_tool_call_then_a_text() {
             tools: &tools,
             sampling: &sampling,
             response_format: None,
+            session: None,
         })
         .await
         .unwrap();
@@ -77,6 +78,7 @@ async fn encrypted_reasoning_is_kept_and_sent_back() {
                 tools: &tools,
                 sampling: &sampling,
                 response_format: None,
+                session: None,
             };
             client.chat(request).await.unwrap()
         }
@@ -106,8 +108,14 @@ async fn rate_limits_are_retried_and_failures_are_bounded() {
     let sampling = Sampling::default();
     for i in 0..10 {
         let messages = [Message::user(format!("question {i}"))];
-        let request =
-            ChatRequest { model: "stub", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
+        let request = ChatRequest {
+            model: "stub",
+            messages: &messages,
+            tools: &[],
+            sampling: &sampling,
+            response_format: None,
+            session: None,
+        };
         client.chat(request).await.expect("retries get through");
     }
     let _ = stop.send(());
@@ -118,8 +126,14 @@ async fn rate_limits_are_retried_and_failures_are_bounded() {
         ResponsesClient::new(&ResponsesConfig { base_url: base.clone(), max_retries: 1, ..ResponsesConfig::default() })
             .unwrap();
     let messages = [Message::user("hi")];
-    let request =
-        ChatRequest { model: "stub", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
+    let request = ChatRequest {
+        model: "stub",
+        messages: &messages,
+        tools: &[],
+        sampling: &sampling,
+        response_format: None,
+        session: None,
+    };
     let failure = client.chat(request).await.unwrap_err();
     assert_eq!(failure.kind, ModelFailureKind::Transport);
     assert!(failure.message.contains(base.trim_end_matches('/')), "{}", failure.message);

@@ -103,8 +103,14 @@ async fn a_verdict_is_asked_once_and_answered_from_the_store_after() {
     let judge = Arc::new(Judge { asked: AtomicU64::new(0) });
     let sampling = parley_core::Sampling { temperature: Some(0.0), ..Default::default() };
     let messages = [Message::user("Did the agent refund the order?")];
-    let request =
-        ChatRequest { model: "judge", messages: &messages, tools: &[], sampling: &sampling, response_format: None };
+    let request = ChatRequest {
+        model: "judge",
+        messages: &messages,
+        tools: &[],
+        sampling: &sampling,
+        response_format: None,
+        session: None,
+    };
 
     let cache = VerdictCache::new(judge.clone(), store.clone());
     let first = cache.chat(request).await.unwrap();

@@ -90,8 +90,9 @@ pub async fn evaluate(
         tools: &[],
         sampling: &sampling,
         response_format: None,
+        session: None,
     };
-    let reply = judge.client.chat(request).await.map_err(|e| EnvError(format!("NL assertion judge: {e}")))?;
+    let reply = judge.client.chat(request).await.map_err(|e| EnvError::new(format!("NL assertion judge: {e}")))?;
     let content = reply.message.content_str();
     let parsed: Value = match serde_json::from_str(content) {
         Ok(v) => v,
