@@ -491,3 +491,45 @@ fn a_rows_own_policy_url_keeps_the_token_ids() {
     }
     assert_eq!(service_policy.stats()["conversations"].as_object().map_or(0, |c| c.len()), 0);
 }
+
+/// A GRPO-shaped batch (prompts x copies, each prompt's copies sharing `_ng_task_index`) is
+/// recorded as one task per prompt with a trial per copy: `parley metrics` gives per-prompt
+/// figures, pass@k over the group and the groups whose rollouts all scored alike.
+#[test]
+fn a_grpo_batch_is_recorded_as_one_task_per_prompt() {
+    let work = Workdir::new();
+    work.tasks(3);
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let rows: Vec<Value> = read_jsonl(&work.path("tasks.jsonl"));
+    let mut answers = Vec::new();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = rows
+            .iter()
+            .enumerate()
+            .flat_map(|(prompt, row)| (0..4).map(move |copy| (prompt, copy, row)))
+            .map(|(prompt, copy, row)| {
+                let mut row = row.clone();
+                row["_ng_task_index"] = (100 + prompt).into();
+                row["_ng_rollout_index"] = copy.into();
+                let address = serve.address.clone();
+                scope.spawn(move || post_run(&address, &row.to_string()))
+            })
+            .collect();
+        answers.extend(handles.into_iter().map(|h| h.join().unwrap()));
+    });
+    assert!(answers.iter().all(|(status, _, _)| *status == 200), "{:?}", answers[0]);
+    drop(serve);
+    let metrics: Value =
+        serde_json::from_str(&ok(&work.parley(&["metrics", "1", "--db", "serve.db", "--json"]))).unwrap();
+    let tasks = metrics["training"]["tasks"].as_object().unwrap();
+    assert_eq!(tasks.len(), 3, "one task per prompt: {metrics}");
+    assert!(tasks.values().all(|t| t["sessions"] == 4), "four rollouts each: {metrics}");
+    assert_eq!(metrics["training"]["groups"]["groups"], 3);
+    let alike = metrics["training"]["groups"]["alike"].as_u64().unwrap();
+    let variances = tasks.values().filter(|t| t["reward_variance"].as_f64() == Some(0.0)).count() as u64;
+    assert_eq!(alike, variances, "alike groups are those with no spread: {metrics}");
+    assert_eq!(metrics["pass"].as_array().unwrap().len(), 4, "pass@k up to the group's size: {metrics}");
+    let table = ok(&work.parley(&["metrics", "1", "--db", "serve.db"]));
+    assert!(table.contains(&format!("groups         {alike} of 3 tasks with 2+ rollouts scored all alike")), "{table}");
+}

@@ -40,7 +40,8 @@ impl Report {
             failures,
             retries,
             unfinished,
-            summary: summarize(&outcomes, trials),
+            // A served run's prompt groups are its tasks' trials, as many as the trainer sent.
+            summary: summarize(&outcomes, trials.max(largest_group(&outcomes))),
             tokens: store.token_totals(run).await?,
             call_ms_p50: percentile(&latencies, 0.5),
             call_ms_p99: percentile(&latencies, 0.99),
@@ -149,6 +150,16 @@ impl Report {
                 "training       variance {:.4} · success {:.3} · steps/session {:.2}",
                 r.reward_variance, r.success_rate, r.mean_steps
             )?;
+            let groups = t.groups;
+            if let Some(share) = groups.alike_share() {
+                writeln!(
+                    w,
+                    "groups         {} of {} tasks with 2+ rollouts scored all alike ({:.1}%: they teach GRPO nothing)",
+                    groups.alike,
+                    groups.groups,
+                    share * 100.0
+                )?;
+            }
             if !r.components.is_empty() {
                 let parts: Vec<String> = r.components.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
                 writeln!(w, "components     {} (means; they sum to the mean reward)", parts.join(" · "))?;
@@ -202,4 +213,13 @@ impl Report {
             "training": self.training,
         })
     }
+}
+
+/// The most sessions any one task has.
+fn largest_group(outcomes: &[parley_scoring::Outcome]) -> usize {
+    let mut sizes: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for o in outcomes {
+        *sizes.entry(o.task).or_default() += 1;
+    }
+    sizes.into_values().max().unwrap_or(1)
 }

@@ -11,6 +11,7 @@
 //! Invariant: no command line and no terminal; the caller binds the listener, owns the stop
 //! signal and gives the runtime.
 
+mod groups;
 mod metrics;
 mod observe;
 mod offload;
@@ -19,7 +20,6 @@ mod policy;
 mod recorder;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use axum::Router;
@@ -57,8 +57,8 @@ pub struct Service {
     parties: Parties,
     settings: RunSettings,
     run: RunId,
-    /// Task indexes of the service run, one per request.
-    next_task: AtomicUsize,
+    /// The service run's tasks: one per prompt group, or per request without one.
+    groups: groups::Groups,
     lists: std::sync::Mutex<ToolLists>,
     /// Requests admitted: running or waiting (at most concurrency + queue).
     admitted: Arc<Semaphore>,
@@ -95,7 +95,7 @@ impl Service {
             runtime,
             settings,
             run,
-            next_task: AtomicUsize::new(tasks),
+            groups: groups::Groups::new(tasks),
             lists: std::sync::Mutex::new(ToolLists::default()),
             admitted: Arc::new(Semaphore::new(options.concurrency + options.queue)),
             running: Arc::new(Semaphore::new(options.concurrency)),
@@ -185,38 +185,47 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
         },
         Err(e) => return problem(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let index = service.next_task.fetch_add(1, Ordering::Relaxed);
-    let task = match task_from_row(index, row) {
+    let group = groups::key(&row);
+    // Its index in the service run is given when it is recorded.
+    let task = match task_from_row(0, row) {
         Ok(task) => task,
         Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not a NeMo Gym task row: {e}")),
     };
-    let task = Arc::new(match service.lists.lock() {
-        Ok(mut lists) => lists.share(task),
-        Err(_) => task,
-    });
     service.metrics.queued(1);
     let running = Arc::clone(&service.running).acquire_owned().await;
     service.metrics.queued(-1);
     let Ok(running) = running else {
         return problem(StatusCode::SERVICE_UNAVAILABLE, "the service is stopping");
     };
-    let answer = drive(&service, task, agent).await;
+    let answer = drive(&service, task, group, agent).await;
     drop((running, admitted));
     service.metrics.run_took(started.elapsed());
     answer
 }
 
-/// Records the task's session under the service run, drives it on a task of its own (with
-/// `agent`, the rollout's own policy, when the row named one), and answers with its verify
-/// response. When the client goes away, the handler is dropped: the
-/// guard stops the session, which ends `cancelled` with its committed turns, resumable.
-async fn drive(service: &Arc<Service>, task: Arc<Task>, agent: Option<Arc<dyn Agent>>) -> Response {
-    let spec = SessionSpec { task_index: task.index, trial: 0, seed: stable_seed(&task.id, 0) };
-    let claim = match service.recorder.record(Arc::clone(&task), spec).await {
+/// Records the task's session under the service run (a trial of its prompt group's task, when
+/// it has one), drives it on a task of its own (with `agent`, the rollout's own policy, when the
+/// row named one), and answers with its verify response. When the client goes away, the
+/// handler is dropped: the guard stops the session, which ends `cancelled` with its committed
+/// turns, resumable.
+async fn drive(service: &Arc<Service>, mut task: Task, group: Option<u64>, agent: Option<Arc<dyn Agent>>) -> Response {
+    let queued = service.groups.place(group, |place| {
+        task.index = place.task_index;
+        let task = Arc::new(match service.lists.lock() {
+            Ok(mut lists) => lists.share(task),
+            Err(_) => task,
+        });
+        let spec =
+            SessionSpec { task_index: place.task_index, trial: place.trial, seed: stable_seed(&task.id, place.trial) };
+        let claim = service.recorder.enqueue(Arc::clone(&task), place.new_task, spec);
+        Ok::<_, std::convert::Infallible>((task, spec, claim))
+    });
+    let Ok((task, spec, claim)) = queued;
+    let claim = match claim.await {
         Ok(claim) => claim,
         Err(why) => return problem(StatusCode::INTERNAL_SERVER_ERROR, why),
     };
-    let job = Job { id: claim.session, fence: claim.fence, task, trial: 0, seed: spec.seed, prior: None };
+    let job = Job { id: claim.session, fence: claim.fence, task, trial: spec.trial, seed: spec.seed, prior: None };
     let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
     let _on_disconnect = stop.abort.clone().drop_guard();
     let (mut parties, limits) = (service.parties.clone(), service.settings.limits());

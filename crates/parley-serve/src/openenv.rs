@@ -246,7 +246,7 @@ async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value),
     } else {
         service.hub.next.fetch_add(1, Ordering::Relaxed) % tasks.len()
     };
-    let recorded_index = service.next_task.fetch_add(1, Ordering::Relaxed);
+    let recorded_index = service.groups.fresh();
     let task = Arc::new(Task { index: recorded_index, ..Task::clone(&tasks[index]) });
     let seed = stable_seed(&task.id, request.trial);
     let spec = SessionSpec { task_index: recorded_index, trial: request.trial, seed };

@@ -15,6 +15,9 @@ const BATCH: usize = 1024;
 
 struct Pending {
     task: Arc<Task>,
+    /// Whether the task is new to the service run (a prompt group's later copies share the
+    /// task its first copy recorded).
+    new_task: bool,
     spec: SessionSpec,
     claimed: oneshot::Sender<Result<Claim, String>>,
 }
@@ -31,18 +34,34 @@ impl Recorder {
         Recorder { tx }
     }
 
-    /// Records `task` as a session of the service run, claimed by the runtime's owner.
+    /// Records `task` as a new task of the service run and one session of it, claimed by the
+    /// runtime's owner.
     pub(crate) async fn record(&self, task: Arc<Task>, spec: SessionSpec) -> Result<Claim, String> {
+        self.enqueue(task, true, spec).await
+    }
+
+    /// Queues a session of `task` (recording the task too when `new_task`); sessions are
+    /// recorded in the order they were queued, so a task's first session is never recorded
+    /// after a later one. The claim comes when the session is in the store.
+    pub(crate) fn enqueue(
+        &self,
+        task: Arc<Task>,
+        new_task: bool,
+        spec: SessionSpec,
+    ) -> impl Future<Output = Result<Claim, String>> + use<> {
         let (claimed, claim) = oneshot::channel();
-        self.tx.send(Pending { task, spec, claimed }).map_err(|_| "the service is stopping".to_owned())?;
-        claim.await.map_err(|_| "the service is stopping".to_owned())?
+        let sent = self.tx.send(Pending { task, new_task, spec, claimed });
+        async move {
+            sent.map_err(|_| "the service is stopping".to_owned())?;
+            claim.await.map_err(|_| "the service is stopping".to_owned())?
+        }
     }
 }
 
 async fn record(runtime: Arc<Runtime>, run: parley_core::RunId, mut rx: mpsc::UnboundedReceiver<Pending>) {
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let tasks: Vec<Arc<Task>> = batch.iter().map(|p| Arc::clone(&p.task)).collect();
+        let tasks: Vec<Arc<Task>> = batch.iter().filter(|p| p.new_task).map(|p| Arc::clone(&p.task)).collect();
         let specs: Vec<SessionSpec> = batch.iter().map(|p| p.spec).collect();
         match runtime.store.extend_run(run, &tasks, &specs, Some(&runtime.owner)).await {
             Ok(claims) if claims.len() == batch.len() => {
