@@ -525,11 +525,16 @@ fn a_grpo_batch_is_recorded_as_one_task_per_prompt() {
     let tasks = metrics["training"]["tasks"].as_object().unwrap();
     assert_eq!(tasks.len(), 3, "one task per prompt: {metrics}");
     assert!(tasks.values().all(|t| t["sessions"] == 4), "four rollouts each: {metrics}");
-    assert_eq!(metrics["training"]["groups"]["groups"], 3);
-    let alike = metrics["training"]["groups"]["alike"].as_u64().unwrap();
+    assert_eq!(metrics["groups"]["groups"], 3);
+    let alike = metrics["groups"]["alike"].as_u64().unwrap();
     let variances = tasks.values().filter(|t| t["reward_variance"].as_f64() == Some(0.0)).count() as u64;
     assert_eq!(alike, variances, "alike groups are those with no spread: {metrics}");
     assert_eq!(metrics["pass"].as_array().unwrap().len(), 4, "pass@k up to the group's size: {metrics}");
     let table = ok(&work.parley(&["metrics", "1", "--db", "serve.db"]));
     assert!(table.contains(&format!("groups         {alike} of 3 tasks with 2+ rollouts scored all alike")), "{table}");
+    // The viewer's run page says the same.
+    let view = crate::view::View::start_on(&work, "serve.db", &[], &[]);
+    let (status, _, page) = view.get("/runs/1", &[]);
+    assert_eq!(status, 200);
+    assert!(page.contains(&format!("{alike} of 3 tasks with 2+ rollouts scored all alike")), "{page}");
 }

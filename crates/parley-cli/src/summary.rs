@@ -40,8 +40,7 @@ impl Report {
             failures,
             retries,
             unfinished,
-            // A served run's prompt groups are its tasks' trials, as many as the trainer sent.
-            summary: summarize(&outcomes, trials.max(largest_group(&outcomes))),
+            summary: summarize(&outcomes, trials),
             tokens: store.token_totals(run).await?,
             call_ms_p50: percentile(&latencies, 0.5),
             call_ms_p99: percentile(&latencies, 0.99),
@@ -117,6 +116,15 @@ impl Report {
         let hat: Vec<String> = s.pass.iter().map(|(k, _, hat)| format!("k={k} {}", fmt(*hat))).collect();
         writeln!(w, "pass@k         {}", at.join("  "))?;
         writeln!(w, "pass^k         {}", hat.join("  "))?;
+        if let Some(share) = s.groups.alike_share() {
+            writeln!(
+                w,
+                "groups         {} of {} tasks with 2+ rollouts scored all alike ({:.1}%: they teach GRPO nothing)",
+                s.groups.alike,
+                s.groups.groups,
+                share * 100.0
+            )?;
+        }
         let t = self.tokens.agent;
         writeln!(
             w,
@@ -150,16 +158,6 @@ impl Report {
                 "training       variance {:.4} · success {:.3} · steps/session {:.2}",
                 r.reward_variance, r.success_rate, r.mean_steps
             )?;
-            let groups = t.groups;
-            if let Some(share) = groups.alike_share() {
-                writeln!(
-                    w,
-                    "groups         {} of {} tasks with 2+ rollouts scored all alike ({:.1}%: they teach GRPO nothing)",
-                    groups.alike,
-                    groups.groups,
-                    share * 100.0
-                )?;
-            }
             if !r.components.is_empty() {
                 let parts: Vec<String> = r.components.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
                 writeln!(w, "components     {} (means; they sum to the mean reward)", parts.join(" · "))?;
@@ -205,6 +203,7 @@ impl Report {
             "retries": self.retries,
             "reward": s.reward,
             "pass": s.pass.iter().map(|(k, at, hat)| serde_json::json!({"k": k, "pass_at_k": at, "pass_hat_k": hat})).collect::<Vec<_>>(),
+            "groups": s.groups,
             "tokens": {"prompt": self.tokens.agent.prompt_tokens, "completion": self.tokens.agent.completion_tokens, "model_calls": self.tokens.agent.model_calls},
             "user_tokens": {"prompt": self.tokens.user.prompt_tokens, "completion": self.tokens.user.completion_tokens, "model_calls": self.tokens.user.model_calls},
             "latency_ms": {"model_call_p50": self.call_ms_p50, "model_call_p99": self.call_ms_p99,
@@ -213,13 +212,4 @@ impl Report {
             "training": self.training,
         })
     }
-}
-
-/// The most sessions any one task has.
-fn largest_group(outcomes: &[parley_scoring::Outcome]) -> usize {
-    let mut sizes: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
-    for o in outcomes {
-        *sizes.entry(o.task).or_default() += 1;
-    }
-    sizes.into_values().max().unwrap_or(1)
 }

@@ -90,10 +90,50 @@ pub struct Summary {
     pub sessions: usize,
     pub terminations: BTreeMap<String, usize>,
     pub reward: Option<Mean>,
-    /// (k, pass@k, pass^k) for k = 1..=trials.
+    /// (k, pass@k, pass^k) for k = 1..=trials, or up to the largest task's sessions when a task
+    /// has more (a served run's prompt groups are as large as the trainer sent them).
     pub pass: Vec<(usize, Option<f64>, Option<f64>)>,
+    /// The tasks scored two or more times, and those whose rewards were all equal.
+    pub groups: Groups,
     pub session_ms_p50: Option<f64>,
     pub session_ms_p99: Option<f64>,
+}
+
+/// Tasks scored two or more times (prompt groups), and how many of them scored all alike: such
+/// a group's advantages are all zero, so it teaches a policy-gradient trainer (GRPO) nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Groups {
+    pub groups: usize,
+    pub alike: usize,
+}
+
+impl Groups {
+    /// Over the scored sessions (infrastructure failures left out).
+    pub fn of(outcomes: &[Outcome]) -> Groups {
+        let mut ranges: BTreeMap<usize, (usize, f64, f64)> = BTreeMap::new();
+        for o in outcomes.iter().filter(|o| !o.infrastructure) {
+            let Some(r) = o.reward else { continue };
+            let (n, low, high) = ranges.entry(o.task).or_insert((0, r, r));
+            *n += 1;
+            (*low, *high) = (low.min(r), high.max(r));
+        }
+        let groups = ranges.values().filter(|(n, ..)| *n >= 2);
+        Groups { groups: groups.clone().count(), alike: groups.filter(|(_, low, high)| low == high).count() }
+    }
+
+    /// The share of groups that scored all alike (`None` without groups).
+    pub fn alike_share(self) -> Option<f64> {
+        (self.groups > 0).then(|| self.alike as f64 / self.groups as f64)
+    }
+}
+
+/// The most sessions any one task has.
+fn largest_task(outcomes: &[Outcome]) -> usize {
+    let mut sizes: BTreeMap<usize, usize> = BTreeMap::new();
+    for o in outcomes {
+        *sizes.entry(o.task).or_default() += 1;
+    }
+    sizes.into_values().max().unwrap_or(1)
 }
 
 pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
@@ -108,7 +148,7 @@ pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
         sessions: outcomes.len(),
         terminations,
         reward: mean(&rewards),
-        pass: (1..=trials.max(1))
+        pass: (1..=trials.max(largest_task(outcomes)).max(1))
             .map(|k| {
                 let (at, hat) = pass_at_k(outcomes, k);
                 (k, at, hat)
@@ -116,6 +156,7 @@ pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
             .collect(),
         session_ms_p50: percentile(&durations, 0.5),
         session_ms_p99: percentile(&durations, 0.99),
+        groups: Groups::of(outcomes),
     }
 }
 
@@ -131,6 +172,24 @@ mod tests {
             reward,
             duration_ms: 10.0 * (task + 1) as f64,
         }
+    }
+
+    #[test]
+    fn groups_that_scored_alike_are_counted_and_pass_k_reaches_the_largest_group() {
+        let mut outcomes = Vec::new();
+        for r in [1.0, 0.0, 1.0] {
+            outcomes.push(outcome(0, Some(r), false));
+        }
+        for _ in 0..2 {
+            outcomes.push(outcome(1, Some(0.0), false));
+        }
+        outcomes.push(outcome(1, None, true)); // an infrastructure failure is no rollout
+        outcomes.push(outcome(2, Some(1.0), false)); // one rollout is no group
+        let summary = summarize(&outcomes, 1);
+        assert_eq!(summary.groups, Groups { groups: 2, alike: 1 });
+        assert_eq!(summary.groups.alike_share(), Some(0.5));
+        assert_eq!(summary.pass.len(), 3, "k = 1..=3, task 0's three rollouts");
+        assert_eq!(Groups::of(&[]).alike_share(), None);
     }
 
     #[test]

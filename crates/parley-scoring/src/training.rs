@@ -42,23 +42,6 @@ pub struct TrainingMetrics {
     pub run: Figures,
     /// Per task, by task index.
     pub tasks: BTreeMap<usize, Figures>,
-    /// Tasks with two or more scored sessions, and how many of them scored all alike: such a
-    /// group's advantages are all zero, so it teaches a policy-gradient trainer (GRPO) nothing.
-    pub groups: Groups,
-}
-
-/// Tasks with two or more scored sessions (prompt groups), and those whose rewards were equal.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Groups {
-    pub groups: usize,
-    pub alike: usize,
-}
-
-impl Groups {
-    /// The share of groups that scored all alike (`None` without groups).
-    pub fn alike_share(self) -> Option<f64> {
-        (self.groups > 0).then(|| self.alike as f64 / self.groups as f64)
-    }
 }
 
 /// Running sums, so that a run of a million sessions keeps one accumulator per task.
@@ -70,8 +53,6 @@ struct Sums {
     successes: usize,
     steps: u64,
     components: BTreeMap<String, f64>,
-    /// The lowest and highest reward.
-    range: Option<(f64, f64)>,
 }
 
 impl Sums {
@@ -81,8 +62,6 @@ impl Sums {
         self.reward_sq += s.reward * s.reward;
         self.successes += usize::from(s.success.unwrap_or(s.reward >= SUCCESS));
         self.steps += s.steps;
-        let (low, high) = self.range.unwrap_or((s.reward, s.reward));
-        self.range = Some((low.min(s.reward), high.max(s.reward)));
         for (name, value) in &s.components {
             *self.components.entry(name.clone()).or_default() += value;
         }
@@ -120,10 +99,6 @@ impl TrainingAccumulator {
         (self.run.n > 0).then(|| TrainingMetrics {
             run: self.run.figures(),
             tasks: self.tasks.iter().map(|(t, s)| (*t, s.figures())).collect(),
-            groups: self.tasks.values().filter(|s| s.n >= 2).fold(Groups::default(), |g, s| Groups {
-                groups: g.groups + 1,
-                alike: g.alike + usize::from(s.range.is_some_and(|(low, high)| low == high)),
-            }),
         })
     }
 }
@@ -160,11 +135,6 @@ mod tests {
         let task0 = &m.tasks[&0];
         assert_eq!((task0.sessions, task0.success_rate, task0.mean_steps), (2, 0.5, 3.0));
         assert_eq!(m.tasks[&1].reward_variance, 0.0, "one rollout has no spread");
-        // Task 0's two rollouts differ, task 1 has one: one group, not alike.
-        assert_eq!(m.groups, Groups { groups: 1, alike: 0 });
-        acc.add(&shaped(1, 1.0, 3, &[]));
-        assert_eq!(acc.finish().unwrap().groups, Groups { groups: 2, alike: 1 }, "task 1 scored 1 and 1");
-        assert_eq!(acc.finish().unwrap().groups.alike_share(), Some(0.5));
         // A deciding component overrides the reward's threshold.
         acc.add(&Shaped { success: Some(true), ..shaped(2, 0.9, 1, &[]) });
         assert_eq!(acc.finish().unwrap().tasks[&2].success_rate, 1.0);

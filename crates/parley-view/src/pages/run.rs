@@ -105,6 +105,13 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
                     None => span.muted { "no scored sessions" },
                 }
             }
+            @if let Some(share) = summary.groups.alike_share() {
+                dt { "Prompt groups" }
+                dd #groups {
+                    (summary.groups.alike) " of " (summary.groups.groups) " tasks with 2+ rollouts scored all alike"
+                    span.muted { " (" (format!("{:.1}", share * 100.0)) "%: they teach GRPO nothing)" }
+                }
+            }
             dt { "Tokens (agent)" }
             dd { "prompt " (tokens.agent.prompt_tokens) " · completion " (tokens.agent.completion_tokens) " · " (tokens.agent.model_calls) " model calls" }
             @if tokens.user.model_calls > 0 {
