@@ -11,6 +11,7 @@
 //! Invariant: no command line and no terminal; the caller binds the listener, owns the stop
 //! signal and gives the runtime.
 
+mod aggregate;
 mod groups;
 mod metrics;
 mod observe;
@@ -129,7 +130,7 @@ impl Service {
         Router::new()
             .route("/", get(|| async { "parley serve\n" }))
             .route("/run", post(run))
-            .route("/aggregate_metrics", post(aggregate_metrics))
+            .route("/aggregate_metrics", post(aggregate::aggregate_metrics))
             .route("/metrics", get(prometheus))
             .merge(openenv::routes())
             .layer(axum::middleware::from_fn_with_state(Arc::clone(self), authorize))
@@ -288,98 +289,6 @@ fn as_sent(answer: &mut Value, sent: &Value) {
             map.insert(key.to_owned(), value.clone());
         }
     }
-}
-
-/// `POST /aggregate_metrics`: what NeMo Gym's collector asks an agent for at the end of a
-/// collection. The body is `{"verify_responses": [row, ...]}`; the answer has NeMo Gym's shape:
-/// `agent_metrics` (mean, max, min, median and std of every numeric field), `key_metrics`
-/// (the reward's mean), and the means per task (`group_level_metrics`, by `_ng_task_index`) and
-/// per repeat (`repeat_level_metrics`, by `_ng_rollout_index`).
-async fn aggregate_metrics(body: Bytes) -> Response {
-    let rows: Vec<Value> = match serde_json::from_slice::<Value>(&body) {
-        Ok(Value::Object(mut map)) => match map.remove("verify_responses") {
-            Some(Value::Array(rows)) => rows,
-            _ => {
-                return problem(
-                    StatusCode::BAD_REQUEST,
-                    "the body needs `verify_responses`, a list of verify responses",
-                );
-            }
-        },
-        Ok(_) => return problem(StatusCode::BAD_REQUEST, "the body must be an object with `verify_responses`"),
-        Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
-    };
-    let all = numeric_fields(rows.iter());
-    let mut agent_metrics = serde_json::Map::new();
-    for (key, values) in &all {
-        for (stat, value) in statistics(values) {
-            agent_metrics.insert(format!("{stat}/{key}"), json!(value));
-        }
-    }
-    let key_metrics = json!({"mean/reward": agent_metrics.get("mean/reward").cloned().unwrap_or(json!(0.0))});
-    let grouped = |field: &str| -> Vec<Value> {
-        let mut groups: std::collections::BTreeMap<i64, Vec<&Value>> = std::collections::BTreeMap::new();
-        for row in &rows {
-            if let Some(key) = row[field].as_i64() {
-                groups.entry(key).or_default().push(row);
-            }
-        }
-        groups
-            .into_iter()
-            .map(|(key, rows)| {
-                let mut out = serde_json::Map::new();
-                out.insert(field.to_owned(), json!(key));
-                for (name, values) in numeric_fields(rows.into_iter()) {
-                    if name != field {
-                        out.insert(format!("mean/{name}"), json!(values.iter().sum::<f64>() / values.len() as f64));
-                    }
-                }
-                Value::Object(out)
-            })
-            .collect()
-    };
-    axum::Json(json!({
-        "agent_metrics": agent_metrics,
-        "key_metrics": key_metrics,
-        "group_level_metrics": grouped("_ng_task_index"),
-        "repeat_level_metrics": grouped("_ng_rollout_index"),
-    }))
-    .into_response()
-}
-
-/// The numeric top-level fields of the rows (booleans count as 0 and 1, as NeMo Gym's means of
-/// `accuracy`-like flags do), with every value.
-fn numeric_fields<'a>(rows: impl Iterator<Item = &'a Value>) -> std::collections::BTreeMap<String, Vec<f64>> {
-    let mut fields: std::collections::BTreeMap<String, Vec<f64>> = std::collections::BTreeMap::new();
-    for row in rows {
-        for (key, value) in row.as_object().into_iter().flatten() {
-            let number = match value {
-                Value::Bool(b) => Some(f64::from(u8::from(*b))),
-                other => other.as_f64(),
-            };
-            if let Some(n) = number {
-                fields.entry(key.clone()).or_default().push(n);
-            }
-        }
-    }
-    fields
-}
-
-/// Mean, max, min, median and (population) standard deviation of some values.
-fn statistics(values: &[f64]) -> [(&'static str, f64); 5] {
-    let n = values.len().max(1) as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let median = match sorted.len() {
-        0 => 0.0,
-        len if len % 2 == 1 => sorted[len / 2],
-        len => (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0,
-    };
-    let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
-    let max = sorted.last().copied().unwrap_or(0.0);
-    let min = sorted.first().copied().unwrap_or(0.0);
-    [("mean", mean), ("max", max), ("min", min), ("median", median), ("std", std)]
 }
 
 /// `GET /metrics`: Prometheus text.
