@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `parley` binary against `parley stub` on a real loopback port,
 //! with a real SQLite file (and, in `postgres`, a real PostgreSQL server).
 
+mod aggregate;
 mod agreement;
 mod cluster;
 mod crash;

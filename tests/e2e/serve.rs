@@ -48,7 +48,13 @@ impl Drop for Serve {
 }
 
 /// One HTTP/1.1 request; the status, the headers (lower-case names) and the body.
-fn request(address: &str, method: &str, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+pub(crate) fn request(
+    address: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
     let mut stream = TcpStream::connect(address).unwrap();
     write!(stream, "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n").unwrap();
     for (name, value) in headers {
@@ -265,7 +271,16 @@ fn aggregate_metrics_answers_in_nemo_gyms_shape() {
     assert_eq!(answer["key_metrics"]["mean/reward"], answer["agent_metrics"]["mean/reward"]);
     assert_eq!(answer["group_level_metrics"][0]["mean/reward"], 0.5, "task 0's two repeats");
     assert_eq!(answer["repeat_level_metrics"][1]["mean/reward"], 0.0, "repeat 1");
+    // NeMo Gym's spread is the sample one (n - 1); each task lists its rollouts.
+    let std = answer["agent_metrics"]["std/reward"].as_f64().unwrap();
+    assert!((std - (1.0_f64 / 3.0).sqrt()).abs() < 1e-9, "{answer}");
+    assert_eq!(answer["agent_metrics"]["num_repeats"], 2);
+    assert_eq!(answer["key_metrics"]["mean/accuracy"], answer["agent_metrics"]["mean/accuracy"]);
+    assert_eq!(answer["group_level_metrics"][0]["rollout_infos"].as_array().unwrap().len(), 2);
     assert_eq!(request(&serve.address, "POST", "/aggregate_metrics", "[]", &[]).0, 400);
+    let twice = r#"{"verify_responses": [{"reward": 1.0, "_ng_task_index": 0}, {"reward": 0.0, "_ng_task_index": 0}]}"#;
+    let (status, _, answer) = request(&serve.address, "POST", "/aggregate_metrics", twice, &[]);
+    assert!(status == 400 && answer.contains("rollout 0 of task 0"), "a rollout sent twice is named: {answer}");
 }
 
 /// A policy on several ranks (one base URL each): every session stays on one rank, and the
