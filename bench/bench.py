@@ -363,6 +363,7 @@ def plan(quick):
                         "paced_levels": [(1, 2), (16, 2)]},
             "workers": {"tasks": 20, "trials": 5, "concurrency": 16, "counts": [1, 2],
                         "takeover": {"sessions": 60, "concurrency": 8, "latency_ms": 50, "lease_s": 2}},
+            "ranks": {"ranks": 8, "sessions": 80, "concurrency": 16},
         }
     return {
         "tasks": 200,
@@ -394,6 +395,8 @@ def plan(quick):
         # Workers on PostgreSQL: a run of tasks x trials, each process at `concurrency`.
         "workers": {"tasks": 200, "trials": 25, "concurrency": 256, "counts": [1, 2, 4],
                     "takeover": {"sessions": 2000, "concurrency": 64, "latency_ms": 50, "lease_s": 5}},
+        # A policy on 8 data-parallel ranks (8 stubs) behind `parley serve`: the agent's calls per rank.
+        "ranks": {"ranks": 8, "sessions": 1000, "concurrency": 64},
     }
 
 
@@ -407,10 +410,11 @@ def main():
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", choices=["stream", "serve", "openenv", "workers"], help="run only this part (its results are not latest.json)"
+        "--only", choices=["stream", "serve", "openenv", "workers", "ranks"],
+        help="run only this part (its results are not latest.json)"
     )
     args = parser.parse_args()
-    if args.only not in ("stream", "workers") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
+    if args.only not in ("stream", "workers", "ranks") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
         raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
     p = plan(args.quick)
     parley = args.parley
@@ -435,6 +439,10 @@ def main():
         return
     if args.only == "workers":
         results["workers"] = workers(parley, work, p)
+        finish(results, args, work, latest=False)
+        return
+    if args.only == "ranks":
+        results["ranks"] = ranks(parley, args.load, work, p)
         finish(results, args, work, latest=False)
         return
     tasks = write_tasks(parley, work / "tasks.jsonl", p["tasks"])
@@ -530,6 +538,8 @@ def finish(results, args, work, *, latest):
         report_openenv(results["openenv"])
     elif "workers" in results:
         report_workers(results["workers"])
+    elif "ranks" in results:
+        report_ranks(results["ranks"])
     else:
         report_service(results["service"])
     if args.quick:
@@ -950,6 +960,65 @@ def report_workers(wk):
           f"lease {t['lease_s']} s")
     for target, met in wk["targets"].items():
         print(f"  [{'met' if met else 'MISSED'}] {target}")
+
+
+def ranks(parley, load_bin, work, p):
+    """A policy served on several data-parallel ranks, one stub each, behind `parley serve`
+    (`--base-url` once per rank), as NeMo RL's `policy_base_url` list gives them: how evenly the
+    agent's calls spread over the ranks, for multi-step rows and for tau2 airline conversations
+    with the LLM user (every airline session opens with the same policy and greeting). Each
+    rank counts the calls it took (`/stub/stats`); the target is the busiest rank at most 1.15x
+    the idlest."""
+    r = p["ranks"]
+    tasks = write_tasks(parley, work / "ranks-tasks.jsonl", 200)
+    airline = [t["id"] for t in json.loads((tau2_data() / "airline/tasks.json").read_text())]
+    (work / "ranks-airline.jsonl").write_text("".join(
+        json.dumps({"id": i, "responses_create_params": {"input": [], "temperature": 1.0, "top_p": 1.0}}) + "\n"
+        for i in airline))
+    cases = [
+        ("multi-step", ["--env", "multi-step"], tasks),
+        ("tau2 airline, LLM user", ["--env", "tau2:airline", "--data-dir", tau2_data(), "--user", "llm",
+                                    "--user-base-url", None], work / "ranks-airline.jsonl"),
+    ]
+    out = []
+    for name, env, bodies in cases:
+        stubs = [Stub(parley, work, f"rank-{i}") for i in range(r["ranks"])]
+        user = Stub(parley, work, "rank-user", "--user-turns", 2)
+        log = open(work / "ranks-serve.log", "w")
+        env = [user.url if arg is None else str(arg) for arg in env]
+        args = [parley, "serve", *env, "--listen", "127.0.0.1:0", "--db", work / "ranks.db", "-c", str(r["concurrency"])]
+        for stub in stubs:
+            args += ["--base-url", stub.url]
+        serve = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            url = serve.stdout.readline().strip()
+            if not url.startswith("http://"):
+                raise SystemExit(f"bench: parley serve did not start; see {log.name}")
+            run = subprocess.run([load_bin, "run", url + "/run", bodies, str(r["sessions"]), str(r["concurrency"])],
+                                 capture_output=True, text=True, check=True)
+            statuses = json.loads(run.stdout)["statuses"]
+            if statuses.get("200", 0) != r["sessions"]:
+                raise SystemExit(f"bench: ranks, {name}: statuses {statuses}")
+            calls = [stub.requests() for stub in stubs]
+        finally:
+            serve.terminate()
+            serve.wait()
+            for stub in [*stubs, user]:
+                stub.stop()
+        row = {"environment": name, "ranks": r["ranks"], "sessions": r["sessions"], "calls": calls,
+               "busiest_over_idlest": max(calls) / max(min(calls), 1)}
+        out.append(row)
+        print(f"ranks: {name}: {row['busiest_over_idlest']:.3f} ({calls})", file=sys.stderr, flush=True)
+    return out
+
+
+def report_ranks(rows):
+    print(f"{'agent calls per rank':<24}  {'ranks':>5}  {'sessions':>8}  {'busiest/idlest':>14}  calls per rank")
+    for row in rows:
+        print(f"{row['environment']:<24}  {row['ranks']:>5}  {row['sessions']:>8}  {row['busiest_over_idlest']:>14.3f}  "
+              f"{' '.join(map(str, row['calls']))}")
+    met = all(row["busiest_over_idlest"] <= 1.15 for row in rows)
+    print(f"  [{'met' if met else 'MISSED'}] busiest rank at most 1.15x the idlest")
 
 
 def tau2_data():
