@@ -16,5 +16,5 @@ pub mod schema;
 mod session;
 
 pub use claims::{Leases, Renewal};
-pub use scheduler::Scheduler;
+pub use scheduler::{Scheduler, spawn_session};
 pub use session::{Job, Parties, Prior, SessionResult, Stop, opening, opening_len, run_session};

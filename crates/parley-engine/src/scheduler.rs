@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::session::{Job, Parties, SessionResult, Stop, play_session};
+use crate::session::{Job, Parties, SessionResult, Stop, play_session, run_session};
 
 #[derive(Clone)]
 pub struct Scheduler {
@@ -68,7 +68,7 @@ impl Scheduler {
     async fn session(&self, job: Job, endings: Arc<Semaphore>) -> SessionResult {
         let span = tracing::info_span!("session", id = job.id, task = %job.task.id, trial = job.trial);
         // The job moves into its task; keep what a panic report needs.
-        let (id, task, trial) = (job.id, job.task.clone(), job.trial);
+        let (task, trial) = (job.task.clone(), job.trial);
         let claim = Claim { session: job.id, fence: job.fence };
         let handle = tokio::spawn({
             let this = self.clone();
@@ -89,16 +89,55 @@ impl Scheduler {
             }
             .instrument(span)
         });
-        match handle.await {
-            Ok(result) => result,
-            Err(e) => {
-                let result = panicked(id, task, trial, e.to_string());
-                let record = self.parties.store.finish_session(claim, Default::default(), &result.outcome);
-                if let Err(e) = record.await {
-                    tracing::error!(session = result.id, error = %e, "could not record a panicked session");
-                }
-                result
+        contained(&self.parties, handle, claim, task, trial).await
+    }
+}
+
+/// One session driven on a task of its own, outside a scheduler (a trainer's `/run`, an OpenEnv
+/// episode): played and recorded by [`run_session`], a panic contained to it and recorded as the
+/// scheduler records one, so that no session is ever left pending by a panic. `ended` sees the
+/// result on the session's own task, whether or not the caller still waits for it.
+pub fn spawn_session(
+    parties: Parties,
+    job: Job,
+    limits: Limits,
+    stop: Stop,
+    ended: impl FnOnce(&SessionResult) + Send + 'static,
+) -> tokio::task::JoinHandle<SessionResult> {
+    let span = tracing::info_span!("session", id = job.id, task = %job.task.id, trial = job.trial);
+    let (task, trial) = (job.task.clone(), job.trial);
+    let claim = Claim { session: job.id, fence: job.fence };
+    tokio::spawn(
+        async move {
+            let handle = tokio::spawn({
+                let parties = parties.clone();
+                async move { run_session(&parties, job, &limits, &stop).await }.in_current_span()
+            });
+            let result = contained(&parties, handle, claim, task, trial).await;
+            ended(&result);
+            result
+        }
+        .instrument(span),
+    )
+}
+
+/// A session's result, or, when its task panicked, a panicked session's, recorded as ended.
+async fn contained(
+    parties: &Parties,
+    handle: tokio::task::JoinHandle<SessionResult>,
+    claim: Claim,
+    task: Arc<Task>,
+    trial: u32,
+) -> SessionResult {
+    match handle.await {
+        Ok(result) => result,
+        Err(e) => {
+            let result = panicked(claim.session, task, trial, e.to_string());
+            let record = parties.store.finish_session(claim, Default::default(), &result.outcome);
+            if let Err(e) = record.await {
+                tracing::error!(session = result.id, error = %e, "could not record a panicked session");
             }
+            result
         }
     }
 }

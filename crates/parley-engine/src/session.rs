@@ -48,6 +48,14 @@ pub struct Job {
     pub prior: Option<Prior>,
 }
 
+impl Job {
+    /// The session `claim` names, of `task`, as its record `spec` says, continuing from `prior`
+    /// when an earlier process committed turns of it.
+    pub fn new(claim: Claim, task: Arc<Task>, spec: parley_core::SessionSpec, prior: Option<Prior>) -> Job {
+        Job { id: claim.session, fence: claim.fence, task, trial: spec.trial, seed: spec.seed, prior }
+    }
+}
+
 /// The committed turns of a session that an earlier process started: its transcript, from the
 /// first message, and the tool calls recorded in it.
 #[derive(Debug, Clone, Default)]

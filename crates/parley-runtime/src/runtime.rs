@@ -377,7 +377,8 @@ impl JobCursor {
             // Nothing committed: what reading its transcript would give.
             (true, false) => Some(prior(Transcript::default())),
         };
-        Ok(Some(Job { id: session.id, fence, task, trial: session.trial as u32, seed: session.seed as u64, prior }))
+        let spec = SessionSpec { task_index: task.index, trial: session.trial as u32, seed: session.seed as u64 };
+        Ok(Some(Job::new(Claim { session: session.id, fence }, task, spec, prior)))
     }
 }
 

@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parley_core::nemo_gym::task_from_row;
 use parley_core::{Agent, FailureClass, RunId, SessionSpec, Task, ToolLists, stable_seed};
-use parley_engine::{Job, Parties, Stop, run_session};
+use parley_engine::{Job, Parties, Stop, spawn_session};
 use parley_runtime::{Failure, Rollout, RunSettings, Runtime};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -226,7 +226,7 @@ async fn drive(service: &Arc<Service>, mut task: Task, group: Option<u64>, agent
         Ok(claim) => claim,
         Err(why) => return problem(StatusCode::INTERNAL_SERVER_ERROR, why),
     };
-    let job = Job { id: claim.session, fence: claim.fence, task, trial: spec.trial, seed: spec.seed, prior: None };
+    let job = Job::new(claim, task, spec, None);
     let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
     let _on_disconnect = stop.abort.clone().drop_guard();
     let (mut parties, limits) = (service.parties.clone(), service.settings.limits());
@@ -234,25 +234,17 @@ async fn drive(service: &Arc<Service>, mut task: Task, group: Option<u64>, agent
         parties.agent = observe::agent(agent, &service.metrics);
     }
     // The session runs on a task of its own: it ends and is recorded even when the client is
-    // gone, and a panic in it is contained to it.
+    // gone, and a panic in it is contained to it and recorded.
     service.metrics.started();
     let counted = Arc::clone(service);
-    let session = tokio::spawn(tracing::Instrument::instrument(
-        async move {
-            let result = run_session(&parties, job, &limits, &stop).await;
-            let outcome = &result.outcome;
-            let discontiguous = outcome.token_contiguity.is_some();
-            counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()), discontiguous);
-            result
-        },
-        tracing::info_span!("served_session", run = service.run),
-    ));
+    let session = spawn_session(parties, job, limits, stop, move |result| {
+        let outcome = &result.outcome;
+        let discontiguous = outcome.token_contiguity.is_some();
+        counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()), discontiguous);
+    });
     let result = match session.await {
         Ok(result) => result,
-        Err(e) => {
-            service.metrics.ended("infrastructure_error", Some("panic"), false);
-            return problem(StatusCode::INTERNAL_SERVER_ERROR, format!("the session panicked: {e}"));
-        }
+        Err(e) => return problem(StatusCode::INTERNAL_SERVER_ERROR, format!("the session was lost: {e}")),
     };
     let outcome = &result.outcome;
     if result.taken_over {

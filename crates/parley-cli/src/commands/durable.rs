@@ -172,14 +172,13 @@ pub async fn fork(args: ForkArgs) -> anyhow::Result<()> {
     let mut tasks = StoredTasks::new(runtime.store.clone(), run, &settings)?;
     // A fork is a new session nobody has claimed; it runs unclaimed (fence 0), which the store
     // accepts until someone claims it.
-    let job = Job {
-        id,
-        fence: parley_core::Fence::UNCLAIMED,
-        task: tasks.get(row.task_index as usize).await?,
+    let spec = parley_core::SessionSpec {
+        task_index: row.task_index as usize,
         trial: row.trial as u32,
         seed: row.seed as u64,
-        prior: Some(prior(transcript)),
     };
+    let task = tasks.get(spec.task_index).await?;
+    let job = Job::new(parley_core::Claim::unclaimed(id), task, spec, Some(prior(transcript)));
     let mut outcome = None;
     execute(&runtime, &settings, run, 1, futures::stream::iter([job]), |r| {
         outcome = Some((r.outcome.termination, r.outcome.reward.as_ref().map(|r| r.value)));

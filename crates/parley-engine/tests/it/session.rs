@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use parley_core::FailureClass;
 use parley_core::{Fence, Limits, ModelFailureKind, Role, Termination};
-use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, Stop, run_session};
+use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, Stop, run_session, spawn_session};
 
 use crate::parties::{Counter, MemoryStore, Play, ScriptedAgent, task};
 
@@ -316,6 +316,22 @@ async fn the_scheduler_runs_every_job_and_contains_a_panic() {
     );
     assert!(results[1].outcome.error.as_deref().unwrap().contains("panicked"));
     assert_eq!(s.store.finished.lock().unwrap().len(), 4, "the panicked session is recorded as failed");
+}
+
+/// A session driven outside a scheduler (a trainer's `/run`, an OpenEnv episode) contains its
+/// panic as the scheduler does: recorded as failed, never left pending, `ended` told.
+#[tokio::test]
+async fn a_spawned_session_contains_its_panic_and_records_it() {
+    let s = setup(vec![Play::Panic], MemoryStore::default(), false);
+    let (told, seen) = tokio::sync::oneshot::channel();
+    let handle = spawn_session(s.parties.clone(), job(5), Limits::default(), Stop::default(), move |r| {
+        let _ = told.send(r.outcome.failure);
+    });
+    let result = handle.await.expect("the panic is contained to the session's own task");
+    assert_eq!(result.outcome.termination, Termination::InfrastructureError);
+    assert_eq!(result.outcome.failure, Some(FailureClass::Panic));
+    assert_eq!(seen.await.unwrap(), Some(FailureClass::Panic));
+    assert_eq!(s.store.finished.lock().unwrap().len(), 1, "recorded as ended");
 }
 
 #[tokio::test]

@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use parley_core::{
-    Agent, AgentFailure, AgentTurn, AgentView, Fence, Message, Reward, SessionId, Task, Termination, ToolSpec,
-    agent_view,
+    Agent, AgentFailure, AgentTurn, AgentView, Claim, Fence, Message, Reward, SessionId, SessionSpec, Task,
+    Termination, ToolSpec, agent_view,
 };
-use parley_engine::{Job, Parties, Prior, SessionResult, Stop, run_session};
+use parley_engine::{Job, Parties, Prior, SessionResult, Stop, spawn_session};
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -145,26 +145,16 @@ impl Episode {
         let parties = Parties { agent: Arc::new(trainer), ..service.parties.clone() };
         let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
         let abort = stop.abort.clone();
-        let job = Job {
-            id: start.id,
-            fence: start.fence,
-            task: Arc::clone(&start.task),
-            trial: start.trial,
-            seed: start.seed,
-            prior,
-        };
+        let spec = SessionSpec { task_index: start.task.index, trial: start.trial, seed: start.seed };
+        let job = Job::new(Claim { session: start.id, fence: start.fence }, Arc::clone(&start.task), spec, prior);
         let limits = service.settings.limits();
         service.metrics.started();
         let counted = Arc::clone(service);
-        let session = tokio::spawn(tracing::Instrument::instrument(
-            async move {
-                let result = run_session(&parties, job, &limits, &stop).await;
-                let outcome = &result.outcome;
-                counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()), false);
-                result
-            },
-            tracing::info_span!("openenv_session", session = start.id),
-        ));
+        let session = spawn_session(parties, job, limits, stop, move |result| {
+            let outcome = &result.outcome;
+            let discontiguous = outcome.token_contiguity.is_some();
+            counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()), discontiguous);
+        });
         let mut episode = Episode {
             start,
             run: service.run,
