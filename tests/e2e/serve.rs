@@ -553,3 +553,34 @@ fn a_grpo_batch_is_recorded_as_one_task_per_prompt() {
     assert_eq!(status, 200);
     assert!(page.contains(&format!("{alike} of 3 tasks with 2+ rollouts scored all alike")), "{page}");
 }
+
+/// Every setting is checked before the port is bound: a bad one is named even when the port is
+/// taken, and nothing is left answering.
+#[test]
+fn a_bad_setting_is_named_before_the_port_is_bound() {
+    let work = Workdir::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let out = work.parley(&["serve", "--listen", &address, "--env", "tau2:airline", "--data-dir", "no-such-folder"]);
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("no-such-folder") && !stderr.contains("in use"), "{stderr}");
+}
+
+/// SIGTERM while an OpenEnv HTTP session is open and idle (its trainer gone quiet): the service
+/// stops within its grace, exit 0, the session cancelled and resumable.
+#[test]
+fn sigterm_with_an_idle_openenv_session_stops_within_the_grace() {
+    let work = Workdir::new();
+    work.tasks(2);
+    let stub = Stub::start(&[]);
+    let mut serve = Serve::start(&work, &stub, &["--tasks", "tasks.jsonl", "--shutdown-grace", "2"]);
+    let (status, _, body) = request(&serve.address, "POST", "/reset", "{}", &[]);
+    assert_eq!(status, 200, "{body}");
+    let started = std::time::Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &serve.child.id().to_string()]).status().unwrap().success());
+    let exit = serve.child.wait().unwrap();
+    let log = std::fs::read_to_string(work.path("serve.log")).unwrap_or_default();
+    assert!(exit.success(), "exit {exit}: {log}");
+    assert!(started.elapsed() < Duration::from_secs(6), "stopped after {:?}: {log}", started.elapsed());
+}

@@ -286,7 +286,8 @@ pub struct Environments {
     pub user: Option<Arc<dyn UserSimulator>>,
     /// The judge behind the store, which counts the calls it made (tau2's NL assertions).
     pub judge: Option<Arc<VerdictCache>>,
-    servers: Option<NemoGymServers>,
+    /// The NeMo Gym servers started for the run, until [`Environments::shutdown`] takes them.
+    servers: std::sync::Mutex<Option<NemoGymServers>>,
     mcp: Option<Arc<McpEnvironment>>,
 }
 
@@ -306,7 +307,7 @@ impl Environments {
             policy: None,
             user: None,
             judge: None,
-            servers: None,
+            servers: std::sync::Mutex::new(None),
             mcp: None,
         };
         // A custom environment takes its tools from MCP servers or a NeMo Gym resources server
@@ -369,7 +370,7 @@ impl Environments {
                             server.name.clone(),
                             remote.gymnasium || server.implementation.contains("gymnasium"),
                         );
-                        out.servers = Some(servers);
+                        out.servers = std::sync::Mutex::new(Some(servers));
                         found
                     }
                     (None, None) => {
@@ -415,11 +416,12 @@ impl Environments {
     }
 
     /// Stops what was started for the environment.
-    pub async fn shutdown(self) {
-        if let Some(mcp) = self.mcp {
+    pub async fn shutdown(&self) {
+        if let Some(mcp) = &self.mcp {
             mcp.shutdown().await;
         }
-        if let Some(servers) = self.servers {
+        let servers = self.servers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(servers) = servers {
             servers.shutdown().await;
         }
     }

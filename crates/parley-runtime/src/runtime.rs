@@ -41,7 +41,8 @@ pub struct Runtime {
     /// Who this process is to the store: every session it drives, it drives under this owner's
     /// claim, renewed while the runtime lives.
     pub owner: Owner,
-    renewal: tokio::task::JoinHandle<()>,
+    /// The task renewing the owner's leases, until [`Runtime::stop`] takes it.
+    renewal: Mutex<Option<tokio::task::JoinHandle<()>>>,
     shutdown: CancellationToken,
     environments: Environments,
     /// How the run's tool-calling agent is made, so that one like it can be made for another
@@ -136,6 +137,7 @@ impl Runtime {
         let parties =
             Parties { agent, user, environment: environments.environment.clone(), store: store.clone(), leases };
         let renewal = renewal.spawn(shutdown.clone());
+        let renewal = Mutex::new(Some(renewal));
         Ok(Runtime { store, parties, base_url, system_prompt, owner, renewal, shutdown, environments, policy })
     }
 
@@ -268,11 +270,16 @@ impl Runtime {
     }
 
     /// Stops what the runtime started and gives up this process's claims on the sessions it
-    /// did not finish, so that a resume can take them at once.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    /// did not finish, so that a resume can take them at once. Through `&self`: a service stops
+    /// its runtime while handles to it may still be held by connections winding down; what
+    /// they do after this fails as a stopped store's work does.
+    pub async fn stop(&self) -> anyhow::Result<()> {
         self.environments.shutdown().await;
         self.shutdown.cancel();
-        let _ = self.renewal.await;
+        let renewal = self.renewal.lock().ok().and_then(|mut r| r.take());
+        if let Some(renewal) = renewal {
+            let _ = renewal.await;
+        }
         self.store.release_claims(&self.owner).await?;
         self.store.close().await?;
         Ok(())

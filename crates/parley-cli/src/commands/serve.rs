@@ -40,23 +40,35 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| usage(format!("--listen {}: {e}", args.listen)))?;
-    let address = listener.local_addr()?;
+    // Every setting is checked (the store opened, the environment and endpoints set up, the
+    // tasks read) before the port is bound: a bad setting never leaves a port answering.
     let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
         .await
         .with_context(|| format!("opening the store {}", settings.db))?;
     let runtime = Arc::new(
         Runtime::start_for(&settings, store, Front { sampling_from_row: true, policy_for_agent_only: true }).await?,
     );
+    let tasks = match reset_tasks(&settings, &runtime) {
+        Ok(tasks) => tasks,
+        Err(e) => {
+            runtime.stop().await?;
+            return Err(e);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            runtime.stop().await?;
+            return Err(usage(format!("--listen {}: {e}", args.listen)).into());
+        }
+    };
+    let address = listener.local_addr()?;
     let mut recorded = settings.clone();
     recorded.system_prompt.clone_from(&runtime.system_prompt);
     let spec = RunSpec { environment: settings.env.to_string(), config: serde_json::to_value(&recorded)? };
     let (run, _) = runtime.store.create_run(&spec, &[], &[]).await.context("recording the service run")?;
     let options =
         ServeOptions { concurrency: settings.concurrency, queue: args.queue.unwrap_or(settings.concurrency), token };
-    let tasks = reset_tasks(&settings, &runtime)?;
     let service = Arc::new(Service::new(Arc::clone(&runtime), settings.clone(), run, 0, options).with_tasks(tasks));
     println!("http://{address}");
     if args.trusted_network && !address.ip().is_loopback() {
@@ -84,20 +96,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ended = service.metrics.sessions_ended();
     runtime.store.finish_run(run, "finished").await?;
     drop(service);
-    // The server's connection tasks let go of their handles to the service (and so to the
-    // runtime) as they wind down, a moment after the server returns.
-    let mut runtime = runtime;
-    let started = std::time::Instant::now();
-    let runtime = loop {
-        match Arc::try_unwrap(runtime) {
-            Ok(runtime) => break runtime,
-            Err(held) if started.elapsed() < std::time::Duration::from_secs(10) => {
-                runtime = held;
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            Err(_) => anyhow::bail!("sessions still hold the runtime 10 s after the server stopped"),
-        }
-    };
     runtime.stop().await?;
     eprintln!("parley serve: stopped after {ended} sessions (run {run})");
     Ok(())
