@@ -11,6 +11,7 @@ mod endpoint;
 mod faults;
 mod gym_agent;
 mod harness;
+mod hostile;
 mod llama;
 mod messages;
 mod net_faults;

@@ -186,7 +186,11 @@ impl Refusal {
             Refusal::Done => (StatusCode::CONFLICT, json!(self.message())),
             Refusal::Failed(_) => (StatusCode::INTERNAL_SERVER_ERROR, json!(self.message())),
         };
-        (status, axum::Json(json!({"detail": detail}))).into_response()
+        let mut response = (status, axum::Json(json!({"detail": detail}))).into_response();
+        if let Refusal::Capacity(_) = self {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 

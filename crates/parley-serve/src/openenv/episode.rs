@@ -113,8 +113,6 @@ pub(crate) struct Episode {
     transcript: Vec<Message>,
     tools: Vec<ToolSpec>,
     end: Option<End>,
-    /// The session's place among the service's admitted sessions, given back at its end.
-    permit: Option<OwnedSemaphorePermit>,
     pub(crate) last_used: Instant,
 }
 
@@ -150,10 +148,13 @@ impl Episode {
         let limits = service.settings.limits();
         service.metrics.started();
         let counted = Arc::clone(service);
+        // The slot is the session's: it is given back when the session ends, whether or not its
+        // trainer is still there to see it (an abandoned episode ends at its time limit).
         let session = spawn_session(parties, job, limits, stop, move |result| {
             let outcome = &result.outcome;
             let discontiguous = outcome.token_contiguity.is_some();
             counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()), discontiguous);
+            drop(permit);
         });
         let mut episode = Episode {
             start,
@@ -167,7 +168,6 @@ impl Episode {
             transcript: Vec::new(),
             tools: Vec::new(),
             end: None,
-            permit: Some(permit),
             last_used: Instant::now(),
         };
         let first = episode.next().await;
@@ -259,7 +259,6 @@ impl Episode {
         self.session = None;
         let (last, end) = end;
         self.end = Some(end);
-        self.permit = None;
         let observation = self.observation(&last, false);
         self.transcript.extend(last);
         observation
