@@ -14,6 +14,7 @@ mod harness;
 mod hostile;
 mod llama;
 mod messages;
+mod nemo_rl;
 mod net_faults;
 mod openenv;
 mod owners;
