@@ -9,7 +9,6 @@
 //! Without the peers, NeMo RL's source, tau2's data or root (the namespace needs it) the tests
 //! say SKIPPED; under `PARLEY_REQUIRE_PEERS=1` they fail instead.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
@@ -50,7 +49,7 @@ fn drive(venv: &str, version: &str, setup: &str) -> Option<Value> {
         .arg("--nemo-rl")
         .arg(&nemo_rl)
         .arg("--tau2-data")
-        .arg(PathBuf::from(&tau2))
+        .arg(&tau2)
         .output()
         .expect("run tests/e2e/nemo_rl_peer.py");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -115,5 +114,9 @@ fn nemo_rls_rollout_code_trains_on_parley_through_nemo_gym_0_5_1() {
 fn nemo_rls_rollout_code_trains_on_parley_through_nemo_gym_0_7_0() {
     if let Some(summary) = drive(".venv-nemo-gym", "0.7.0", ".ci/setup-peers") {
         check(&summary);
+        // Gym 0.7.0's judge failsafe answers mask_sample (0.5.1's verify raises instead).
+        let masked = &summary["cases"]["judge_failed_mask_sample"];
+        assert_eq!(masked["mask_sample"], serde_json::json!([true, true]), "{summary}");
+        assert_eq!(masked["instance_config_mask_sample"], serde_json::json!([true, true]), "{summary}");
     }
 }

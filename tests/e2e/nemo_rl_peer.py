@@ -31,6 +31,7 @@ It prints a JSON summary as its last line and exits 0 when every check held, 1 w
 import argparse
 import asyncio
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -464,7 +465,13 @@ async def collect(nrl, actor, rows, copies, returned):
     config = generation_config()
     policy = types.SimpleNamespace(cfg=config)
     batch = BatchedDataDict({"extra_env_info": rows, "loss_multiplier": [1.0] * len(rows)})
-    nrl.nemo_gym.NemoGym.tap = lambda item: returned.append((item[0], json.loads(json.dumps(item[1]["full_result"]))))
+    def tap(item):
+        rowidx, result, _ = item
+        full = json.loads(json.dumps(result["full_result"]))
+        full["_trainable_turns"] = sum(1 for m in result["message_log"] if m["role"] == "assistant")
+        returned.append((rowidx, full))
+
+    nrl.nemo_gym.NemoGym.tap = tap
     groups = []
     async for group in rollouts.run_async_nemo_gym_rollout(
         policy_generation=policy, input_batch=batch, tokenizer=Tokenizer(), task_to_env={"nemo_gym": actor},
@@ -484,6 +491,17 @@ def run_batch(nrl, actor, rows, copies):
     return groups, returned
 
 
+def agent_turns(output):
+    """The agent's turns in a Responses output: runs of its reasoning, function calls and messages."""
+    turns, inside = 0, False
+    for item in output:
+        agents = item.get("type") in ("reasoning", "function_call") or (
+            item.get("type") == "message" and item.get("role") == "assistant")
+        turns += agents and not inside
+        inside = agents
+    return turns
+
+
 def check_rows_came_back(checks, case, rows, returned, expect_tokens=True):
     """Every row once, its indices as sent, token fields on its agent turns."""
     checks.check(case, len(returned) == len(rows), f"{len(returned)} results for {len(rows)} rows")
@@ -492,12 +510,26 @@ def check_rows_came_back(checks, case, rows, returned, expect_tokens=True):
         for key in ("_ng_task_index", "_ng_rollout_index"):
             checks.check(case, result.get(key) == sent[key],
                          f"row {rowidx}: {key} came back {result.get(key)!r}, sent {sent[key]!r}")
+        # NeMo RL's contiguity assertion held (post-processing ran); Parley also holds back the
+        # tokens of a turn whose prompt does not continue the last one, so every agent turn must
+        # have come back trainable.
+        checks.check(case, "_parley_token_contiguity" not in result,
+                     f"row {rowidx}: Parley held tokens back: {result.get('_parley_token_contiguity')}")
+        turns = agent_turns(result["response"]["output"])
+        checks.check(case, result["_trainable_turns"] == turns,
+                     f"row {rowidx}: {result['_trainable_turns']} of {turns} agent turns trainable")
         instance = result.get("instance_config") or {}
         checks.check(case, isinstance(instance, dict), f"row {rowidx}: instance_config is not an object: {instance!r}")
 
 
 def inside(args):
     node = args.inside
+    if args.scratch:
+        # Ray keeps state in ~/.ray (an auth token another Ray on this machine may have left, which
+        # the head started here would then refuse) and in /tmp/ray: both in this run's own folder.
+        home = Path(args.scratch) / "home"
+        home.mkdir(exist_ok=True)
+        os.environ["HOME"], os.environ["RAY_TMPDIR"] = str(home), str(Path(args.scratch) / "ray")
     checks = Checks()
     summary = {"node_address": node, "cases": checks.cases, "failures": checks.failures}
     nrl = load_nemo_rl(args.nemo_rl, node)
@@ -553,7 +585,8 @@ def inside(args):
         # A verifier that reports its own failure: Gym's equivalence_llm_judge, started by Parley,
         # whose judge answers 500. Gym's judge failsafe (0.7.0; 0.5.1's verify raises instead)
         # answers mask_sample, which must reach NeMo RL as instance_config.mask_sample.
-        judge_failsafe = hasattr(importlib.import_module("nemo_gym.judge"), "judge_failsafe")
+        judge = importlib.import_module("nemo_gym.judge")
+        judge_failsafe = "mask_sample" in inspect.getsource(getattr(judge, "judge_failsafe", lambda: None))
         if judge_failsafe:
             equivalence = work / "equivalence.yaml"
             equivalence.write_text(
