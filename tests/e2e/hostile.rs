@@ -51,3 +51,69 @@ async fn abandoned_openenv_sessions_free_their_slots() {
     let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(-1.0);
     assert_eq!(value, 1.0, "only the last reset's session is in flight: {line}");
 }
+
+/// Sends `head` (request line and headers, without the blank line) and `body`; the status of
+/// the answer, read from its head alone (an upgraded connection stays open).
+fn raw(address: &str, head: &str, body: &str) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let close = if head.contains("Upgrade:") { "" } else { "Connection: close\r\n" };
+    write!(stream, "{head}\r\nContent-Length: {}\r\n{close}\r\n{body}", body.len()).unwrap();
+    let mut status = String::new();
+    let _ = BufReader::new(stream).read_line(&mut status);
+    status.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// A web page cannot drive a loopback service: a cross-site form post (`text/plain`, another
+/// site's `Origin`) and a WebSocket opened by another site are refused before any session
+/// starts, and a name that is not this machine's (DNS rebinding) is refused outright; a site
+/// the operator allows is served.
+#[test]
+fn web_pages_of_other_sites_cannot_drive_a_loopback_service() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &["--allow-origin", "https://trainer.example"]);
+    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let at = &serve.address;
+    let form = |origin: &str| {
+        raw(at, &format!("POST /run HTTP/1.1\r\nHost: {at}\r\nContent-Type: text/plain\r\nOrigin: {origin}"), &row)
+    };
+    assert_eq!(form("https://evil.example"), 403, "a cross-site form post");
+    assert_eq!(form("null"), 403, "a sandboxed page");
+    let upgrade = |origin: &str| {
+        raw(
+            at,
+            &format!(
+                "GET /ws HTTP/1.1\r\nHost: {at}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                 Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: {origin}"
+            ),
+            "",
+        )
+    };
+    assert_eq!(upgrade("https://evil.example"), 403, "another site's WebSocket");
+    let port = at.rsplit(':').next().unwrap();
+    let rebound = raw(at, &format!("GET /metrics HTTP/1.1\r\nHost: attacker.example:{port}"), "");
+    assert_eq!(rebound, 403, "a name rebound to 127.0.0.1");
+    assert_eq!(stub.stats()["requests"], 0, "no refused request reached the policy");
+    assert_eq!(form("https://trainer.example"), 200, "an allowed site");
+    assert_eq!(upgrade(&format!("http://{at}")), 101, "the service's own origin");
+    assert_eq!(raw(at, &format!("GET /metrics HTTP/1.1\r\nHost: localhost:{port}"), ""), 200);
+}
+
+/// The viewer, likewise: another site's page cannot read transcripts, nor can a name rebound
+/// to this machine.
+#[test]
+fn web_pages_of_other_sites_cannot_read_the_viewer() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&[]);
+    crate::harness::ok(&crate::harness::run(&work, &stub, &[]));
+    let view = crate::view::View::start_on(&work, "parley.db", &[], &[]);
+    let at = view.address();
+    let port = at.rsplit(':').next().unwrap();
+    assert_eq!(raw(&at, &format!("GET /runs/1 HTTP/1.1\r\nHost: {at}"), ""), 200);
+    assert_eq!(raw(&at, &format!("GET /runs/1 HTTP/1.1\r\nHost: rebound.example:{port}"), ""), 403);
+    assert_eq!(raw(&at, &format!("GET /runs/1 HTTP/1.1\r\nHost: {at}\r\nOrigin: https://evil.example"), ""), 403);
+}

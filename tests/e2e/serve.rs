@@ -178,10 +178,20 @@ fn off_loopback_a_bearer_token_is_required() {
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("--token-env"), "{}", text(&out.stderr));
 
+    // A token too short to guard a port other machines reach is refused.
+    let short = Command::new(PARLEY)
+        .current_dir(work.dir.path())
+        .args(["serve", "--listen", "0.0.0.0:0", "--token-env", "PARLEY_TEST_TOKEN", "--base-url", &stub.url])
+        .env("PARLEY_TEST_TOKEN", "x")
+        .output()
+        .unwrap();
+    assert_eq!(short.status.code(), Some(64));
+    assert!(text(&short.stderr).contains("at least 16"), "{}", text(&short.stderr));
+
     let mut child = Command::new(PARLEY)
         .current_dir(work.dir.path())
         .args(["serve", "--listen", "0.0.0.0:0", "--token-env", "PARLEY_TEST_TOKEN", "--base-url", &stub.url])
-        .env("PARLEY_TEST_TOKEN", "s3cret-token")
+        .env("PARLEY_TEST_TOKEN", "s3cret-token-0123456789")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -195,10 +205,14 @@ fn off_loopback_a_bearer_token_is_required() {
     assert_eq!(status, 401);
     assert!(head.contains("www-authenticate: bearer"), "{head}");
     assert_eq!(request(&address, "POST", "/run", &row, &[("Authorization", "Bearer wrong")]).0, 401);
+    // The scheme's case does not matter (RFC 9110).
+    let lower = request(&address, "GET", "/metrics", "", &[("Authorization", "bearer s3cret-token-0123456789")]);
+    assert_eq!(lower.0, 200);
     // A cluster's health probe needs no token; nothing else does without one.
     assert_eq!(request(&address, "GET", "/health", "", &[]).0, 200);
     assert_eq!(request(&address, "GET", "/metrics", "", &[]).0, 401);
-    let (status, _, body) = request(&address, "POST", "/run", &row, &[("Authorization", "Bearer s3cret-token")]);
+    let (status, _, body) =
+        request(&address, "POST", "/run", &row, &[("Authorization", "Bearer s3cret-token-0123456789")]);
     assert_eq!(status, 200, "{body}");
     let _ = child.kill();
     let _ = child.wait();
@@ -215,7 +229,7 @@ async fn a_client_that_disconnects_cancels_its_session_and_resume_finishes_it() 
         let mut stream = TcpStream::connect(&serve.address).unwrap();
         write!(
             stream,
-            "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{row}",
+            "POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{row}",
             row.len()
         )
         .unwrap();

@@ -40,6 +40,11 @@ impl View {
         View { child, base: line.trim().trim_end_matches('/').to_owned() }
     }
 
+    /// The viewer's `host:port`.
+    pub(crate) fn address(&self) -> String {
+        self.base.trim_start_matches("http://").to_owned()
+    }
+
     /// GET `path` over a raw HTTP/1.1 connection: the status, the head and the body.
     pub(crate) fn get(&self, path: &str, headers: &[&str]) -> (u16, String, String) {
         let authority = self.base.trim_start_matches("http://");

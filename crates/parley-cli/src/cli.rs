@@ -69,6 +69,10 @@ pub struct ViewArgs {
     /// Bearer TOKEN`, or `?token=TOKEN` once in a browser, which sets a cookie).
     #[arg(long, value_name = "VAR")]
     pub token_env: Option<String>,
+    /// A site whose web pages may read the viewer (`https://dashboard.example`), beside its own;
+    /// repeatable. Pages of other sites are refused.
+    #[arg(long, value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
 }
 
 /// `parley serve`: every run setting (the environment, the agent's endpoint, the user, limits),
@@ -93,6 +97,10 @@ pub struct ServeArgs {
     /// given is bound, never every interface.
     #[arg(long, conflicts_with = "token_env", help_heading = "Service")]
     pub trusted_network: bool,
+    /// A site whose web pages may send requests (`https://trainer.example`); repeatable. Pages of
+    /// other sites are refused (a page could otherwise start rollouts on a loopback service).
+    #[arg(long, value_name = "ORIGIN", help_heading = "Service")]
+    pub allow_origin: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,6 @@
 //! What every HTTP client of Parley shares: the Chat Completions client of `parley-llm` and the
-//! remote servers and Responses client of `parley-remote`.
+//! remote servers and Responses client of `parley-remote`; and what its servers (`parley serve`,
+//! `parley view`) check of a request: [`guard`].
 //!
 //! - [`RetryPolicy`]: the one retry policy, a [`tower::retry::Policy`] over [`Answer`]s, with
 //!   the one backoff; it gives up at once when its next wait would outlast the session's
@@ -16,6 +17,7 @@
 
 mod body;
 mod excerpt;
+pub mod guard;
 mod retry;
 pub mod secrets;
 

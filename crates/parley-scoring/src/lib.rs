@@ -90,8 +90,8 @@ pub struct Summary {
     pub sessions: usize,
     pub terminations: BTreeMap<String, usize>,
     pub reward: Option<Mean>,
-    /// (k, pass@k, pass^k) for k = 1..=trials, or up to the largest task's sessions when a task
-    /// has more (a served run's prompt groups are as large as the trainer sent them).
+    /// (k, pass@k, pass^k) for k = 1..=trials, or up to the sessions most tasks have when that is
+    /// more (a served run's prompt groups are as large as the trainer sent them).
     pub pass: Vec<(usize, Option<f64>, Option<f64>)>,
     /// The tasks scored two or more times, and those whose rewards were all equal.
     pub groups: Groups,
@@ -127,13 +127,18 @@ impl Groups {
     }
 }
 
-/// The most sessions any one task has.
-fn largest_task(outcomes: &[Outcome]) -> usize {
+/// How many sessions most tasks have (the larger on a tie): a served run's prompt group size.
+/// A task with a session more (a fork) does not move it.
+fn usual_group(outcomes: &[Outcome]) -> usize {
     let mut sizes: BTreeMap<usize, usize> = BTreeMap::new();
     for o in outcomes {
         *sizes.entry(o.task).or_default() += 1;
     }
-    sizes.into_values().max().unwrap_or(1)
+    let mut tasks_of_size: BTreeMap<usize, usize> = BTreeMap::new();
+    for size in sizes.into_values() {
+        *tasks_of_size.entry(size).or_default() += 1;
+    }
+    tasks_of_size.into_iter().max_by_key(|&(size, tasks)| (tasks, size)).map_or(1, |(size, _)| size)
 }
 
 pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
@@ -148,7 +153,7 @@ pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
         sessions: outcomes.len(),
         terminations,
         reward: mean(&rewards),
-        pass: (1..=trials.max(largest_task(outcomes)).max(1))
+        pass: (1..=trials.max(usual_group(outcomes)).max(1))
             .map(|k| {
                 let (at, hat) = pass_at_k(outcomes, k);
                 (k, at, hat)
@@ -188,7 +193,14 @@ mod tests {
         let summary = summarize(&outcomes, 1);
         assert_eq!(summary.groups, Groups { groups: 2, alike: 1 });
         assert_eq!(summary.groups.alike_share(), Some(0.5));
-        assert_eq!(summary.pass.len(), 3, "k = 1..=3, task 0's three rollouts");
+        // Tasks have 3, 3 and 1 sessions (an infrastructure failure still counts as a session).
+        assert_eq!(summary.pass.len(), 3, "k = 1..=3, the size most tasks have");
+        // One task forked once more does not move k.
+        outcomes.push(outcome(0, Some(1.0), false));
+        outcomes.push(outcome(3, Some(1.0), false));
+        outcomes.push(outcome(3, Some(1.0), false));
+        outcomes.push(outcome(3, Some(1.0), false));
+        assert_eq!(summarize(&outcomes, 1).pass.len(), 3, "tasks of 4, 3, 1 and 3 sessions");
         assert_eq!(Groups::of(&[]).alike_share(), None);
     }
 

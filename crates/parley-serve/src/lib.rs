@@ -48,6 +48,8 @@ pub struct ServeOptions {
     pub queue: usize,
     /// The bearer token every request must carry, when set.
     pub token: Option<String>,
+    /// Which names and web pages may reach the service.
+    pub site: parley_http::guard::Site,
 }
 
 /// The service: the runtime and its service run, and what admits requests to it.
@@ -138,17 +140,20 @@ impl Service {
     }
 }
 
-/// Refuses a request without the service's bearer token, when it has one. `GET /health` needs
-/// none: it tells only that the service is up, and a cluster's probes carry no token.
+/// Refuses a request that a web page of another site sent (or that names another host, on
+/// loopback), and one without the service's bearer token, when it has one. `GET /health` needs
+/// no token: it tells only that the service is up, and a cluster's probes carry none.
 async fn authorize(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
+    if let Err(why) = service.options.site.check(request.headers()) {
+        return problem(StatusCode::FORBIDDEN, why);
+    }
     let health = request.method() == axum::http::Method::GET && request.uri().path() == "/health";
-    if let Some(token) = service.options.token.as_ref().filter(|_| !health) {
-        let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if given.and_then(|v| v.strip_prefix("Bearer ")) != Some(token.as_str()) {
-            let mut refused = (StatusCode::UNAUTHORIZED, "a bearer token is required\n").into_response();
-            refused.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return refused;
-        }
+    if let Some(token) = service.options.token.as_ref().filter(|_| !health)
+        && !parley_http::guard::carries_bearer(request.headers(), token)
+    {
+        let mut refused = (StatusCode::UNAUTHORIZED, "a bearer token is required\n").into_response();
+        refused.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return refused;
     }
     next.run(request).await
 }

@@ -1,6 +1,7 @@
 //! Who may read: on loopback anyone on this machine; elsewhere only requests carrying the
 //! bearer token, in an `Authorization: Bearer TOKEN` header or in the cookie a browser gets by
-//! opening any page once with `?token=TOKEN`.
+//! opening any page once with `?token=TOKEN`. Either way no web page of another site, and no
+//! name that is not this server's on loopback (DNS rebinding), is served ([`parley_http::guard`]).
 
 use std::sync::Arc;
 
@@ -8,13 +9,15 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
+use parley_http::guard::Site;
 
 const COOKIE: &str = "parley_view_token";
 
-/// The token requests must carry, or none.
+/// The token requests must carry, or none, and the site the viewer is.
 #[derive(Clone)]
 pub struct Access {
     token: Option<Arc<str>>,
+    site: Site,
 }
 
 impl std::fmt::Debug for Access {
@@ -27,38 +30,36 @@ impl std::fmt::Debug for Access {
 impl Access {
     /// Every request is served: for a viewer bound to loopback.
     pub fn open() -> Access {
-        Access { token: None }
+        Access { token: None, site: Site::default() }
     }
 
     /// Only requests that carry `token` are served.
     pub fn token(token: &str) -> Access {
-        Access { token: Some(token.into()) }
+        Access { token: Some(token.into()), site: Site::default() }
+    }
+
+    /// Served at `site` (which names and web pages may reach it).
+    pub fn at(self, site: Site) -> Access {
+        Access { site, ..self }
     }
 }
 
-/// Equal tokens, compared in time that does not depend on where they first differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn carried(headers: &HeaderMap, token: &str) -> bool {
-    let bearer = headers
-        .get_all(header::AUTHORIZATION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .filter_map(|v| v.strip_prefix("Bearer "))
-        .any(|t| same(t.trim().as_bytes(), token.as_bytes()));
+    let bearer = parley_http::guard::carries_bearer(headers, token);
     let cookie = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .any(|t| same(t.as_bytes(), token.as_bytes()));
+        .any(|t| parley_http::guard::same(t.as_bytes(), token.as_bytes()));
     bearer || cookie
 }
 
 pub async fn check(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
+    if let Err(why) = access.site.check(request.headers()) {
+        return (StatusCode::FORBIDDEN, format!("403 Forbidden: {why}\n")).into_response();
+    }
     let Some(token) = access.token.as_deref() else {
         return next.run(request).await;
     };
@@ -69,7 +70,7 @@ pub async fn check(State(access): State<Arc<Access>>, request: Request, next: Ne
     // sends it on to the same page without the token in its address.
     let offered = request.uri().query().into_iter().flat_map(|q| q.split('&')).find_map(|kv| kv.strip_prefix("token="));
     if let Some(offered) = offered
-        && same(offered.as_bytes(), token.as_bytes())
+        && parley_http::guard::same(offered.as_bytes(), token.as_bytes())
     {
         let path = request.uri().path().to_owned();
         let mut response = Redirect::to(&path).into_response();

@@ -17,29 +17,8 @@ use crate::cli::ServeArgs;
 use crate::error::usage;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let token = token(&args)?;
     let settings = args.run.resolve_for(Need::Nothing)?;
-    let token =
-        match &args.token_env {
-            Some(var) => Some(std::env::var(var).ok().filter(|t| !t.is_empty()).ok_or_else(|| {
-                usage(format!("--token-env names `{var}`, which is not set; export {var}=... first"))
-            })?),
-            None if args.trusted_network && args.listen.ip().is_unspecified() => {
-                return Err(usage(format!(
-                    "--trusted-network serves one interface without a token, not every one: name the cluster \
-                 interface's address in --listen instead of {}",
-                    args.listen.ip()
-                )));
-            }
-            None if !args.listen.ip().is_loopback() && !args.trusted_network => {
-                return Err(usage(format!(
-                    "--listen {} is reachable from other machines: pass --token-env VAR, the variable holding the \
-                 bearer token every request must carry, or --trusted-network when only a trainer's cluster \
-                 reaches this address",
-                    args.listen
-                )));
-            }
-            None => None,
-        };
     // Every setting is checked (the store opened, the environment and endpoints set up, the
     // tasks read) before the port is bound: a bad setting never leaves a port answering.
     let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
@@ -59,7 +38,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Ok(listener) => listener,
         Err(e) => {
             runtime.stop().await?;
-            return Err(usage(format!("--listen {}: {e}", args.listen)).into());
+            return Err(usage(format!("--listen {}: {e}", args.listen)));
         }
     };
     let address = listener.local_addr()?;
@@ -67,8 +46,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     recorded.system_prompt.clone_from(&runtime.system_prompt);
     let spec = RunSpec { environment: settings.env.to_string(), config: serde_json::to_value(&recorded)? };
     let (run, _) = runtime.store.create_run(&spec, &[], &[]).await.context("recording the service run")?;
-    let options =
-        ServeOptions { concurrency: settings.concurrency, queue: args.queue.unwrap_or(settings.concurrency), token };
+    let options = ServeOptions {
+        concurrency: settings.concurrency,
+        queue: args.queue.unwrap_or(settings.concurrency),
+        token,
+        site: parley_http::guard::Site::new(address.ip(), args.allow_origin.clone()),
+    };
     let service = Arc::new(Service::new(Arc::clone(&runtime), settings.clone(), run, 0, options).with_tasks(tasks));
     println!("http://{address}");
     if args.trusted_network && !address.ip().is_loopback() {
@@ -99,6 +82,35 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.stop().await?;
     eprintln!("parley serve: stopped after {ended} sessions (run {run})");
     Ok(())
+}
+
+/// The bearer token requests must carry: `--token-env`'s, required off loopback unless
+/// `--trusted-network` says only a trainer's cluster reaches the address given.
+fn token(args: &ServeArgs) -> anyhow::Result<Option<String>> {
+    let listen = args.listen;
+    match &args.token_env {
+        Some(var) => {
+            let token = std::env::var(var)
+                .ok()
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| usage(format!("--token-env names `{var}`, which is not set; export {var}=... first")))?;
+            match parley_http::guard::weak_token(&token) {
+                Some(why) if !listen.ip().is_loopback() => Err(usage(format!("--token-env {var}: {why}"))),
+                _ => Ok(Some(token)),
+            }
+        }
+        None if args.trusted_network && listen.ip().is_unspecified() => Err(usage(format!(
+            "--trusted-network serves one interface without a token, not every one: name the cluster interface's \
+             address in --listen instead of {}",
+            listen.ip()
+        ))),
+        None if !listen.ip().is_loopback() && !args.trusted_network => Err(usage(format!(
+            "--listen {listen} is reachable from other machines: pass --token-env VAR, the variable holding the \
+             bearer token every request must carry, or --trusted-network when only a trainer's cluster reaches this \
+             address"
+        ))),
+        None => Ok(None),
+    }
 }
 
 /// The tasks an OpenEnv reset picks from: the environment's own (tau2's domains), the task

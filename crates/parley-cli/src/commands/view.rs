@@ -16,7 +16,10 @@ use crate::error::usage;
 fn access(listen: SocketAddr, token_env: Option<&str>) -> anyhow::Result<Access> {
     match token_env {
         Some(var) => match std::env::var(var) {
-            Ok(token) if !token.trim().is_empty() => Ok(Access::token(token.trim())),
+            Ok(token) if !token.trim().is_empty() => match parley_http::guard::weak_token(token.trim()) {
+                Some(why) if !listen.ip().is_loopback() => Err(usage(format!("--token-env {var}: {why}"))),
+                _ => Ok(Access::token(token.trim())),
+            },
             _ => Err(usage(format!("--token-env {var}: the variable is not set, or empty; export {var}=TOKEN first"))),
         },
         None if listen.ip().is_loopback() => Ok(Access::open()),
@@ -28,7 +31,8 @@ fn access(listen: SocketAddr, token_env: Option<&str>) -> anyhow::Result<Access>
 }
 
 pub async fn view(args: ViewArgs) -> anyhow::Result<()> {
-    let access = access(args.listen, args.token_env.as_deref())?;
+    let site = parley_http::guard::Site::new(args.listen.ip(), args.allow_origin.clone());
+    let access = access(args.listen, args.token_env.as_deref())?.at(site);
     let store = open(&args.db.db).await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| {
         format!("listening on {} (is the port taken? --listen ADDR:0 picks a free one)", args.listen)
