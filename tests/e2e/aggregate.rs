@@ -113,6 +113,7 @@ fn aggregate_metrics_agree_with_nemo_gyms_own_key_for_key() {
 
     let stub = Stub::start(&[]);
     let serve = Serve::start(&work, &stub, &[]);
+    let mut answers = Vec::new();
     for (batch, gym) in batches.iter().zip(&gyms) {
         let body = json!({"verify_responses": batch}).to_string();
         let (status, _, answer) = request(&serve.address, "POST", "/aggregate_metrics", &body, &[]);
@@ -121,6 +122,7 @@ fn aggregate_metrics_agree_with_nemo_gyms_own_key_for_key() {
         let mut differences = Vec::new();
         compare("", &parleys, gym, &mut differences);
         assert!(differences.is_empty(), "Parley's answer differs from NeMo Gym's:\n{}", differences.join("\n"));
+        answers.push(parleys);
     }
     // The GRPO batch exercised every part of the answer.
     let grpo = &gyms[0];
@@ -129,6 +131,12 @@ fn aggregate_metrics_agree_with_nemo_gyms_own_key_for_key() {
     assert!(grpo["agent_metrics"]["ci_low_95_across_repeats/mean/reward"].is_f64());
     assert_eq!(grpo["key_metrics"]["coverage/masked_rollouts"], 1);
     assert!(grpo["perf_summary"]["mean_tokens_per_turn"].is_f64());
+    // Parley's figures of the prompt groups, beside Gym's: pass@k up to the group size.
+    let ours = &answers[0]["agent_metrics"];
+    let pass = |k: usize| ours[format!("parley/pass@{k}")].as_f64().unwrap_or_else(|| panic!("pass@{k}: {ours}"));
+    assert!((0.0..=1.0).contains(&pass(1)) && pass(1) <= pass(4), "{ours}");
+    assert!(ours.get("parley/pass@5").is_none(), "k up to the group size, 4: {ours}");
+    assert!(ours["parley/groups_scored_alike"].is_number(), "{ours}");
 }
 
 /// Every difference between two answers, by JSON pointer: keys one has and the other lacks,
@@ -136,7 +144,9 @@ fn aggregate_metrics_agree_with_nemo_gyms_own_key_for_key() {
 fn compare(at: &str, parley: &Value, gym: &Value, differences: &mut Vec<String>) {
     match (parley, gym) {
         (Value::Object(p), Value::Object(g)) => {
-            for key in p.keys().filter(|k| !g.contains_key(*k)) {
+            // Parley's own figures (`parley/...`, beside Gym's as a benchmark's own are) are
+            // checked apart.
+            for key in p.keys().filter(|k| !g.contains_key(*k) && !k.starts_with("parley/")) {
                 differences.push(format!("{at}/{key}: Parley has it ({}), Gym does not", p[key]));
             }
             for key in g.keys().filter(|k| !p.contains_key(*k)) {

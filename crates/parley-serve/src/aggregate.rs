@@ -185,6 +185,7 @@ impl Aggregate {
         across_repeats(&repeats, &mut agent, &mut quantiles);
         agent.extend(coverage.clone());
         agent.insert("num_repeats".into(), json!(self.repeats.len()));
+        agent.extend(prompt_groups(&self.scored));
 
         let mut key = agent
             .iter()
@@ -209,6 +210,37 @@ impl Aggregate {
         coverage.insert("coverage/fully_masked_tasks".into(), json!(self.tasks.len() - measured.len()));
         coverage
     }
+}
+
+/// Parley's figures of the prompt groups (the rollouts of one `_ng_task_index`), beside Gym's
+/// in `agent_metrics` as a benchmark's own metrics are: `parley/pass@k` and `parley/pass^k` for
+/// k up to the usual group size (a success is a reward of 1), and the share of groups of two or
+/// more rollouts that scored all alike (`parley/groups_scored_alike`: they teach GRPO nothing).
+fn prompt_groups(scored: &[Rollout]) -> Map<String, Value> {
+    let mut tasks: BTreeMap<i64, usize> = BTreeMap::new();
+    let outcomes: Vec<parley_scoring::Outcome> = scored
+        .iter()
+        .map(|r| {
+            let next = tasks.len();
+            parley_scoring::Outcome {
+                task: *tasks.entry(r.task).or_insert(next),
+                termination: String::new(),
+                infrastructure: false,
+                reward: r.metrics.get("reward").copied(),
+                duration_ms: 0.0,
+            }
+        })
+        .collect();
+    let summary = parley_scoring::summarize(&outcomes, 1);
+    let mut out = Map::new();
+    for (k, at, hat) in &summary.pass {
+        out.insert(format!("parley/pass@{k}"), json!(at));
+        out.insert(format!("parley/pass^{k}"), json!(hat));
+    }
+    if let Some(share) = summary.groups.alike_share() {
+        out.insert("parley/groups_scored_alike".into(), json!(share));
+    }
+    out
 }
 
 /// Gym's `AggregateMetrics`, serialized.
