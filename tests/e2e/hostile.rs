@@ -117,3 +117,78 @@ fn web_pages_of_other_sites_cannot_read_the_viewer() {
     assert_eq!(raw(&at, &format!("GET /runs/1 HTTP/1.1\r\nHost: rebound.example:{port}"), ""), 403);
     assert_eq!(raw(&at, &format!("GET /runs/1 HTTP/1.1\r\nHost: {at}\r\nOrigin: https://evil.example"), ""), 403);
 }
+
+/// A policy that answers every call 500 with a page of its own, keeping each request's head.
+struct Capturing {
+    url: String,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+fn capturing_policy() -> Capturing {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&heads);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut head = String::new();
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(n) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = n.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            kept.lock().unwrap().push(head.to_ascii_lowercase());
+            let page = "THE-POLICY-PAGE: whatever the server at this URL chose to say";
+            let mut stream = reader.into_inner();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    Capturing { url, heads }
+}
+
+/// A row's own `policy_base_url` never gets the service's API key unless the operator trusts
+/// the URL with it (`--policy-url-allow`), and what an untrusted URL answered is not quoted
+/// back to the client that named it.
+#[test]
+fn a_rows_policy_url_does_not_borrow_the_services_key() {
+    let key = "sk-parley-test-0123456789";
+    for trusted in [false, true] {
+        let work = Workdir::new();
+        work.tasks(1);
+        let stub = Stub::start(&[]);
+        let policy = capturing_policy();
+        let prefix = policy.url.trim_end_matches("/v1").to_owned();
+        let mut args = vec!["--api-key-env", "PARLEY_HOSTILE_KEY", "--max-retries", "0"];
+        if trusted {
+            args.extend(["--policy-url-allow", prefix.as_str()]);
+        }
+        let serve = Serve::start_with_env(&work, &stub, &args, &[("PARLEY_HOSTILE_KEY", key)]);
+        let line = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+        let mut row: serde_json::Value = serde_json::from_str(&line).unwrap();
+        row["policy_base_url"] = policy.url.clone().into();
+        let (status, _, body) = post_run(&serve.address, &row.to_string());
+        assert_eq!(status, 502, "{body}");
+        let heads = policy.heads.lock().unwrap().clone();
+        assert!(!heads.is_empty(), "the row's policy was called");
+        let sent_key = heads.iter().any(|h| h.contains(&format!("authorization: bearer {key}")));
+        assert_eq!(sent_key, trusted, "the key went to the row's URL only when trusted: {heads:?}");
+        if !trusted {
+            assert!(!body.contains("THE-POLICY-PAGE"), "the URL's answer is not quoted back: {body}");
+        }
+        assert!(!body.contains(key), "{body}");
+    }
+}

@@ -20,11 +20,17 @@ pub(crate) struct Serve {
 
 impl Serve {
     pub(crate) fn start(work: &Workdir, stub: &Stub, extra: &[&str]) -> Serve {
+        Serve::start_with_env(work, stub, extra, &[])
+    }
+
+    /// The same, with variables set for the service's process.
+    pub(crate) fn start_with_env(work: &Workdir, stub: &Stub, extra: &[&str], env: &[(&str, &str)]) -> Serve {
         let mut child = Command::new(PARLEY)
             .current_dir(work.dir.path())
             .args(["serve", "--listen", "127.0.0.1:0", "--base-url", &stub.url, "--model", "stub-model"])
             .args(["--db", "serve.db"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(work.path("serve.log")).unwrap())
             .spawn()

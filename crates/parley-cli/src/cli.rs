@@ -101,6 +101,11 @@ pub struct ServeArgs {
     /// other sites are refused (a page could otherwise start rollouts on a loopback service).
     #[arg(long, value_name = "ORIGIN", help_heading = "Service")]
     pub allow_origin: Vec<String>,
+    /// A prefix of the per-row policy URLs (`policy_base_url`) that get the service's
+    /// `--api-key-env` key (`https://gateway.internal/`); repeatable. Other rows' URLs are called
+    /// without a key, and what they answer is not quoted back.
+    #[arg(long, value_name = "PREFIX", help_heading = "Service")]
+    pub policy_url_allow: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -143,13 +143,15 @@ impl Runtime {
 
     /// The run's agent, but talking to the policy at `base_url`: for a trainer that gives each
     /// rollout a policy URL of its own (its proxy that captures tokens). Everything else (model
-    /// name, key variable, sampling, prompt, timeouts, retries) is the run's. The simulated user
-    /// and the judge keep their own endpoints.
-    pub fn policy_agent(&self, base_url: &str) -> Result<Arc<dyn Agent>, crate::UsageError> {
+    /// name, sampling, prompt, timeouts, retries, token ids) is the run's; the run's key goes
+    /// along only when `with_key` (a URL the operator trusts with it). The simulated user and
+    /// the judge keep their own endpoints.
+    pub fn policy_agent(&self, base_url: &str, with_key: bool) -> Result<Arc<dyn Agent>, crate::UsageError> {
         let Some((config, endpoint)) = &self.policy else {
             return Err(usage("the agent plays no model (--agent oracle): a policy URL has nothing to drive"));
         };
-        let endpoint = EndpointConfig { base_url: base_url.to_owned(), ..endpoint.clone() };
+        let api_key_env = endpoint.api_key_env.clone().filter(|_| with_key);
+        let endpoint = EndpointConfig { base_url: base_url.to_owned(), api_key_env, ..endpoint.clone() };
         let client = ChatClient::new(&endpoint).map_err(|e| usage(format!("policy URL {base_url}: {e}")))?;
         Ok(Arc::new(ToolCallingAgent::new(Arc::new(client), config.clone())))
     }

@@ -50,6 +50,8 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// Which names and web pages may reach the service.
     pub site: parley_http::guard::Site,
+    /// Prefixes of the per-row policy URLs trusted with the service's API key.
+    pub policy_url_allow: Vec<String>,
 }
 
 /// The service: the runtime and its service run, and what admits requests to it.
@@ -102,11 +104,11 @@ impl Service {
             lists: std::sync::Mutex::new(ToolLists::default()),
             admitted: Arc::new(Semaphore::new(options.concurrency + options.queue)),
             running: Arc::new(Semaphore::new(options.concurrency)),
+            policies: policy::Policies::new(options.policy_url_allow.clone()),
             options,
             stop: Stop::default(),
             metrics,
             hub: openenv::Hub::default(),
-            policies: policy::Policies::default(),
             recorder,
         }
     }
@@ -186,7 +188,7 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
     let agent = match policy::take(&mut row) {
         Ok(None) => None,
         Ok(Some(url)) => match service.policies.agent(&service.runtime, &url) {
-            Ok(agent) => Some(agent),
+            Ok(agent) => Some((agent, service.policies.trusted(&url))),
             Err(e) => return problem(StatusCode::BAD_REQUEST, format!("`{}`: {e}", policy::FIELD)),
         },
         Err(e) => return problem(StatusCode::BAD_REQUEST, e.to_string()),
@@ -214,7 +216,14 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
 /// row named one), and answers with its verify response. When the client goes away, the
 /// handler is dropped: the guard stops the session, which ends `cancelled` with its committed
 /// turns, resumable.
-async fn drive(service: &Arc<Service>, mut task: Task, group: Option<u64>, agent: Option<Arc<dyn Agent>>) -> Response {
+async fn drive(
+    service: &Arc<Service>,
+    mut task: Task,
+    group: Option<u64>,
+    agent: Option<(Arc<dyn Agent>, bool)>,
+) -> Response {
+    // What an untrusted policy URL answered is not quoted back to the client that named it.
+    let untrusted_policy = agent.as_ref().is_some_and(|(_, trusted)| !trusted);
     let queued = service.groups.place(group, |place| {
         task.index = place.task_index;
         let task = Arc::new(match service.lists.lock() {
@@ -235,7 +244,7 @@ async fn drive(service: &Arc<Service>, mut task: Task, group: Option<u64>, agent
     let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
     let _on_disconnect = stop.abort.clone().drop_guard();
     let (mut parties, limits) = (service.parties.clone(), service.settings.limits());
-    if let Some(agent) = agent {
+    if let Some((agent, _)) = agent {
         parties.agent = observe::agent(agent, &service.metrics);
     }
     // The session runs on a task of its own: it ends and is recorded even when the client is
@@ -260,6 +269,11 @@ async fn drive(service: &Arc<Service>, mut task: Task, group: Option<u64>, agent
         // A 5xx is an infrastructure failure to the trainer, never a reward of 0.
         let mut failure = Failure::of_result(service.run, &result).row(&result.task.row);
         as_sent(&mut failure, &result.task.row);
+        if let (true, Some(map)) = (untrusted_policy, failure.as_object_mut()) {
+            let class = outcome.failure.map_or("failure", |c| c.as_str());
+            let message = format!("the rollout's policy URL failed ({class}); its answer is not quoted");
+            map.insert("_ng_failure_message".into(), json!(message));
+        }
         return (StatusCode::BAD_GATEWAY, axum::Json(failure)).into_response();
     }
     let mut row = Rollout::from(&result).row(&service.settings.model);

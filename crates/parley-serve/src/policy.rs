@@ -3,6 +3,10 @@
 //! must call, in the row's `policy_base_url`. The field is taken out of the row before it is
 //! recorded or echoed; the agent for that URL is the service's own agent pointed there, kept for
 //! later rollouts to the same URL. The simulated user and the judge never use it.
+//!
+//! Any client can name any URL, so the service's API key goes only to URLs the operator trusts
+//! with it (`--policy-url-allow PREFIX`); others are called without a key, and what they answer
+//! is never quoted back to the client.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -21,6 +25,8 @@ const KEPT: usize = 1024;
 #[derive(Default)]
 pub(crate) struct Policies {
     agents: Mutex<Kept>,
+    /// URL prefixes trusted with the service's key.
+    trusted: Vec<String>,
 }
 
 /// Agents by URL, and the URLs in the order they were first asked for.
@@ -31,6 +37,16 @@ struct Kept {
 }
 
 impl Policies {
+    /// Policies whose URLs starting with one of `trusted` get the service's key.
+    pub(crate) fn new(trusted: Vec<String>) -> Policies {
+        Policies { agents: Mutex::default(), trusted }
+    }
+
+    /// Whether the service's key goes to `url`.
+    pub(crate) fn trusted(&self, url: &str) -> bool {
+        self.trusted.iter().any(|prefix| url.starts_with(prefix.as_str()))
+    }
+
     /// The agent that talks to the policy at `url`.
     pub(crate) fn agent(&self, runtime: &Runtime, url: &str) -> Result<Arc<dyn Agent>, UsageError> {
         if let Ok(kept) = self.agents.lock()
@@ -38,7 +54,7 @@ impl Policies {
         {
             return Ok(Arc::clone(agent));
         }
-        let agent = runtime.policy_agent(url)?;
+        let agent = runtime.policy_agent(url, self.trusted(url))?;
         if let Ok(mut kept) = self.agents.lock() {
             let Kept { agents, order } = &mut *kept;
             if agents.insert(url.to_owned(), Arc::clone(&agent)).is_none() {

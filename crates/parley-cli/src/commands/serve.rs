@@ -51,6 +51,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         queue: args.queue.unwrap_or(settings.concurrency),
         token,
         site: parley_http::guard::Site::new(address.ip(), args.allow_origin.clone()),
+        policy_url_allow: args.policy_url_allow.clone(),
     };
     let service = Arc::new(Service::new(Arc::clone(&runtime), settings.clone(), run, 0, options).with_tasks(tasks));
     println!("http://{address}");
