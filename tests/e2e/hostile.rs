@@ -192,3 +192,45 @@ fn a_rows_policy_url_does_not_borrow_the_services_key() {
         assert!(!body.contains(key), "{body}");
     }
 }
+
+/// Clients that send their request's head a byte at a time are disconnected after
+/// `--header-timeout`, so they cannot hold the service's connections; a normal client is served
+/// meanwhile.
+#[test]
+fn slow_headers_are_cut_off() {
+    use std::io::{Read, Write};
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &["--header-timeout", "1"]);
+    let mut slow: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(&serve.address).unwrap();
+            stream.write_all(b"POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
+            stream
+        })
+        .collect();
+    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    assert_eq!(post_run(&serve.address, &row).0, 200, "a normal client is served beside them");
+    // A byte a second, as a slow-loris client sends: still no whole head after the timeout.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(700));
+        for stream in &mut slow {
+            let _ = stream.write_all(b"X");
+        }
+    }
+    let mut cut = 0;
+    for stream in &mut slow {
+        stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buffer = [0u8; 512];
+        // Cut off: the read ends (0 bytes or a reset), it does not time out.
+        match stream.read(&mut buffer) {
+            Ok(_) => cut += 1,
+            Err(e) if e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut => {
+                cut += 1
+            }
+            Err(_) => {}
+        }
+    }
+    assert_eq!(cut, 100, "every slow client was disconnected");
+}

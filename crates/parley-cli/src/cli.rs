@@ -106,6 +106,18 @@ pub struct ServeArgs {
     /// without a key, and what they answer is not quoted back.
     #[arg(long, value_name = "PREFIX", help_heading = "Service")]
     pub policy_url_allow: Vec<String>,
+    /// Seconds a client has to send a request's head (request line and headers); a slower one
+    /// is disconnected, so that slow clients cannot hold the service's connections.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = header_timeout, help_heading = "Service")]
+    pub header_timeout: f64,
+}
+
+/// A header timeout: a positive number of seconds up to an hour.
+fn header_timeout(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs <= 3600.0 => Ok(secs),
+        _ => Err(format!("`{text}` is not a number of seconds between 0 and 3600")),
+    }
 }
 
 #[derive(Debug, Args)]

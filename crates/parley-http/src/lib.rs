@@ -1,6 +1,6 @@
 //! What every HTTP client of Parley shares: the Chat Completions client of `parley-llm` and the
 //! remote servers and Responses client of `parley-remote`; and what its servers (`parley serve`,
-//! `parley view`) check of a request: [`guard`].
+//! `parley view`) check of a request, [`guard`], and how they hold connections, [`server`].
 //!
 //! - [`RetryPolicy`]: the one retry policy, a [`tower::retry::Policy`] over [`Answer`]s, with
 //!   the one backoff; it gives up at once when its next wait would outlast the session's
@@ -20,6 +20,7 @@ mod excerpt;
 pub mod guard;
 mod retry;
 pub mod secrets;
+pub mod server;
 
 pub use body::{Answer, TooLarge, WholeBody, WholeBodyLayer};
 pub use excerpt::{error_chain, excerpt, excerpt_bytes};

@@ -55,5 +55,5 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    parley_http::server::serve(listener, router, parley_http::server::Limits::default(), shutdown).await
 }

@@ -76,7 +76,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stop.abort.cancel();
         });
     };
-    axum::serve(listener, service.router()).with_graceful_shutdown(shutdown).await.context("serving")?;
+    let limits = parley_http::server::Limits {
+        header_timeout: std::time::Duration::from_secs_f64(args.header_timeout),
+        ..parley_http::server::Limits::default()
+    };
+    parley_http::server::serve(listener, service.router(), limits, shutdown).await.context("serving")?;
     let ended = service.metrics.sessions_ended();
     runtime.store.finish_run(run, "finished").await?;
     drop(service);
