@@ -111,9 +111,11 @@ async fn ctrl_c_stops_cleanly_and_says_how_to_resume() {
     let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Stopped early, and says so: 128 + SIGINT, as a shell reports it.
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("resume it with: parley resume 1 --db parley.db"), "{stderr}");
+    assert!(stderr.contains("stopped by SIGINT"), "{stderr}");
     let db = work.db().await;
     let pending: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE status = 'pending'").fetch_one(&db).await.unwrap();

@@ -72,6 +72,11 @@ fn main() -> ExitCode {
         {
             ExitCode::SUCCESS
         }
+        Err(e) if e.downcast_ref::<commands::run::Stopped>().is_some() => {
+            let signal = e.downcast_ref::<commands::run::Stopped>().map_or(15, |s| s.0);
+            eprintln!("{e}");
+            ExitCode::from((128 + signal) as u8)
+        }
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
             eprintln!("error: {e}");
             ExitCode::from(EX_USAGE as u8)

@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -27,6 +28,19 @@ pub struct Executed {
     pub elapsed: Duration,
     /// Whether the elapsed time covers the whole run (not so for a resume).
     pub timed: bool,
+    /// The signal that stopped the run early, if one did.
+    pub signal: Option<i32>,
+}
+
+impl Executed {
+    /// What the command ends with: success, or [`Stopped`] when a signal stopped it early, so
+    /// that a script can tell a run that stopped from one that finished.
+    fn ended(&self) -> anyhow::Result<()> {
+        match self.signal {
+            Some(signal) => Err(Stopped(signal).into()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Drives the jobs, hands each result to `sink` as it ends, shows progress, and marks the
@@ -41,8 +55,11 @@ pub async fn execute(
 ) -> anyhow::Result<Executed> {
     let stop = Stop::default();
     let signals = tracing::info_span!("signals", run);
-    let watcher =
-        tokio::spawn(tracing::Instrument::instrument(watch_signals(stop.clone(), settings.shutdown_grace()), signals));
+    let caught = Arc::new(OnceLock::new());
+    let watcher = tokio::spawn(tracing::Instrument::instrument(
+        watch_signals(stop.clone(), settings.shutdown_grace(), Arc::clone(&caught)),
+        signals,
+    ));
     let started = Instant::now();
     let progress = Progress::new(count);
     let mut results = runtime.drive(settings, jobs, stop.clone());
@@ -54,13 +71,13 @@ pub async fn execute(
     watcher.abort();
     let cancelled = stop.is_stopping();
     runtime.finish_run(run, cancelled).await?;
-    Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true })
+    Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true, signal: caught.get().copied() })
 }
 
 /// Stops the run on SIGINT or SIGTERM: no new session starts, and the sessions in flight finish
 /// the turn they are in and stop at their next commit; after `grace`, or on a second signal,
 /// they are cancelled where they are. Committed turns are kept either way.
-async fn watch_signals(stop: Stop, grace: Duration) {
+async fn watch_signals(stop: Stop, grace: Duration, caught: Arc<OnceLock<i32>>) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
     else {
@@ -74,6 +91,7 @@ async fn watch_signals(stop: Stop, grace: Duration) {
         }
     };
     let first = next().await;
+    let _ = caught.set(if first == "SIGINT" { 2 } else { 15 });
     eprintln!(
         "\n{first}: stopping; sessions in flight finish their current turn (up to {} s), committed turns are \
          kept; signal again to stop at once",
@@ -157,7 +175,8 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
         runtime.stop().await?;
         return Err(e.context(format!("reading run {run}'s sessions from the store; its other sessions ran")));
     }
-    runtime.stop().await
+    runtime.stop().await?;
+    executed.ended()
 }
 
 /// `parley resume RUN`: loads the run's settings from the store, continues every pending session
@@ -195,12 +214,28 @@ pub async fn resume(run: i64, db: &DbLocation, retry_failed: bool) -> anyhow::Re
             out.display()
         );
         report(&runtime, &settings, run, &executed, &out, 0, 0).await?;
-        return runtime.stop().await;
+        runtime.stop().await?;
+        return executed.ended();
     }
     let (written, failed) = rewrite_outputs(&runtime.store, run, &settings, &out).await?;
     report(&runtime, &settings, run, &executed, &out, written, failed).await?;
-    runtime.stop().await
+    runtime.stop().await?;
+    executed.ended()
 }
+
+/// A command that a signal stopped before its work was done (its exit code is 128 + the
+/// signal's number, as a shell reports a process the signal ended).
+#[derive(Debug)]
+pub struct Stopped(pub i32);
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = if self.0 == 2 { "SIGINT" } else { "SIGTERM" };
+        write!(f, "stopped by {name} before every session was finished")
+    }
+}
+
+impl std::error::Error for Stopped {}
 
 /// The settings `run` was recorded with, its store being `db` (which the stored settings name
 /// without a URL's password).
@@ -252,8 +287,9 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         runtime.owner.id, settings.concurrency, runtime.base_url
     );
     let stop = Stop::default();
+    let caught = Arc::new(OnceLock::new());
     let watcher = tokio::spawn(tracing::Instrument::instrument(
-        watch_signals(stop.clone(), settings.shutdown_grace()),
+        watch_signals(stop.clone(), settings.shutdown_grace(), Arc::clone(&caught)),
         tracing::info_span!("signals", run),
     ));
     // Looking again for sessions whose holder's lease ran out: a few times per lease.
@@ -296,7 +332,11 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             runtime.owner.id
         );
     }
-    runtime.stop().await
+    runtime.stop().await?;
+    match caught.get() {
+        Some(&signal) => Err(Stopped(signal).into()),
+        None => Ok(()),
+    }
 }
 
 /// Store failures in a row a worker rides out before it gives up.
