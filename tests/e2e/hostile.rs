@@ -234,3 +234,75 @@ fn slow_headers_are_cut_off() {
     }
     assert_eq!(cut, 100, "every slow client was disconnected");
 }
+
+/// Rows that cannot be run or scored are refused before any model call, as a 400 naming the
+/// field (a trainer's data failure, not an infrastructure one), and by `parley run` as bad rows.
+#[test]
+fn rows_that_cannot_run_are_refused_before_any_model_call() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let line = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let good: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let mut no_input = good.clone();
+    no_input["responses_create_params"]["input"] = serde_json::json!([]);
+    let mut missing = good.clone();
+    missing.as_object_mut().unwrap().remove("expected_synonym_values");
+    let mut wrong_type = good.clone();
+    wrong_type["expected_synonym_values"] = "407, 222".into();
+    for (row, names) in [
+        (&no_input, "no user message"),
+        (&missing, "`expected_synonym_values`"),
+        (&wrong_type, "must be a list of numbers, not"),
+    ] {
+        let (status, _, body) = post_run(&serve.address, &row.to_string());
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains(names), "the answer names the field: {body}");
+    }
+    assert_eq!(stub.stats()["requests"], 0, "no model was called for them");
+
+    // `parley run`: named by line, refused unless --bad-rows skip leaves them out.
+    let rows = [line.clone(), missing.to_string(), wrong_type.to_string()];
+    std::fs::write(work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
+    let out = work.parley(&["run", "--tasks", "rows.jsonl", "--base-url", &stub.url, "--db", "run.db"]);
+    assert_eq!(out.status.code(), Some(64), "{}", crate::harness::text(&out.stderr));
+    let stderr = crate::harness::text(&out.stderr);
+    assert!(stderr.contains("rows.jsonl:2: the row has no `expected_synonym_values`"), "{stderr}");
+    assert!(stderr.contains("rows.jsonl:3: `expected_synonym_values` must be a list"), "{stderr}");
+    assert_eq!(stub.stats()["requests"], 0);
+    let out = work.parley(&[
+        "run",
+        "--tasks",
+        "rows.jsonl",
+        "--base-url",
+        &stub.url,
+        "--db",
+        "run.db",
+        "--bad-rows",
+        "skip",
+        "--out",
+        "out.jsonl",
+    ]);
+    assert!(out.status.success(), "{}", crate::harness::text(&out.stderr));
+    assert!(crate::harness::text(&out.stdout).contains("1 sessions"), "{}", crate::harness::text(&out.stdout));
+}
+
+/// A reward that compares against a row field refuses rows without it, before any model call.
+#[test]
+fn a_rows_missing_reward_field_is_refused_before_any_model_call() {
+    let work = Workdir::new();
+    std::fs::write(
+        work.path("qa.jsonl"),
+        "{\"responses_create_params\": {\"input\": \"2+2?\"}, \"expected_answer\": \"4\"}\n\
+         {\"responses_create_params\": {\"input\": \"3+3?\"}}\n",
+    )
+    .unwrap();
+    let stub = Stub::start(&[]);
+    let out =
+        work.parley(&["run", "--env", "custom", "--tasks", "qa.jsonl", "--reward", "exact", "--base-url", &stub.url]);
+    assert_eq!(out.status.code(), Some(64), "{}", crate::harness::text(&out.stderr));
+    let stderr = crate::harness::text(&out.stderr);
+    assert!(stderr.contains("qa.jsonl:2: the row has no `expected_answer`"), "{stderr}");
+    assert_eq!(stub.stats()["requests"], 0);
+}

@@ -57,6 +57,14 @@ impl EnvError {
 pub trait Environment: Send + Sync {
     fn name(&self) -> &str;
 
+    /// Whether a task row holds what this environment needs to run and score it, checked
+    /// before any model call: `Err` names the missing or malformed field. (A row that fails
+    /// here would otherwise run whole and then fail at its score, a bad row reported as a
+    /// failure of the environment.)
+    fn check(&self, _task: &Task) -> Result<(), String> {
+        Ok(())
+    }
+
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError>;
 }
 

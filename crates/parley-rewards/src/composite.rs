@@ -68,6 +68,21 @@ impl Composite {
         Ok(Composite { components, min, max })
     }
 
+    /// Whether a task row holds every field a component compares against.
+    pub fn check(&self, task: &parley_core::Task) -> Result<(), String> {
+        for c in &self.components {
+            if let Some(field) = c.scorer.field()
+                && task.row.get(field).is_none_or(serde_json::Value::is_null)
+            {
+                return Err(format!(
+                    "the row has no `{field}`, which the reward's `{}` component compares against",
+                    c.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether a component weighs the environment's own reward, which must then be asked for.
     pub fn needs_environment(&self) -> bool {
         self.components.iter().any(|c| c.kind == ScorerKind::Environment)

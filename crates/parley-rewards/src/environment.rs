@@ -28,6 +28,15 @@ impl Environment for RewardedEnvironment {
         self.inner.name()
     }
 
+    fn check(&self, task: &Task) -> Result<(), String> {
+        self.composite.check(task)?;
+        // The environment's own verifier reads the row only when its reward is weighed.
+        if self.composite.needs_environment() {
+            self.inner.check(task)?;
+        }
+        Ok(())
+    }
+
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
         let inner = self.inner.open(task).await?;
         Ok(Box::new(RewardedSession { inner, composite: self.composite.clone(), task: task.clone() }))

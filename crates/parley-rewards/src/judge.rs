@@ -149,6 +149,10 @@ fn question(cx: &Context<'_>) -> String {
 
 #[async_trait]
 impl Scorer for Judge {
+    fn field(&self) -> Option<&str> {
+        Some(&self.field)
+    }
+
     async fn score(&self, cx: &Context<'_>) -> Result<Score, ScoreError> {
         let expected = cx.row_text(&self.field).ok_or_else(|| ScoreError::MissingField {
             task: cx.task.id.clone(),

@@ -124,6 +124,12 @@ pub enum ScoreError {
 #[async_trait]
 pub trait Scorer: Send + Sync {
     async fn score(&self, cx: &Context<'_>) -> Result<Score, ScoreError>;
+
+    /// The task row's field the scorer compares against, when it reads one: a row without it
+    /// is refused before it runs.
+    fn field(&self) -> Option<&str> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,10 @@ impl Default for MathAnswer {
 
 #[async_trait]
 impl Scorer for MathAnswer {
+    fn field(&self) -> Option<&str> {
+        Some(&self.field)
+    }
+
     async fn score(&self, cx: &Context<'_>) -> Result<Score, ScoreError> {
         let expected = cx.row_text(&self.field).ok_or_else(|| ScoreError::MissingField {
             task: cx.task.id.clone(),

@@ -65,6 +65,10 @@ pub fn last_match<'t>(regex: &Regex, text: &'t str) -> Option<&'t str> {
 
 #[async_trait]
 impl Scorer for ExactMatch {
+    fn field(&self) -> Option<&str> {
+        Some(&self.field)
+    }
+
     async fn score(&self, cx: &Context<'_>) -> Result<Score, ScoreError> {
         let expected = cx.task.row.get(&self.field).filter(|v| !v.is_null()).ok_or_else(|| {
             ScoreError::MissingField { task: cx.task.id.clone(), field: self.field.clone(), scorer: "exact" }

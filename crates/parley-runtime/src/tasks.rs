@@ -46,6 +46,17 @@ impl TaskSource {
     /// `--bad-rows fail` a bad row refuses the run (every bad line named, up to ten shown); with
     /// `skip` the bad lines are returned, to be reported, and left out.
     pub fn from_settings(settings: &RunSettings) -> Result<(TaskSource, FileCheck), UsageError> {
+        TaskSource::from_settings_checked(settings, &|_| Ok(()))
+    }
+
+    /// The same, each row of a task file also checked by `check` (the environment's and the
+    /// reward's [`Environment::check`](parley_core::Environment::check)): a row it refuses is a
+    /// bad row, named with its line and refused or left out as `--bad-rows` says, before any
+    /// model call.
+    pub fn from_settings_checked(
+        settings: &RunSettings,
+        check_task: &dyn Fn(&parley_core::Task) -> Result<(), String>,
+    ) -> Result<(TaskSource, FileCheck), UsageError> {
         let Some(path) = &settings.tasks else {
             if settings.env.brings_tasks() && settings.env != EnvKind::MultiStep {
                 return Ok((TaskSource::Environment, FileCheck::default()));
@@ -61,7 +72,7 @@ impl TaskSource {
             if settings.num_tasks.is_some_and(|n| good >= n) {
                 break;
             }
-            match row.and_then(|row| parse(good, row, multi_step)) {
+            match row.and_then(|row| parse(good, row, multi_step)).and_then(|task| check_task(&task).map(|()| task)) {
                 Ok(task) => {
                     good += 1;
                     for (i, m) in task.messages.iter().enumerate() {

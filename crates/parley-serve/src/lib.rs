@@ -199,6 +199,10 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
         Ok(task) => task,
         Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not a NeMo Gym task row: {e}")),
     };
+    // A row that cannot be run or scored is the trainer's data, refused before any model call.
+    if let Err(why) = service.parties.environment.check(&task) {
+        return problem(StatusCode::BAD_REQUEST, format!("the row cannot be run in {}: {why}", service.settings.env));
+    }
     service.metrics.queued(1);
     let running = Arc::clone(&service.running).acquire_owned().await;
     service.metrics.queued(-1);

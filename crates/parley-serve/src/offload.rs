@@ -50,6 +50,10 @@ impl Environment for Offloaded {
         self.inner.name()
     }
 
+    fn check(&self, task: &Task) -> Result<(), String> {
+        self.inner.check(task)
+    }
+
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
         let inner = offload(&self.cores, self.inner.open(task)).await?;
         Ok(Box::new(OffloadedSession { inner, cores: Arc::clone(&self.cores) }))

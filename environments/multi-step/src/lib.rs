@@ -54,6 +54,14 @@ impl Environment for MultiStep {
         NAME
     }
 
+    fn check(&self, task: &Task) -> Result<(), String> {
+        verify::check(&task.row)?;
+        if !task.messages.iter().any(|m| m.role == parley_core::Role::User) {
+            return Err("`responses_create_params.input` has no user message: there is no question to answer".into());
+        }
+        Ok(())
+    }
+
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
         let tools = match task.tools.is_empty() {
             true => Arc::clone(DEFAULT_TOOLS.get_or_init(|| tools().into())),

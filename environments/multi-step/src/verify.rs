@@ -14,6 +14,18 @@ pub(crate) fn scored_fields(row: &Value) -> Value {
     Value::Object(fields.filter_map(|k| Some((k.to_owned(), row.get(k)?.clone()))).collect())
 }
 
+/// Whether a row holds what [`verify`] reads: `expected_synonym_values`, a list of numbers.
+pub(crate) fn check(row: &Value) -> Result<(), String> {
+    match row.get(EXPECTED) {
+        None | Some(Value::Null) => {
+            Err(format!("the row has no `{EXPECTED}`, the list of numbers its answer is scored by"))
+        }
+        Some(Value::Array(values)) if values.iter().all(Value::is_number) => Ok(()),
+        Some(Value::Array(_)) => Err(format!("`{EXPECTED}` must be a list of numbers, and some are not")),
+        Some(other) => Err(format!("`{EXPECTED}` must be a list of numbers, not {other}")),
+    }
+}
+
 /// Scores a transcript against a task row. The reported list is the arguments of the last
 /// `extract_synonym_values` call; the reward is 1 when it equals the expected list, in order.
 pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {

@@ -116,6 +116,7 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
     for line in &check.bad {
         eprintln!("skipping {line}");
     }
+    let first_pass = check.bad.clone();
     for line in &check.warnings {
         eprintln!("warning: {line}");
     }
@@ -126,6 +127,23 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("opening the store {}", settings.db))?;
     let runtime = Runtime::start(&settings, store).await?;
+    // The rows read, each is checked against what the environment and the reward need (the
+    // environment is open now), still before the run is recorded or any model is called.
+    let source = match settings.tasks.is_some() {
+        false => source,
+        true => match TaskSource::from_settings_checked(&settings, &|task| runtime.parties.environment.check(task)) {
+            Ok((source, check)) => {
+                for line in check.bad.iter().filter(|line| !first_pass.contains(*line)) {
+                    eprintln!("skipping {line}");
+                }
+                source
+            }
+            Err(e) => {
+                runtime.stop().await?;
+                return Err(e.into());
+            }
+        },
+    };
     let created = runtime.create_run(&settings, source).await?;
     let run = created.run;
     if detach {
