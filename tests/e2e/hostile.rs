@@ -306,3 +306,28 @@ fn a_rows_missing_reward_field_is_refused_before_any_model_call() {
     assert!(stderr.contains("qa.jsonl:2: the row has no `expected_answer`"), "{stderr}");
     assert_eq!(stub.stats()["requests"], 0);
 }
+
+/// Two runs started at once on a database that does not exist yet both migrate it: both run.
+#[test]
+fn two_runs_started_at_once_on_a_new_database_both_run() {
+    let work = Workdir::new();
+    work.tasks(2);
+    let stub = Stub::start(&[]);
+    for attempt in 0..5 {
+        let db = format!("fresh-{attempt}.db");
+        let start = |out: &str| {
+            std::process::Command::new(crate::harness::PARLEY)
+                .current_dir(work.dir.path())
+                .args(["run", "--tasks", "tasks.jsonl", "--base-url", &stub.url, "--db", &db, "--out", out])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (start(&format!("a{attempt}.jsonl")), start(&format!("b{attempt}.jsonl")));
+        for child in [a, b] {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "attempt {attempt}: {}", crate::harness::text(&out.stderr));
+        }
+    }
+}

@@ -289,10 +289,22 @@ impl SqliteStore {
         let mut conn = SqliteConnection::connect_with(&connect.clone().pragma("wal_autocheckpoint", "0"))
             .await
             .map_err(refused)?;
-        MIGRATOR.run(&mut conn).await.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(e) => refused(e),
-            e => StoreError::Database(format!("migrating {}: {e}", path.display())),
-        })?;
+        // Two processes opening a new database at once both migrate it: SQLite's migrations
+        // take no lock, so the second's may fail on what the first just did (a column already
+        // added). Each migration is a transaction of its own, so the failed one left nothing;
+        // run again, it finds the other's applied and goes on.
+        let mut attempt = 0;
+        loop {
+            match MIGRATOR.run(&mut conn).await {
+                Ok(()) => break,
+                Err(_) if attempt < 5 => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                }
+                Err(sqlx::migrate::MigrateError::Execute(e)) => return Err(refused(e)),
+                Err(e) => return Err(StoreError::Database(format!("migrating {}: {e}", path.display()))),
+            }
+        }
         let checkpointer = SqliteConnection::connect_with(&connect.clone().pragma("wal_autocheckpoint", "0"))
             .await
             .map_err(refused)?;
