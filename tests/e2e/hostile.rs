@@ -331,3 +331,22 @@ fn two_runs_started_at_once_on_a_new_database_both_run() {
         }
     }
 }
+
+/// A row carrying a 5 MB image is taken, as `parley run` takes it; a body over the documented
+/// 64 MiB limit is answered 413.
+#[test]
+fn a_row_with_a_large_image_is_taken_and_a_huge_body_refused() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let line = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let mut row: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let image = format!("data:image/png;base64,{}", "A".repeat(5 << 20));
+    let input = row["responses_create_params"]["input"].as_array_mut().unwrap();
+    input.push(serde_json::json!({"role": "user", "content": [{"type": "input_image", "image_url": image}]}));
+    let (status, _, body) = post_run(&serve.address, &row.to_string());
+    assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+    let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(65 << 20));
+    assert_eq!(post_run(&serve.address, &huge).0, 413);
+}

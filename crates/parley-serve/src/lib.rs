@@ -39,6 +39,10 @@ use tokio::sync::Semaphore;
 
 pub use metrics::Metrics;
 
+/// The largest request body taken (a `/run` row with its images, an OpenEnv step over HTTP);
+/// a larger one is answered 413.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
 /// How the service admits and guards its requests.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -137,6 +141,7 @@ impl Service {
             .route("/aggregate_metrics", post(aggregate::aggregate_metrics))
             .route("/metrics", get(prometheus))
             .merge(openenv::routes())
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn_with_state(Arc::clone(self), authorize))
             .with_state(Arc::clone(self))
     }
