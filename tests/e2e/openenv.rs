@@ -388,6 +388,9 @@ fn openenv_bad_frames_and_bodies_get_openenvs_error_shapes() {
         ("step_unknown_session", 404),
         ("step_bad_action", 422),
         ("step_unknown_field", 422),
+        // The session's id alone is a guessable number: without its key it is unknown.
+        ("step_without_key", 404),
+        ("state_without_key", 404),
         ("step_ends_it", 200),
         ("step_after_done", 409),
         ("state_bad_id", 422),
@@ -422,6 +425,8 @@ fn openenv_a_dropped_connection_leaves_its_session_to_continue_by_id() {
     // The continued episode starts with the whole transcript so far: the opening, the first
     // call and its result.
     assert_eq!(episode["continued_roles"], json!(["system", "assistant", "user", "assistant", "tool"]), "{episode}");
+    // A connection that names the dropped session's id without its key cannot continue it.
+    assert_eq!(episode["stranger"]["data"]["code"], "SESSION_ERROR", "{episode}");
     let session = episode["session_id"].to_string();
     let show = ok(&work.parley(&["show", &session, "--db", "serve.db"]));
     let first = &agent_gold_actions(&domain.tasks[i])[0];

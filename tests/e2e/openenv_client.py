@@ -62,13 +62,15 @@ def play_http(url, scripts):
         answer.raise_for_status()
         body = answer.json()
         session = body["observation"]["session_id"]
+        key = body["observation"]["session_key"]
         for action in script["actions"]:
             if body["done"]:
                 break
-            answer = http.post(f"{url}/step", json={"action": action, "session_id": session}, timeout=300)
+            answer = http.post(f"{url}/step", json={"action": action, "session_id": session, "session_key": key},
+                               timeout=300)
             answer.raise_for_status()
             body = answer.json()
-        state = http.get(f"{url}/state", params={"session_id": session}, timeout=60).json()
+        state = http.get(f"{url}/state", params={"session_id": session, "session_key": key}, timeout=60).json()
         obs = body["observation"]
         out.append({
             "session_id": session,
@@ -160,10 +162,14 @@ async def bad(url):
     record("step_unknown_session", http.post(f"{url}/step", json={"action": {"content": "x"}, "session_id": 999999}, timeout=60))
     started = http.post(f"{url}/reset", json={"task_index": 0}, timeout=60)
     session = started.json()["observation"]["session_id"]
-    record("step_bad_action", http.post(f"{url}/step", json={"action": {"content": 3}, "session_id": session}, timeout=60))
-    record("step_unknown_field", http.post(f"{url}/step", json={"action": {}, "session_id": session, "colour": 1}, timeout=60))
-    record("step_ends_it", http.post(f"{url}/step", json={"action": {"content": "Goodbye."}, "session_id": session}, timeout=60))
-    record("step_after_done", http.post(f"{url}/step", json={"action": {"content": "x"}, "session_id": session}, timeout=60))
+    key = started.json()["observation"]["session_key"]
+    own = {"session_id": session, "session_key": key}
+    record("step_bad_action", http.post(f"{url}/step", json={"action": {"content": 3}, **own}, timeout=60))
+    record("step_unknown_field", http.post(f"{url}/step", json={"action": {}, **own, "colour": 1}, timeout=60))
+    record("step_without_key", http.post(f"{url}/step", json={"action": {"content": "x"}, "session_id": session}, timeout=60))
+    record("state_without_key", http.get(f"{url}/state", params={"session_id": session}, timeout=60))
+    record("step_ends_it", http.post(f"{url}/step", json={"action": {"content": "Goodbye."}, **own}, timeout=60))
+    record("step_after_done", http.post(f"{url}/step", json={"action": {"content": "x"}, **own}, timeout=60))
     record("state_bad_id", http.get(f"{url}/state", params={"session_id": "x"}, timeout=60))
     record("health", http.get(f"{url}/health", timeout=60))
     return {"ws": seen, "http": answers}
@@ -178,12 +184,17 @@ async def drop(url, script):
     await ws.send(json.dumps({"type": "reset", "data": {"task_index": script["task_index"], "episode_id": "dropped"}}))
     first = json.loads(await ws.recv())
     session = first["data"]["observation"]["session_id"]
+    key = first["data"]["observation"]["session_key"]
     await ws.send(json.dumps({"type": "step", "data": actions[0]}))
     json.loads(await ws.recv())
     ws.transport.abort()
     await asyncio.sleep(0.5)
+    # Another connection that knows only the id cannot take the session over.
+    async with websockets.connect(ws_url, max_size=None) as stranger:
+        await stranger.send(json.dumps({"type": "reset", "data": {"session_id": session}}))
+        refused = json.loads(await stranger.recv())
     async with GenericEnvClient(base_url=url, message_timeout_s=300) as env:
-        result = await env.reset(session_id=session)
+        result = await env.reset(session_id=session, session_key=key)
         continued = [m["role"] for m in result.observation["messages"]]
         for action in actions[1:]:
             if result.done:
@@ -192,6 +203,7 @@ async def drop(url, script):
         state = await env.state()
     row = summary(result, {k: state[k] for k in ("episode_id", "step_count", "session_id")})
     row["continued_roles"] = continued
+    row["stranger"] = refused
     return row
 
 

@@ -205,8 +205,20 @@ async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value),
         return Err(Refusal::Capacity(service.options.concurrency + service.options.queue));
     };
     if let Some(id) = request.session_id {
-        let (mut start, recorded) =
-            service.hub.dropped.lock().ok().and_then(|mut d| d.remove(&id)).ok_or_else(|| {
+        // Only the trainer that holds the session's key continues it; to anyone else a session
+        // is as unknown as one that never was.
+        let given = request.session_key.as_deref().unwrap_or_default();
+        let (mut start, recorded) = service
+            .hub
+            .dropped
+            .lock()
+            .ok()
+            .and_then(|mut d| {
+                let held =
+                    d.get(&id).is_some_and(|(s, _)| parley_http::guard::same(s.key.as_bytes(), given.as_bytes()));
+                held.then(|| d.remove(&id)).flatten()
+            })
+            .ok_or_else(|| {
                 Refusal::Unknown(format!(
                     "session {id} is not one this service can continue: only a session whose connection dropped, \
                  before it ended, can be (a session of another `parley serve` process is continued by `parley \
@@ -263,6 +275,7 @@ async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value),
         trial: request.trial,
         seed,
         episode_id: request.episode_id,
+        key: episode::new_key(),
     };
     Ok(Episode::start(service, start, None, permit).await)
 }
@@ -482,13 +495,17 @@ async fn http_step(State(service): State<Arc<Service>>, body: Bytes) -> Response
         return Refusal::Invalid(vec![invalid]).response(&under);
     };
     let mut problems = Vec::new();
-    for key in fields.keys().filter(|k| !["action", "session_id", "timeout_s", "request_id"].contains(&k.as_str())) {
+    let known = ["action", "session_id", "session_key", "timeout_s", "request_id"];
+    for key in fields.keys().filter(|k| !known.contains(&k.as_str())) {
         problems.push(Invalid::new(
             vec![json!(key)],
             "extra_forbidden",
-            format!("unknown field `{key}`: a step has `action`, `session_id`, `timeout_s` and `request_id`"),
+            format!(
+                "unknown field `{key}`: a step has `action`, `session_id`, `session_key`, `timeout_s` and `request_id`"
+            ),
         ));
     }
+    let given_key = fields.get("session_key").and_then(Value::as_str).unwrap_or_default().to_owned();
     let id = match fields.get("session_id") {
         Some(v) if v.as_i64().is_some() => v.as_i64(),
         Some(v) => {
@@ -523,6 +540,12 @@ async fn http_step(State(service): State<Arc<Service>>, body: Bytes) -> Response
         return Refusal::Unknown(format!("no session {id} is open over HTTP here; reset first")).response(&under);
     };
     let mut episode = episode.lock().await;
+    if !episode.holds_key(&given_key) {
+        return Refusal::Unknown(format!(
+            "no session {id} with that `session_key` is open over HTTP here; reset first"
+        ))
+        .response(&under);
+    }
     if episode.is_done() {
         return Refusal::Done.response(&under);
     }
@@ -546,7 +569,9 @@ async fn http_step(State(service): State<Arc<Service>>, body: Bytes) -> Response
 
 /// `GET /state?session_id=N`; without a session, the state of none (OpenEnv's fresh one).
 async fn http_state(State(service): State<Arc<Service>>, RawQuery(query): RawQuery) -> Response {
-    let id = query.as_deref().unwrap_or_default().split('&').find_map(|pair| pair.strip_prefix("session_id="));
+    let pairs = || query.as_deref().unwrap_or_default().split('&');
+    let id = pairs().find_map(|pair| pair.strip_prefix("session_id="));
+    let given_key = pairs().find_map(|pair| pair.strip_prefix("session_key=")).unwrap_or_default().to_owned();
     let Some(id) = id else { return axum::Json(json!({"episode_id": null, "step_count": 0})).into_response() };
     let Ok(id) = id.parse::<SessionId>() else {
         let invalid =
@@ -557,6 +582,10 @@ async fn http_state(State(service): State<Arc<Service>>, RawQuery(query): RawQue
         return Refusal::Unknown(format!("no session {id} is open over HTTP here")).response(&[json!("query")]);
     };
     let episode = episode.lock().await;
+    if !episode.holds_key(&given_key) {
+        return Refusal::Unknown(format!("no session {id} with that `session_key` is open over HTTP here"))
+            .response(&[json!("query")]);
+    }
     axum::Json(episode.state()).into_response()
 }
 

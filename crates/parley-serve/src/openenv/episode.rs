@@ -79,6 +79,18 @@ pub(crate) struct Resumable {
     pub trial: u32,
     pub seed: u64,
     pub episode_id: Option<String>,
+    /// The session's secret, given to the trainer that reset it: a step, a state read or a
+    /// reset that continues the session must present it (its id alone is a guessable number).
+    pub key: String,
+}
+
+/// A new session key: 128 random bits from the operating system, as hex.
+pub(crate) fn new_key() -> String {
+    let mut bytes = [0u8; 16];
+    // The kernel's source (getrandom(2)) does not fail once the system has booted; without it
+    // no session could be guarded, and none is served.
+    getrandom::fill(&mut bytes).expect("the operating system's source of randomness");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// How a session ended, as the trainer is told.
@@ -264,10 +276,16 @@ impl Episode {
         observation
     }
 
+    /// Whether `key` is this session's key (compared in constant time).
+    pub(crate) fn holds_key(&self, key: &str) -> bool {
+        parley_http::guard::same(self.start.key.as_bytes(), key.as_bytes())
+    }
+
     /// An observation in OpenEnv's shape: `{observation, reward, done}`.
     fn observation(&self, messages: &[Message], with_tools: bool) -> Value {
         let mut observation = json!({
             "session_id": self.start.id,
+            "session_key": self.start.key,
             "task_id": self.start.task.id,
             "messages": messages.iter().map(message_json).collect::<Vec<_>>(),
         });

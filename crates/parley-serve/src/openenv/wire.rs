@@ -281,6 +281,8 @@ pub(crate) struct ResetRequest {
     pub episode_id: Option<String>,
     /// Continue this session (one a dropped connection left) instead of starting one.
     pub session_id: Option<i64>,
+    /// The continued session's key, as its first observation gave it.
+    pub session_key: Option<String>,
 }
 
 /// Reads a reset's parameters (OpenEnv's `seed` and `episode_id`, and Parley's own).
@@ -328,6 +330,11 @@ pub(crate) fn reset_request(data: &Value) -> Result<ResetRequest, Vec<Invalid>> 
                 Ok(id) => request.session_id = id.and_then(|i| i64::try_from(i).ok()),
                 Err(e) => problems.push(e),
             },
+            "session_key" => match value {
+                Value::Null => {}
+                Value::String(s) => request.session_key = Some(s.clone()),
+                other => problems.push(Invalid::new(at(), "string_type", format!("`session_key` is a string, not {other}"))),
+            },
             "task_id" | "episode_id" => match value {
                 Value::Null => {}
                 Value::String(s) if key == "task_id" => request.task_id = Some(s.clone()),
@@ -339,7 +346,7 @@ pub(crate) fn reset_request(data: &Value) -> Result<ResetRequest, Vec<Invalid>> 
             _ => problems.push(Invalid::new(
                 at(),
                 "extra_forbidden",
-                format!("unknown field `{key}`: a reset takes `seed`, `task_index`, `task_id`, `trial`, `episode_id` or `session_id`"),
+                format!("unknown field `{key}`: a reset takes `seed`, `task_index`, `task_id`, `trial`, `episode_id`, or `session_id` with `session_key`"),
             )),
         }
     }
@@ -420,7 +427,8 @@ pub(crate) fn schemas() -> Value {
         "title": "Observation",
         "type": "object",
         "properties": {
-            "session_id": {"type": "integer", "description": "The stored session: `parley show` it; reset with it to continue a dropped connection's session."},
+            "session_id": {"type": "integer", "description": "The stored session: `parley show` it; reset with it (and its key) to continue a dropped connection's session."},
+            "session_key": {"type": "string", "description": "The session's secret: a step, a state read or a reset that continues the session presents it."},
             "task_id": {"type": "string"},
             "messages": {"type": "array", "items": {"$ref": "#/$defs/Message"}, "description": "What the agent sees that it has not seen: at reset the system prompt and the task's opening, then tool results and the user's replies."},
             "tools": {"type": "array", "items": {"type": "object"}, "description": "The tools in the Chat Completions form; at reset only."},
@@ -474,15 +482,17 @@ pub(crate) fn openapi() -> Value {
             "/reset": {"post": {"summary": "Start a session (or continue one, by session_id)",
                 "requestBody": body(json!({"type": "object", "properties": {
                     "seed": {"type": "integer", "minimum": 0}, "episode_id": {"type": "string"}, "task_index": {"type": "integer"},
-                    "task_id": {"type": "string"}, "trial": {"type": "integer"}, "session_id": {"type": "integer"}}})),
+                    "task_id": {"type": "string"}, "trial": {"type": "integer"}, "session_id": {"type": "integer"},
+                    "session_key": {"type": "string"}}})),
                 "responses": ok(answer.clone())}},
             "/step": {"post": {"summary": "Play one assistant message in a session",
-                "requestBody": body(json!({"type": "object", "required": ["action", "session_id"], "properties": {
-                    "action": schemas["action"], "session_id": {"type": "integer"},
+                "requestBody": body(json!({"type": "object", "required": ["action", "session_id", "session_key"], "properties": {
+                    "action": schemas["action"], "session_id": {"type": "integer"}, "session_key": {"type": "string"},
                     "timeout_s": {"type": "number"}, "request_id": {"type": "string"}}})),
                 "responses": ok(answer)}},
             "/state": {"get": {"summary": "A session's state",
-                "parameters": [{"name": "session_id", "in": "query", "schema": {"type": "integer"}}],
+                "parameters": [{"name": "session_id", "in": "query", "schema": {"type": "integer"}},
+                               {"name": "session_key", "in": "query", "schema": {"type": "string"}}],
                 "responses": ok(schemas["state"].clone())}},
             "/mcp": {"post": {"summary": "JSON-RPC; tools are called within sessions", "responses": ok(json!({"type": "object"}))}}
         }
