@@ -350,3 +350,29 @@ fn a_row_with_a_large_image_is_taken_and_a_huge_body_refused() {
     let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(65 << 20));
     assert_eq!(post_run(&serve.address, &huge).0, 413);
 }
+
+/// A `/run` session whose client went away is cancelled, its committed turns kept and its claim
+/// given up: `parley resume` finishes it while the service that recorded it runs on.
+#[test]
+fn a_cancelled_run_session_is_resumed_while_the_service_runs() {
+    use std::io::Write;
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&["--latency-ms", "400"]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    {
+        let mut stream = std::net::TcpStream::connect(&serve.address).unwrap();
+        write!(
+            stream,
+            "POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{row}",
+            row.len()
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    let out = crate::harness::ok(&work.parley(&["resume", "1", "--db", "serve.db"]));
+    assert!(out.contains("terminations   agent_stop 1"), "resumed beside the running service: {out}");
+    drop(serve);
+}

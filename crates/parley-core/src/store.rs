@@ -250,6 +250,11 @@ pub trait SessionStore: Send + Sync {
     /// once rather than after the lease; returns how many were released.
     async fn release_claims(&self, owner: &Owner) -> Result<u64, StoreError>;
 
+    /// Gives up one claim (a session cancelled where it was, its committed turns kept), so that
+    /// a resume may take the session at once, while its owner goes on with others. A claim
+    /// another owner has taken since (a higher fence) is left alone.
+    async fn release_claim(&self, claim: Claim) -> Result<(), StoreError>;
+
     /// Makes one turn durable under `claim`. Returns once it is committed.
     async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError>;
 

@@ -241,7 +241,13 @@ impl Ending {
         }
         if outcome.termination == Termination::Cancelled {
             match commit(store, claim, finished).await {
-                Ok(()) => {}
+                // Stopped where it was: the claim goes, so that a resume takes the session at
+                // once (a served session whose client went away, while the service runs on).
+                Ok(()) => {
+                    if let Err(e) = store.release_claim(claim).await {
+                        tracing::warn!(session = id, error = %e, "could not release the claim of a cancelled session");
+                    }
+                }
                 Err(e @ StoreError::Fenced { .. }) => tracing::info!(session = id, error = %e, "not recorded"),
                 Err(e) => {
                     tracing::error!(session = id, error = %e, "could not record the last turn of a cancelled session")

@@ -121,6 +121,10 @@ impl SessionStore for ObservedStore {
         self.inner.release_claims(owner).await
     }
 
+    async fn release_claim(&self, claim: Claim) -> Result<(), StoreError> {
+        self.inner.release_claim(claim).await
+    }
+
     async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError> {
         let started = Instant::now();
         let committed = self.inner.commit_turn(claim, turn).await;

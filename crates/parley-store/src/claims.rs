@@ -241,6 +241,23 @@ impl SqliteStore {
             .await
     }
 
+    pub(crate) async fn release_one(&self, claim: Claim) -> Result<(), StoreError> {
+        let error = self.write_error();
+        self.writer
+            .exec(move |conn| {
+                Box::pin(async move {
+                    sqlx::query("UPDATE sessions SET owner = NULL, lease_until = NULL WHERE id = ? AND fence = ?")
+                        .bind(claim.session)
+                        .bind(claim.fence.0)
+                        .execute(conn)
+                        .await
+                        .map_err(&error)?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
     pub(crate) async fn release(&self, owner: &Owner) -> Result<u64, StoreError> {
         let id = owner.id.clone();
         let error = self.write_error();

@@ -375,6 +375,10 @@ impl SessionStore for SqliteStore {
         self.release(owner).await
     }
 
+    async fn release_claim(&self, claim: Claim) -> Result<(), StoreError> {
+        self.release_one(claim).await
+    }
+
     async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError> {
         self.writer.write(claim, turn, None).await
     }

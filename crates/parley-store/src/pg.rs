@@ -237,6 +237,10 @@ impl SessionStore for PgStore {
         self.release(owner).await
     }
 
+    async fn release_claim(&self, claim: Claim) -> Result<(), StoreError> {
+        self.release_one(claim).await
+    }
+
     async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError> {
         self.writer.write(claim, turn, None).await
     }

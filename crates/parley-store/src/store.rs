@@ -198,6 +198,10 @@ impl SessionStore for Store {
         self.seam().release_claims(owner).await
     }
 
+    async fn release_claim(&self, claim: Claim) -> Result<(), StoreError> {
+        self.seam().release_claim(claim).await
+    }
+
     async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError> {
         self.seam().commit_turn(claim, turn).await
     }

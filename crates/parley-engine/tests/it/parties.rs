@@ -188,6 +188,10 @@ pub struct MemoryStore {
 
 #[async_trait]
 impl SessionStore for MemoryStore {
+    async fn release_claim(&self, _claim: Claim) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     async fn create_run(
         &self,
         _spec: &RunSpec,

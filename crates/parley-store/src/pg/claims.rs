@@ -193,6 +193,16 @@ impl PgStore {
         Ok(renewed.rows_affected())
     }
 
+    pub(crate) async fn release_one(&self, claim: Claim) -> Result<(), StoreError> {
+        sqlx::query("UPDATE sessions SET owner = NULL, lease_until = NULL WHERE id = $1 AND fence = $2")
+            .bind(claim.session)
+            .bind(claim.fence.0)
+            .execute(&self.pool)
+            .await
+            .map_err(self.error(&format!("releasing the claim on session {} (table `sessions`)", claim.session)))?;
+        Ok(())
+    }
+
     pub(crate) async fn release(&self, owner: &Owner) -> Result<u64, StoreError> {
         let released = sqlx::query(
             "UPDATE sessions SET owner = NULL, lease_until = NULL
