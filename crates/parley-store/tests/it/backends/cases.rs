@@ -245,6 +245,25 @@ pub async fn a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written(
     store.close().await;
 }
 
+pub async fn one_released_claim_is_taken_at_once_and_a_stale_one_is_left_alone(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(2);
+    let a = Owner::new(Duration::from_secs(30));
+    let (run, claims) = store.create_claimed_run(&spec, &tasks, &specs, &a).await.unwrap();
+    // One session cancelled: its claim goes, the other stays held under its live lease.
+    store.release_claim(claims[0]).await.unwrap();
+    let b = Owner::new(Duration::from_secs(30));
+    let claimed = store.claim_sessions(run, &b, usize::MAX).await.unwrap();
+    assert_eq!(claimed.claims.iter().map(|c| c.session).collect::<Vec<_>>(), [claims[0].session]);
+    assert_eq!(claimed.held_elsewhere, 1, "the other session is still the first owner's");
+    // The first owner's stale claim on the session b took is no longer its to release.
+    store.release_claim(claims[0]).await.unwrap();
+    let c = Owner::new(Duration::from_secs(30));
+    let again = store.claim_sessions(run, &c, usize::MAX).await.unwrap();
+    assert!(again.claims.is_empty(), "b's claim stands: {:?}", again.claims);
+    store.close().await;
+}
+
 pub async fn a_finished_session_is_released_and_never_claimed_again(db: &Db) {
     let store = db.open().await;
     let (spec, tasks, specs) = run_of(3);
