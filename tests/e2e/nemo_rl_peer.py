@@ -700,8 +700,10 @@ def inside(args):
         # answers 500 is the infrastructure's fault, a malformed row the data's.
         failures = nrl.failures
         for case, bad_row, expected in [
+            # A row Parley can run (its expected values given), whose policy answers 500.
             ("policy_answers_500", row("parley_agent", 400, 0, input="Find the synonyms.",
-                                       policy_base_url=failing.url), failures.FailureClass.INFRA),
+                                       expected_synonym_values=[407], policy_base_url=failing.url),
+             failures.FailureClass.INFRA),
             ("malformed_row", row("parley_agent", 401, 0, input=[{"role": "wizard", "content": "Hi."}]),
              failures.FailureClass.DATA),
         ]:

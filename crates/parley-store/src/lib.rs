@@ -254,6 +254,25 @@ impl SqliteStore {
     /// Parley, one that cannot be written or one locked by another process is refused with
     /// [`StoreError::Unusable`], untouched.
     pub async fn open(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
+        // Two processes creating one database at once can find it locked at once, without
+        // SQLite's busy wait (one switches the new file to WAL, or upgrades its lock, while the
+        // other holds it): such a refusal, well inside the busy timeout, is tried again.
+        let started = std::time::Instant::now();
+        let mut attempt = 0u32;
+        loop {
+            match SqliteStore::open_once(path, options.clone()).await {
+                Err(StoreError::Unusable { problem: Unusable::Locked, .. })
+                    if attempt < 20 && started.elapsed() < busy_timeout() =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    async fn open_once(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
         if path.is_dir() {
             return Err(StoreError::Unusable {
                 problem: Unusable::Directory,
