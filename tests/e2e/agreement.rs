@@ -237,17 +237,9 @@ fn failing_judge_config(work: &Workdir) -> std::path::PathBuf {
     config
 }
 
-/// A verifier that reports its own failure fails the session as a classified failure
-/// (`verifier_failed`), left out of the rewards.
-#[test]
-fn a_verifier_reporting_its_own_failure_is_a_classified_failure() {
-    let Some(venv) = venv() else { return };
-    let work = Workdir::new();
-    let config = failing_judge_config(&work);
-    let agent = Stub::start(&["--answers", work.path("rows.jsonl").to_str().unwrap()]);
-    let judge = Stub::start(&["--server-error", "1.0"]);
-    let out = ok(&work.parley(&[
-        "run",
+/// The arguments that run `equivalence_llm_judge` from `config`, its judge at `judge`.
+fn judged_by<'a>(config: &'a std::path::Path, venv: &'a std::path::Path, judge: &'a Stub) -> Vec<&'a str> {
+    vec![
         "--env",
         "nemo-gym",
         "--config",
@@ -258,17 +250,24 @@ fn a_verifier_reporting_its_own_failure_is_a_classified_failure() {
         venv.to_str().unwrap(),
         "--server-name",
         "equivalence_llm_judge",
-        "--tasks",
-        "rows.jsonl",
-        "--base-url",
-        &agent.url,
         "--judge-base-url",
         &judge.url,
-        "--db",
-        "parley.db",
-        "--out",
-        "out.jsonl",
-    ]));
+    ]
+}
+
+/// A verifier that reports its own failure fails the session as a classified failure
+/// (`verifier_failed`), left out of the rewards.
+#[test]
+fn a_verifier_reporting_its_own_failure_is_a_classified_failure() {
+    let Some(venv) = venv() else { return };
+    let work = Workdir::new();
+    let config = failing_judge_config(&work);
+    let agent = Stub::start(&["--answers", work.path("rows.jsonl").to_str().unwrap()]);
+    let judge = Stub::start(&["--server-error", "1.0"]);
+    let mut args = vec!["run"];
+    args.extend(judged_by(&config, &venv, &judge));
+    args.extend(["--tasks", "rows.jsonl", "--base-url", &agent.url, "--db", "parley.db", "--out", "out.jsonl"]);
+    let out = ok(&work.parley(&args));
     assert!(out.contains("failures       verifier_failed 3") && out.contains("no scored sessions"), "{out}");
     let failures = read_jsonl(&work.path("out_failures.jsonl"));
     assert_eq!(failures.len(), 3);
@@ -288,24 +287,7 @@ fn a_verifier_reporting_its_own_failure_is_served_masked() {
     let config = failing_judge_config(&work);
     let agent = Stub::start(&["--answers", work.path("rows.jsonl").to_str().unwrap()]);
     let judge = Stub::start(&["--server-error", "1.0"]);
-    let serve = crate::serve::Serve::start(
-        &work,
-        &agent,
-        &[
-            "--env",
-            "nemo-gym",
-            "--config",
-            config.to_str().unwrap(),
-            "--config",
-            "responses_api_models/openai_model/configs/openai_model.yaml",
-            "--gym-venv",
-            venv.to_str().unwrap(),
-            "--server-name",
-            "equivalence_llm_judge",
-            "--judge-base-url",
-            &judge.url,
-        ],
-    );
+    let serve = crate::serve::Serve::start(&work, &agent, &judged_by(&config, &venv, &judge));
     for row in std::fs::read_to_string(work.path("rows.jsonl")).unwrap().lines() {
         let (status, _, body) = crate::serve::post_run(&serve.address, row);
         assert_eq!(status, 200, "{body}");

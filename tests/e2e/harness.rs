@@ -91,6 +91,12 @@ impl Workdir {
         command.output().expect("run parley")
     }
 
+    /// The first row of the task file [`Workdir::tasks`] wrote, as its text.
+    pub fn first_task_row(&self) -> String {
+        let rows = std::fs::read_to_string(self.path("tasks.jsonl")).expect("tasks.jsonl, written by Workdir::tasks");
+        rows.lines().next().expect("a task row").to_owned()
+    }
+
     /// `count` multi-step tasks; those with an even index expect `[0]`, which is what the stub
     /// reports, so exactly they score 1.
     pub fn tasks(&self, count: usize) -> PathBuf {

@@ -28,7 +28,7 @@ async fn abandoned_openenv_sessions_free_their_slots() {
     assert!(head.contains("retry-after:"), "{head}");
 
     // The trainer never steps again: the sessions end at their time limit.
-    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let row = work.first_task_row();
     let started = Instant::now();
     let answered = loop {
         let (status, _, body) = post_run(&serve.address, &row);
@@ -75,7 +75,7 @@ fn web_pages_of_other_sites_cannot_drive_a_loopback_service() {
     work.tasks(1);
     let stub = Stub::start(&[]);
     let serve = Serve::start(&work, &stub, &["--allow-origin", "https://trainer.example"]);
-    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let row = work.first_task_row();
     let at = &serve.address;
     let form = |origin: &str| {
         raw(at, &format!("POST /run HTTP/1.1\r\nHost: {at}\r\nContent-Type: text/plain\r\nOrigin: {origin}"), &row)
@@ -177,7 +177,7 @@ fn a_rows_policy_url_does_not_borrow_the_services_key() {
             args.extend(["--policy-url-allow", prefix.as_str()]);
         }
         let serve = Serve::start_with_env(&work, &stub, &args, &[("PARLEY_HOSTILE_KEY", key)]);
-        let line = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+        let line = work.first_task_row();
         let mut row: serde_json::Value = serde_json::from_str(&line).unwrap();
         row["policy_base_url"] = policy.url.clone().into();
         let (status, _, body) = post_run(&serve.address, &row.to_string());
@@ -210,7 +210,7 @@ fn slow_headers_are_cut_off() {
             stream
         })
         .collect();
-    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let row = work.first_task_row();
     assert_eq!(post_run(&serve.address, &row).0, 200, "a normal client is served beside them");
     // A byte a second, as a slow-loris client sends: still no whole head after the timeout.
     for _ in 0..3 {
@@ -243,7 +243,7 @@ fn rows_that_cannot_run_are_refused_before_any_model_call() {
     work.tasks(1);
     let stub = Stub::start(&[]);
     let serve = Serve::start(&work, &stub, &[]);
-    let line = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let line = work.first_task_row();
     let good: serde_json::Value = serde_json::from_str(&line).unwrap();
     let mut no_input = good.clone();
     no_input["responses_create_params"]["input"] = serde_json::json!([]);
@@ -340,7 +340,7 @@ fn a_row_with_a_large_image_is_taken_and_a_huge_body_refused() {
     work.tasks(1);
     let stub = Stub::start(&[]);
     let serve = Serve::start(&work, &stub, &[]);
-    let line = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let line = work.first_task_row();
     let mut row: serde_json::Value = serde_json::from_str(&line).unwrap();
     let image = format!("data:image/png;base64,{}", "A".repeat(5 << 20));
     let input = row["responses_create_params"]["input"].as_array_mut().unwrap();
@@ -360,7 +360,7 @@ fn a_cancelled_run_session_is_resumed_while_the_service_runs() {
     work.tasks(1);
     let stub = Stub::start(&["--latency-ms", "400"]);
     let serve = Serve::start(&work, &stub, &[]);
-    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let row = work.first_task_row();
     {
         let mut stream = std::net::TcpStream::connect(&serve.address).unwrap();
         write!(

@@ -155,7 +155,7 @@ fn an_overloaded_service_answers_503_with_retry_after() {
     work.tasks(1);
     let stub = Stub::start(&["--latency-ms", "700"]);
     let serve = Serve::start(&work, &stub, &["--concurrency", "1", "--queue", "1"]);
-    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let row = work.first_task_row();
     let answers: Vec<(u16, String, String)> = std::thread::scope(|scope| {
         let calls: Vec<_> = (0..4)
             .map(|i| {
@@ -206,7 +206,7 @@ fn off_loopback_a_bearer_token_is_required() {
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let port = line.trim().rsplit(':').next().unwrap().to_owned();
     let address = format!("127.0.0.1:{port}");
-    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let row = work.first_task_row();
     let (status, head, _) = request(&address, "POST", "/run", &row, &[]);
     assert_eq!(status, 401);
     assert!(head.contains("www-authenticate: bearer"), "{head}");
@@ -230,7 +230,7 @@ async fn a_client_that_disconnects_cancels_its_session_and_resume_finishes_it() 
     work.tasks(1);
     let stub = Stub::start(&["--latency-ms", "400"]);
     let serve = Serve::start(&work, &stub, &[]);
-    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let row = work.first_task_row();
     {
         let mut stream = TcpStream::connect(&serve.address).unwrap();
         write!(
@@ -260,7 +260,7 @@ fn sigterm_stops_taking_requests_and_lets_the_sessions_in_flight_finish() {
     work.tasks(1);
     let stub = Stub::start(&["--latency-ms", "300"]);
     let mut serve = Serve::start(&work, &stub, &[]);
-    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let row = work.first_task_row();
     let address = serve.address.clone();
     let answer = std::thread::spawn(move || post_run(&address, &row));
     std::thread::sleep(Duration::from_millis(200));
@@ -402,7 +402,7 @@ fn a_rows_nemo_gym_indices_come_back_as_sent() {
     work.tasks(1);
     let stub = Stub::start(&[]);
     let serve = Serve::start(&work, &stub, &[]);
-    let line = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let line = work.first_task_row();
     let mut row: Value = serde_json::from_str(&line).unwrap();
     row["_ng_task_index"] = 7.into();
     row["_ng_rollout_index"] = 3.into();
@@ -459,7 +459,7 @@ fn a_trusted_network_is_served_without_a_token_on_its_address_only() {
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let address = line.trim().trim_start_matches("http://").to_owned();
     assert!(address.starts_with(&format!("{host}:")), "{line}");
-    let row = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap().lines().next().unwrap().to_owned();
+    let row = work.first_task_row();
     let (status, _, body) = post_run(&address, &row);
     assert_eq!(status, 200, "no token needed: {body}");
     let port = address.rsplit(':').next().unwrap();
