@@ -38,21 +38,21 @@ impl Groups {
 
     /// Places the session of a row with `key` (see [`key`]) and calls `then` with the place
     /// while the groups are held, so that what `then` queues is queued in the order the places
-    /// were given. A place is kept only when `then` succeeds.
-    pub(crate) fn place<T, E>(&self, key: Option<u64>, then: impl FnOnce(Place) -> Result<T, E>) -> Result<T, E> {
+    /// were given.
+    pub(crate) fn place<T>(&self, key: Option<u64>, then: impl FnOnce(Place) -> T) -> T {
         let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let place = match key.and_then(|k| inner.seen.get(&k)) {
             Some(&(task_index, trials)) => Place { task_index, trial: trials, new_task: false },
             None => Place { task_index: inner.next_task, trial: 0, new_task: true },
         };
-        let done = then(place)?;
+        let done = then(place);
         if place.new_task {
             inner.next_task += 1;
         }
         if let Some(key) = key {
             inner.seen.insert(key, (place.task_index, place.trial + 1));
         }
-        Ok(done)
+        done
     }
 
     /// A task index of its own, for a session of no group (an OpenEnv reset).
@@ -81,7 +81,7 @@ mod tests {
     use serde_json::json;
 
     fn placed(groups: &Groups, row: &Value) -> Place {
-        groups.place(key(row), Ok::<_, ()>).unwrap()
+        groups.place(key(row), |place| place)
     }
 
     #[test]
@@ -99,13 +99,5 @@ mod tests {
         let unindexed = json!({"responses_create_params": {"input": "2+2?"}});
         assert_eq!(placed(&groups, &unindexed), Place { task_index: 3, trial: 0, new_task: true });
         assert_eq!(placed(&groups, &unindexed).task_index, 4, "without the index every row is new");
-    }
-
-    #[test]
-    fn a_place_whose_session_was_not_queued_is_given_again() {
-        let groups = Groups::new(5);
-        let row = json!({"_ng_task_index": 1, "responses_create_params": {"input": "x"}});
-        assert!(groups.place(key(&row), |_| Err::<(), _>("refused")).is_err());
-        assert_eq!(placed(&groups, &row), Place { task_index: 5, trial: 0, new_task: true });
     }
 }

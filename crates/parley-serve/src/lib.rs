@@ -242,9 +242,9 @@ async fn drive(
         let spec =
             SessionSpec { task_index: place.task_index, trial: place.trial, seed: stable_seed(&task.id, place.trial) };
         let claim = service.recorder.enqueue(Arc::clone(&task), place.new_task, spec);
-        Ok::<_, std::convert::Infallible>((task, spec, claim))
+        (task, spec, claim)
     });
-    let Ok((task, spec, claim)) = queued;
+    let (task, spec, claim) = queued;
     let claim = match claim.await {
         Ok(claim) => claim,
         Err(why) => return problem(StatusCode::INTERNAL_SERVER_ERROR, why),
