@@ -233,7 +233,7 @@ async fn drive(
 ) -> Response {
     // What an untrusted policy URL answered is not quoted back to the client that named it.
     let untrusted_policy = agent.as_ref().is_some_and(|(_, trusted)| !trusted);
-    let queued = service.groups.place(group, |place| {
+    let (task, spec, claim) = service.groups.place(group, |place| {
         task.index = place.task_index;
         let task = Arc::new(match service.lists.lock() {
             Ok(mut lists) => lists.share(task),
@@ -244,7 +244,6 @@ async fn drive(
         let claim = service.recorder.enqueue(Arc::clone(&task), place.new_task, spec);
         (task, spec, claim)
     });
-    let (task, spec, claim) = queued;
     let claim = match claim.await {
         Ok(claim) => claim,
         Err(why) => return problem(StatusCode::INTERNAL_SERVER_ERROR, why),
@@ -261,9 +260,7 @@ async fn drive(
     service.metrics.started();
     let counted = Arc::clone(service);
     let session = spawn_session(parties, job, limits, stop, move |result| {
-        let outcome = &result.outcome;
-        let discontiguous = outcome.token_contiguity.is_some();
-        counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()), discontiguous);
+        counted.metrics.ended(&result.outcome);
     });
     let result = match session.await {
         Ok(result) => result,

@@ -134,13 +134,16 @@ impl Metrics {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn ended(&self, termination: &str, failure: Option<&str>, discontiguous: bool) {
+    /// A session ended: counted by termination and failure class, and apart when its tokens
+    /// were not contiguous.
+    pub(crate) fn ended(&self, outcome: &parley_core::SessionOutcome) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if discontiguous {
+        if outcome.token_contiguity.is_some() {
             self.discontiguous.fetch_add(1, Ordering::Relaxed);
         }
         if let Ok(mut ended) = self.ended.lock() {
-            *ended.entry((termination.to_owned(), failure.unwrap_or("").to_owned())).or_default() += 1;
+            let failure = outcome.failure.map_or("", |c| c.as_str());
+            *ended.entry((outcome.termination.as_str().to_owned(), failure.to_owned())).or_default() += 1;
         }
     }
 

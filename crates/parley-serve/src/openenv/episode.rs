@@ -163,9 +163,7 @@ impl Episode {
         // The slot is the session's: it is given back when the session ends, whether or not its
         // trainer is still there to see it (an abandoned episode ends at its time limit).
         let session = spawn_session(parties, job, limits, stop, move |result| {
-            let outcome = &result.outcome;
-            let discontiguous = outcome.token_contiguity.is_some();
-            counted.metrics.ended(outcome.termination.as_str(), outcome.failure.map(|c| c.as_str()), discontiguous);
+            counted.metrics.ended(&result.outcome);
             drop(permit);
         });
         let mut episode = Episode {
