@@ -33,13 +33,9 @@ pub struct Executed {
 }
 
 impl Executed {
-    /// What the command ends with: success, or [`Stopped`] when a signal stopped it early, so
-    /// that a script can tell a run that stopped from one that finished.
+    /// What the command ends with (see [`Stopped::after`]).
     fn ended(&self) -> anyhow::Result<()> {
-        match self.signal {
-            Some(signal) => Err(Stopped(signal).into()),
-            None => Ok(()),
-        }
+        Stopped::after(self.signal)
     }
 }
 
@@ -246,6 +242,14 @@ pub async fn resume(run: i64, db: &DbLocation, retry_failed: bool) -> anyhow::Re
 #[derive(Debug)]
 pub struct Stopped(pub i32);
 
+impl Stopped {
+    /// What a command ends with: success, or `Stopped` when `signal` stopped it early, so that a
+    /// script can tell a run that stopped from one that finished.
+    fn after(signal: Option<i32>) -> anyhow::Result<()> {
+        signal.map_or(Ok(()), |signal| Err(Stopped(signal).into()))
+    }
+}
+
 impl std::fmt::Display for Stopped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = if self.0 == 2 { "SIGINT" } else { "SIGTERM" };
@@ -351,10 +355,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         );
     }
     runtime.stop().await?;
-    match caught.get() {
-        Some(&signal) => Err(Stopped(signal).into()),
-        None => Ok(()),
-    }
+    Stopped::after(caught.get().copied())
 }
 
 /// Store failures in a row a worker rides out before it gives up.
