@@ -376,3 +376,181 @@ fn a_cancelled_run_session_is_resumed_while_the_service_runs() {
     assert!(out.contains("terminations   agent_stop 1"), "resumed beside the running service: {out}");
     drop(serve);
 }
+
+/// `parley resume` of a service run killed mid-flight continues each session with the policy
+/// that played it and as it played it: a plain `/run` row against the run's endpoint with the
+/// row's own sampling (a trainer's policy server refuses any other), while an OpenEnv episode
+/// (the trainer played it) and a row that named its own policy URL are closed where they
+/// stopped, never continued by the run's agent.
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_continues_each_served_session_with_its_own_policy_only() {
+    let work = Workdir::new();
+    work.tasks(2);
+    let stub = Stub::start(&["--latency-ms", "700"]);
+    let row_policy = Stub::start(&["--latency-ms", "8000"]);
+    let serve = Serve::start(&work, &stub, &["--tasks", "tasks.jsonl", "--temperature", "0.9"]);
+    let mut plain: serde_json::Value = serde_json::from_str(&work.first_task_row()).unwrap();
+    plain["responses_create_params"]["temperature"] = 0.25.into();
+    plain["responses_create_params"]["top_p"] = 0.5.into();
+    let mut own = plain.clone();
+    own["policy_base_url"] = row_policy.url.clone().into();
+    let (status, _, body) = request(&serve.address, "POST", "/reset", "{}", &[]);
+    assert_eq!(status, 200, "{body}");
+    let address = serve.address.clone();
+    for row in [plain, own] {
+        let address = address.clone();
+        // Cut off when the service dies.
+        std::thread::spawn(move || {
+            let _ = std::panic::catch_unwind(|| post_run(&address, &row.to_string()));
+        });
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    drop(serve);
+
+    let first = work.parley(&["resume", "1", "--db", "serve.db"]);
+    let out = crate::harness::ok(&first);
+    let said = crate::harness::text(&first.stderr);
+    assert!(said.contains("2 unfinished sessions were played by a policy other than the run's"), "{said}");
+    let again = crate::harness::text(&work.parley(&["resume", "1", "--db", "serve.db"]).stderr);
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path("serve.db").display())).await.unwrap();
+    /// A session's id, player, status, termination and error.
+    type Row = (i64, Option<String>, String, Option<String>, Option<String>);
+    let sessions: Vec<Row> = sqlx::query_as("SELECT id, player, status, termination, error FROM sessions ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(sessions.len(), 3, "{sessions:?}");
+    for (id, player, status, termination, error) in &sessions {
+        assert_eq!(status, "finished", "session {id}: {sessions:?}\n{out}");
+        match player.as_deref() {
+            None => assert_eq!(termination.as_deref(), Some("agent_stop"), "the run's own policy continued it"),
+            Some(other) => {
+                assert_eq!(termination.as_deref(), Some("cancelled"), "{other}: {sessions:?}");
+                assert!(error.as_deref().unwrap_or_default().contains("not continued"), "{error:?}");
+            }
+        }
+    }
+    let players: Vec<_> = sessions.iter().map(|s| s.1.clone().unwrap_or_default()).collect();
+    assert!(players.contains(&"trainer".into()) && players.contains(&"row_policy".into()), "{players:?}");
+    let plain_id = sessions.iter().find(|s| s.1.is_none()).unwrap().0;
+    let sampling: Vec<(String,)> =
+        sqlx::query_as("SELECT sampling FROM model_calls WHERE session_id = ? AND party = 'agent' ORDER BY seq")
+            .bind(plain_id)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    assert!(sampling.len() >= 2, "the session went on after the restart: {sampling:?}");
+    for (sent,) in &sampling {
+        let sent: serde_json::Value = serde_json::from_str(sent).unwrap();
+        assert_eq!((sent["temperature"].as_f64(), sent["top_p"].as_f64()), (Some(0.25), Some(0.5)), "{sent}");
+    }
+    // The closed sessions are settled: a second resume finds nothing left to do.
+    assert!(!again.contains("were played by a policy other"), "{again}");
+}
+
+/// A WebSocket frame larger than a message may be is refused with a close frame saying so
+/// (1009, message too big), not a connection dropped without a word.
+#[test]
+fn a_huge_websocket_frame_is_answered_with_a_close_frame() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&[]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let at = &serve.address;
+    let mut stream = std::net::TcpStream::connect(at).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        stream,
+        "GET /ws HTTP/1.1\r\nHost: {at}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.contains(" 101 "), "{line}");
+    while line != "\r\n" {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+    }
+    // A text frame of 50 MB, masked (with a zero key, so the payload goes as it is): its head,
+    // then the first megabyte; the service reads the length and need not wait for the rest.
+    let length: u64 = 50 << 20;
+    let mut head = vec![0x81, 0x80 | 127];
+    head.extend_from_slice(&length.to_be_bytes());
+    head.extend_from_slice(&[0, 0, 0, 0]);
+    stream.write_all(&head).unwrap();
+    let _ = stream.write_all(&vec![b'a'; 1 << 20]);
+    let mut frame = [0u8; 4];
+    reader.read_exact(&mut frame).expect("a close frame before the connection ends");
+    assert_eq!(frame[0], 0x88, "a final close frame: {frame:?}");
+    assert_eq!(u16::from_be_bytes([frame[2], frame[3]]), 1009, "message too big");
+}
+
+/// `parley run` does not record a run into a database file with damaged pages, which the
+/// commands that read it refuse: it exits 65 (EX_DATAERR) naming the file and how to recover.
+#[test]
+fn a_run_is_not_recorded_into_a_damaged_database() {
+    let work = Workdir::new();
+    work.tasks(40);
+    let stub = Stub::start(&[]);
+    crate::harness::ok(&crate::harness::run(&work, &stub, &[]));
+    let path = work.path("parley.db");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page_size = usize::from(u16::from_be_bytes([bytes[16], bytes[17]]));
+    assert!(bytes.len() / page_size > 6, "a file of several pages");
+    // An impossible b-tree page type on a page past the schema's.
+    let page = bytes.len() / page_size / 2;
+    bytes[page * page_size..page * page_size + 8].fill(0xff);
+    std::fs::write(&path, &bytes).unwrap();
+    let out = crate::harness::run(&work, &stub, &[]);
+    let said = crate::harness::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{said}");
+    assert!(said.contains("damaged") && said.contains(".recover"), "{said}");
+    let runs = crate::harness::text(&work.parley(&["runs", "--db", "parley.db"]).stdout);
+    assert!(!runs.lines().any(|l| l.trim_start().starts_with('2')), "no second run was recorded: {runs}");
+}
+
+/// A signal while `parley run` records a large set of tasks stops it after the batch in hand,
+/// gracefully: the run recorded so far is marked interrupted and named, and the exit code says
+/// the run stopped early (128 + SIGTERM).
+#[tokio::test]
+async fn a_signal_while_tasks_are_recorded_stops_the_run_gracefully() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let work = Workdir::new();
+    let stub = Stub::start(&[]);
+    let mut child = Command::new(crate::harness::PARLEY)
+        .current_dir(work.dir.path())
+        .args(["run", "--num-tasks", "400000", "--base-url", &stub.url, "--db", "parley.db"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let size = |name: &str| std::fs::metadata(work.path(name)).map_or(0, |m| m.len());
+    let started = Instant::now();
+    // Until the recording is under way: the database (its write-ahead log first) grows.
+    while size("parley.db") + size("parley.db-wal") < 1 << 20 && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let signalled = Instant::now();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(signalled.elapsed() < Duration::from_secs(10), "it stops after the batch in hand");
+    assert!(stderr.contains("stopped while recording the tasks"), "{stderr}");
+    let pool = work.db().await;
+    let (sessions, status): (i64, String) =
+        sqlx::query_as("SELECT (SELECT COUNT(*) FROM sessions), (SELECT status FROM runs WHERE id = 1)")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    assert!(sessions > 0 && sessions < 400_000, "{sessions} sessions recorded");
+    assert_eq!(status, "interrupted");
+    assert!(stderr.contains(&format!("holds the first {sessions} ")), "{stderr}");
+}

@@ -16,7 +16,7 @@ use agent_oracle::{agent_gold_actions, closing_message};
 use async_trait::async_trait;
 use environment_tau2::{DomainOptions, load};
 use parley_core::{
-    Agent, AgentFailure, AgentTurn, AgentView, Fence, Limits, Message, Role, RunSpec, SessionSpec, SessionStore, Task,
+    Agent, AgentFailure, AgentTurn, AgentView, Limits, Message, Player, Role, RunSpec, SessionSpec, SessionStore, Task,
     stable_seed,
 };
 use serde_json::{Value, json};
@@ -180,7 +180,7 @@ async fn run_in_process(
 ) -> f64 {
     let store = Arc::new(parley_store::SqliteStore::open(db, parley_store::StoreOptions::default()).await.unwrap());
     let task = Arc::new(Task { index: 0, ..task.clone() });
-    let spec = SessionSpec { task_index: 0, trial: 0, seed: stable_seed(&task.id, 0) };
+    let spec = SessionSpec { task_index: 0, trial: 0, seed: stable_seed(&task.id, 0), player: Player::Run };
     let run = RunSpec { environment: "tau2:airline".into(), config: json!({}) };
     let (_, claims) = store.create_run(&run, &[Arc::clone(&task)], &[spec]).await.unwrap();
     let parties = parley_engine::Parties {
@@ -190,8 +190,7 @@ async fn run_in_process(
         store: store.clone(),
         leases: Default::default(),
     };
-    let job =
-        parley_engine::Job { id: claims[0], fence: Fence::UNCLAIMED, task, trial: 0, seed: spec.seed, prior: None };
+    let job = parley_engine::Job::new(parley_core::Claim::unclaimed(claims[0]), task, spec, None);
     let result = parley_engine::run_session(&parties, job, &Limits::default(), &parley_engine::Stop::default()).await;
     store.close().await.unwrap();
     result.outcome.reward.expect("a scored session").value

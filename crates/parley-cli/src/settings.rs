@@ -103,6 +103,7 @@ impl RunOptions {
         let concurrency = o.concurrency.unwrap_or(defaults::CONCURRENCY);
         let settings = RunSettings {
             env: o.env.unwrap_or(EnvKind::MultiStep),
+            front: parley_runtime::Front::default(),
             agent: o.agent.unwrap_or_default(),
             tau2: Tau2Settings {
                 split: o.split,

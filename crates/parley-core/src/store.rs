@@ -22,12 +22,62 @@ pub struct RunSpec {
     pub config: Value,
 }
 
-/// One session to be created: a task and a trial of it.
+/// One session to be created: a task and a trial of it, and who plays its agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionSpec {
     pub task_index: usize,
     pub trial: u32,
     pub seed: u64,
+    pub player: Player,
+}
+
+/// Who plays a session's agent. A session played by a policy other than the run's own is
+/// never continued by the run's agent (a resume or a worker): one trajectory, one policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Player {
+    /// The run's own agent, against the run's endpoint.
+    #[default]
+    Run,
+    /// A trainer, step by step (an OpenEnv episode): only it can continue the session.
+    Trainer,
+    /// The policy behind the URL a served row named for itself (`policy_base_url`).
+    RowPolicy,
+}
+
+impl Player {
+    /// As stored: `NULL` for the run's own agent.
+    pub fn as_stored(self) -> Option<&'static str> {
+        match self {
+            Player::Run => None,
+            Player::Trainer => Some("trainer"),
+            Player::RowPolicy => Some("row_policy"),
+        }
+    }
+
+    /// Read back from the store; a value this build does not know is another policy all the
+    /// same, so never the run's.
+    pub fn from_stored(stored: Option<&str>) -> Player {
+        match stored {
+            None => Player::Run,
+            Some("row_policy") => Player::RowPolicy,
+            Some(_) => Player::Trainer,
+        }
+    }
+
+    /// What a resume says of a session it closes rather than continue.
+    pub fn not_continued(self) -> &'static str {
+        match self {
+            Player::Run => "",
+            Player::Trainer => {
+                "played step by step by a trainer (OpenEnv), whose policy alone may continue it: closed, not continued \
+                 by the run's agent"
+            }
+            Player::RowPolicy => {
+                "played by the policy URL its row named: closed, not continued by the run's agent against the run's \
+                 endpoint"
+            }
+        }
+    }
 }
 
 /// One message with the model call that produced it, if any.

@@ -46,13 +46,17 @@ pub struct Job {
     pub trial: u32,
     pub seed: u64,
     pub prior: Option<Prior>,
+    /// Who plays the agent: a session another policy plays keeps its claim when cancelled, so
+    /// that no resume beside its live owner continues it with the run's agent.
+    pub player: parley_core::Player,
 }
 
 impl Job {
     /// The session `claim` names, of `task`, as its record `spec` says, continuing from `prior`
     /// when an earlier process committed turns of it.
     pub fn new(claim: Claim, task: Arc<Task>, spec: parley_core::SessionSpec, prior: Option<Prior>) -> Job {
-        Job { id: claim.session, fence: claim.fence, task, trial: spec.trial, seed: spec.seed, prior }
+        let (trial, seed, player) = (spec.trial, spec.seed, spec.player);
+        Job { id: claim.session, fence: claim.fence, task, trial, seed, prior, player }
     }
 }
 
@@ -221,6 +225,7 @@ pub async fn run_session(parties: &Parties, job: Job, limits: &Limits, stop: &St
 /// What is left to record of a session once it has played: its last turns and how it ended.
 pub(crate) struct Ending {
     claim: Claim,
+    player: parley_core::Player,
     /// Another owner took the session over: nothing is recorded.
     taken_over: bool,
     /// The last finished turn, not yet committed.
@@ -234,7 +239,7 @@ impl Ending {
     /// Records the session's end, with its last turns, in one commit. A cancelled session keeps
     /// its finished turns, drops the one under way, and stays pending, so it can be resumed.
     pub(crate) async fn record(self, store: &dyn SessionStore) {
-        let Ending { claim, taken_over, finished, mut last, outcome } = self;
+        let Ending { claim, player, taken_over, finished, mut last, outcome } = self;
         let id = claim.session;
         if taken_over {
             return;
@@ -243,6 +248,9 @@ impl Ending {
             match commit(store, claim, finished).await {
                 // Stopped where it was: the claim goes, so that a resume takes the session at
                 // once (a served session whose client went away, while the service runs on).
+                // One another policy plays stays its owner's: only that policy continues it
+                // (a trainer's reset naming it), and a resume closes it once the owner is gone.
+                Ok(()) if player != parley_core::Player::Run => {}
                 Ok(()) => {
                     if let Err(e) = store.release_claim(claim).await {
                         tracing::warn!(session = id, error = %e, "could not release the claim of a cancelled session");
@@ -282,7 +290,7 @@ pub fn opening_len(system_prompt: Option<&str>, task: &Task) -> usize {
 /// Plays one session to its end; the caller records the [`Ending`].
 pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, stop: &Stop) -> (SessionResult, Ending) {
     let started = Instant::now();
-    let Job { id, fence, task, trial, seed, prior } = job;
+    let Job { id, fence, task, trial, seed, prior, player } = job;
     let claim = Claim { session: id, fence };
     let mut state = State {
         id,
@@ -393,8 +401,14 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         token_contiguity: parley_core::tokens::first_discontiguous(&state.messages[produced_from..])
             .map(|(_, why)| why),
     };
-    let ending =
-        Ending { claim, taken_over, finished, last: std::mem::take(&mut state.pending), outcome: outcome.clone() };
+    let ending = Ending {
+        claim,
+        player,
+        taken_over,
+        finished,
+        last: std::mem::take(&mut state.pending),
+        outcome: outcome.clone(),
+    };
     let (usage, user_usage, transcript) = (state.usage, state.user_usage, state.messages);
     let result = SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage, taken_over };
     (result, ending)

@@ -17,6 +17,6 @@ pub mod tasks;
 pub use environment::{EnvKind, Environments, Judged, Tau2Domain};
 pub use error::{UsageError, usage};
 pub use rows::{Failure, Rollout};
-pub use runtime::{Created, Front, Pending, Runtime, prior};
-pub use settings::RunSettings;
+pub use runtime::{Created, Pending, Runtime, prior};
+pub use settings::{Front, RunSettings};
 pub use tasks::{StoredTasks, TaskSource};

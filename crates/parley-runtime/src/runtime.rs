@@ -2,16 +2,17 @@
 //! scheduler → results. Every front end starts its sessions here, so a session is driven the
 //! same way whoever asked for it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_tool_calling::{ToolCallingAgent, ToolCallingConfig};
 use anyhow::Context;
 use futures::{Stream, StreamExt};
 use parley_core::{
-    Agent, Claim, Owner, RunId, RunSpec, SessionId, SessionSpec, SessionStore, StoreError, TurnRecord, UserSimulator,
-    stable_seed,
+    Agent, Claim, Owner, Player, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
+    Termination, TurnRecord, UserSimulator, stable_seed,
 };
 use parley_engine::{Job, Leases, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
 use parley_llm::{ChatClient, EndpointConfig};
@@ -56,26 +57,15 @@ pub struct Created {
     pub run: RunId,
     pub tasks: u64,
     pub sessions: u64,
-}
-
-/// How a front end wants its sessions driven, beyond the run's settings.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Front {
-    /// The agent takes each task row's sampling settings over the run's (a trainer sets them
-    /// per request).
-    pub sampling_from_row: bool,
-    /// The policy's endpoints serve the agent alone: a simulated user and a judge get endpoints
-    /// of their own or none, never the policy's (a trainer's policy server rejects their sampling
-    /// settings, and their calls are not the policy's to train on).
-    pub policy_for_agent_only: bool,
+    /// Every task of the source was recorded (not so when the recording was stopped).
+    pub whole: bool,
 }
 
 impl Runtime {
+    /// Starts what the settings ask for, driving sessions as their front end wants
+    /// ([`RunSettings::front`], stored with the run, so that a resume drives them alike).
     pub async fn start(settings: &RunSettings, store: impl Into<Store>) -> anyhow::Result<Runtime> {
-        Runtime::start_for(settings, store, Front::default()).await
-    }
-
-    pub async fn start_for(settings: &RunSettings, store: impl Into<Store>, front: Front) -> anyhow::Result<Runtime> {
+        let front = settings.front;
         let store = store.into();
         let shutdown = CancellationToken::new();
         let base_url = match &settings.base_url {
@@ -166,7 +156,15 @@ impl Runtime {
     /// are never all in memory. The settings stored with the run carry the system prompt in
     /// effect, which is what every transcript of it starts with. The sessions are claimed as
     /// they are driven (see [`Runtime::pending`]).
-    pub async fn create_run(&self, settings: &RunSettings, source: TaskSource) -> anyhow::Result<Created> {
+    ///
+    /// Once `stop` is cancelled no further batch is recorded: the run holds the tasks recorded
+    /// so far, and [`Created::whole`] is false.
+    pub async fn create_run(
+        &self,
+        settings: &RunSettings,
+        source: TaskSource,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<Created> {
         let mut recorded = settings.clone();
         recorded.system_prompt.clone_from(&self.system_prompt);
         let spec = RunSpec { environment: settings.env.to_string(), config: serde_json::to_value(&recorded)? };
@@ -177,6 +175,10 @@ impl Runtime {
             if batch.is_empty() && created.is_some() {
                 break;
             }
+            if let Some(c) = created.as_mut().filter(|_| stop.is_cancelled()) {
+                c.whole = false;
+                break;
+            }
             let specs: Vec<SessionSpec> = batch
                 .iter()
                 .flat_map(|t| {
@@ -184,6 +186,7 @@ impl Runtime {
                         task_index: t.index,
                         trial,
                         seed: stable_seed(&t.id, trial),
+                        player: Player::Run,
                     })
                 })
                 .collect();
@@ -194,7 +197,7 @@ impl Runtime {
                         return Err(usage("no tasks to run").into());
                     }
                     let (run, _) = self.store.create_run(&spec, &batch, &specs).await.context("recording the run")?;
-                    created = Some(Created { run, tasks: batch.len() as u64, sessions });
+                    created = Some(Created { run, tasks: batch.len() as u64, sessions, whole: true });
                 }
                 Some(c) => {
                     self.store.extend_run(c.run, &batch, &specs, None).await.context("recording the run's sessions")?;
@@ -227,6 +230,7 @@ impl Runtime {
         let (total, finished) = self.store.session_counts(run).await?;
         let tasks = StoredTasks::new(self.store.clone(), run, settings)?;
         let failed = Arc::new(Mutex::new(None));
+        let closed = Arc::new(AtomicU64::new(0));
         let state = JobCursor {
             store: self.store.clone(),
             owner: self.owner.clone(),
@@ -236,13 +240,15 @@ impl Runtime {
             claim: (2 * settings.concurrency).clamp(CLAIM_PAGE.0, CLAIM_PAGE.1),
             page: Vec::new().into_iter(),
             stored: HashSet::new(),
+            elsewhere: HashMap::new(),
+            closed: Arc::clone(&closed),
             leases: self.parties.leases.clone(),
             mark: 0,
             failed: failed.clone(),
         };
         let jobs = futures::stream::unfold(state, JobCursor::next).boxed();
         let count = total.saturating_sub(finished).saturating_sub(held_elsewhere);
-        Ok(Pending { count, held_elsewhere, jobs, failed })
+        Ok(Pending { count, held_elsewhere, jobs, failed, closed })
     }
 
     /// Drives the jobs, at most `--concurrency` at once, and yields each session's result as it
@@ -296,9 +302,16 @@ pub struct Pending {
     pub held_elsewhere: u64,
     pub jobs: futures::stream::BoxStream<'static, Job>,
     failed: Arc<Mutex<Option<anyhow::Error>>>,
+    closed: Arc<AtomicU64>,
 }
 
 impl Pending {
+    /// How many sessions another policy played were closed where they stopped rather than
+    /// continued (see [`Player`]), so far.
+    pub fn closed(&self) -> u64 {
+        self.closed.load(Ordering::Relaxed)
+    }
+
     /// The jobs, to hand to [`Runtime::drive`]; `self` keeps what [`Pending::error`] reports.
     pub fn take_jobs(&mut self) -> futures::stream::BoxStream<'static, Job> {
         std::mem::replace(&mut self.jobs, futures::stream::empty().boxed())
@@ -324,6 +337,10 @@ struct JobCursor {
     /// The page's sessions with committed turns (read only when `resumed`): the others start
     /// afresh without reading a transcript.
     stored: HashSet<SessionId>,
+    /// The page's sessions another policy plays: closed, never continued by this run's agent.
+    elsewhere: HashMap<SessionId, Player>,
+    /// How many of those this cursor closed.
+    closed: Arc<AtomicU64>,
     /// What the process knows of its claims, and its [`Leases::mark`] when the page was claimed.
     leases: Leases,
     mark: u64,
@@ -359,6 +376,7 @@ impl JobCursor {
                     if self.resumed {
                         self.stored = self.store.sessions_with_turns(&ids).await?;
                     }
+                    self.elsewhere = self.store.played_elsewhere(&ids).await?;
                     let fences = claimed.claims.iter().map(|c| c.fence);
                     self.page = rows.into_iter().zip(fences).collect::<Vec<_>>().into_iter();
                     match self.page.next() {
@@ -367,6 +385,10 @@ impl JobCursor {
                     }
                 }
             };
+            if let Some(&player) = self.elsewhere.get(&session.id) {
+                self.close(Claim { session: session.id, fence }, player).await?;
+                continue;
+            }
             if self.leases.hold(self.mark) {
                 break (session, fence);
             }
@@ -386,8 +408,37 @@ impl JobCursor {
             // Nothing committed: what reading its transcript would give.
             (true, false) => Some(prior(Transcript::default())),
         };
-        let spec = SessionSpec { task_index: task.index, trial: session.trial as u32, seed: session.seed as u64 };
+        let spec = SessionSpec {
+            task_index: task.index,
+            trial: session.trial as u32,
+            seed: session.seed as u64,
+            player: Player::Run,
+        };
         Ok(Some(Job::new(Claim { session: session.id, fence }, task, spec, prior)))
+    }
+
+    /// Ends a session another policy played, where it stopped: its committed turns are kept and
+    /// none is added, so that no trajectory holds two policies' turns.
+    async fn close(&self, claim: Claim, player: Player) -> anyhow::Result<()> {
+        let outcome = SessionOutcome {
+            termination: Termination::Cancelled,
+            reward: None,
+            error: Some(player.not_continued().to_owned()),
+            failure: None,
+            steps: 0,
+            retries: 0,
+            duration: std::time::Duration::ZERO,
+            token_contiguity: None,
+        };
+        match self.store.finish_session(claim, TurnRecord::default(), &outcome).await {
+            Ok(()) => {
+                self.closed.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            // Another owner took it over meanwhile: theirs to settle.
+            Err(StoreError::Fenced { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

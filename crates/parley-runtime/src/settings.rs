@@ -77,6 +77,23 @@ pub struct RunSettings {
     /// The composite reward; with no components the environment's own scorer gives the reward.
     #[serde(default)]
     pub reward: RewardSettings,
+    /// How the front end that recorded the run drives its sessions (a service's, for one it
+    /// recorded): a resume drives them the same way.
+    #[serde(default)]
+    pub front: Front,
+}
+
+/// How a front end wants its sessions driven, beyond the run's settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Front {
+    /// The agent takes each task row's sampling settings over the run's (a trainer sets them
+    /// per request).
+    pub sampling_from_row: bool,
+    /// The policy's endpoints serve the agent alone: a simulated user and a judge get endpoints
+    /// of their own or none, never the policy's (a trainer's policy server rejects their sampling
+    /// settings, and their calls are not the policy's to train on).
+    pub policy_for_agent_only: bool,
 }
 
 /// A composite reward: its components (`[[reward]]` in `parley.toml`, `--reward` on the command

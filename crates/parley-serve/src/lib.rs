@@ -31,7 +31,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parley_core::nemo_gym::task_from_row;
-use parley_core::{Agent, FailureClass, RunId, SessionSpec, Task, ToolLists, stable_seed};
+use parley_core::{Agent, FailureClass, Player, RunId, SessionSpec, Task, ToolLists, stable_seed};
 use parley_engine::{Job, Parties, Stop, spawn_session};
 use parley_runtime::{Failure, Rollout, RunSettings, Runtime};
 use serde_json::{Value, json};
@@ -233,14 +233,15 @@ async fn drive(
 ) -> Response {
     // What an untrusted policy URL answered is not quoted back to the client that named it.
     let untrusted_policy = agent.as_ref().is_some_and(|(_, trusted)| !trusted);
+    let player = if agent.is_some() { Player::RowPolicy } else { Player::Run };
     let (task, spec, claim) = service.groups.place(group, |place| {
         task.index = place.task_index;
         let task = Arc::new(match service.lists.lock() {
             Ok(mut lists) => lists.share(task),
             Err(_) => task,
         });
-        let spec =
-            SessionSpec { task_index: place.task_index, trial: place.trial, seed: stable_seed(&task.id, place.trial) };
+        let seed = stable_seed(&task.id, place.trial);
+        let spec = SessionSpec { task_index: place.task_index, trial: place.trial, seed, player };
         let claim = service.recorder.enqueue(Arc::clone(&task), place.new_task, spec);
         (task, spec, claim)
     });

@@ -26,13 +26,13 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::ws::{Message as Frame, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message as Frame, WebSocket, WebSocketUpgrade};
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::{SinkExt, StreamExt};
-use parley_core::{SessionId, SessionSpec, Task, Termination, stable_seed};
+use parley_core::{Player, SessionId, SessionSpec, Task, Termination, stable_seed};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -220,9 +220,9 @@ async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value),
             })
             .ok_or_else(|| {
                 Refusal::Unknown(format!(
-                    "session {id} is not one this service can continue: only a session whose connection dropped, \
-                 before it ended, can be (a session of another `parley serve` process is continued by `parley \
-                 resume`)"
+                    "session {id} is not one this service can continue: only a session of this service whose \
+                 connection dropped before it ended can be (one of a service that stopped is closed by `parley \
+                 resume`, never continued by another policy)"
                 ))
             })?;
         let mut recorded = recorded;
@@ -265,7 +265,7 @@ async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value),
     let recorded_index = service.groups.fresh();
     let task = Arc::new(Task { index: recorded_index, ..Task::clone(&tasks[index]) });
     let seed = stable_seed(&task.id, request.trial);
-    let spec = SessionSpec { task_index: recorded_index, trial: request.trial, seed };
+    let spec = SessionSpec { task_index: recorded_index, trial: request.trial, seed, player: Player::Trainer };
     let claim = service.recorder.record(Arc::clone(&task), spec).await.map_err(Refusal::Failed)?;
     let start = Resumable {
         id: claim.session,
@@ -316,8 +316,9 @@ async fn ws(State(service): State<Arc<Service>>, upgrade: WebSocketUpgrade) -> R
 /// take longer than a client waits for a pong).
 async fn connection(service: Arc<Service>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
-    // Each frame with the instant it was read off the connection, where a step's time starts.
-    let (frames_tx, mut frames) = mpsc::channel::<(String, Instant)>(8);
+    // Each frame with the instant it was read off the connection, where a step's time starts;
+    // or why the connection is closed: a frame that could not be read.
+    let (frames_tx, mut frames) = mpsc::channel::<Result<(String, Instant), CloseFrame>>(8);
     let gone = CancellationToken::new();
     let reader = tokio::spawn({
         let gone = gone.clone();
@@ -327,9 +328,13 @@ async fn connection(service: Arc<Service>, socket: WebSocket) {
                     Ok(Frame::Text(text)) => text.to_string(),
                     Ok(Frame::Binary(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
                     Ok(Frame::Ping(_) | Frame::Pong(_)) => continue,
-                    Ok(Frame::Close(_)) | Err(_) => break,
+                    Ok(Frame::Close(_)) => break,
+                    Err(e) => {
+                        let _ = frames_tx.send(Err(unreadable(&e))).await;
+                        return;
+                    }
                 };
-                if frames_tx.send((text, Instant::now())).await.is_err() {
+                if frames_tx.send(Ok((text, Instant::now()))).await.is_err() {
                     break;
                 }
             }
@@ -340,7 +345,12 @@ async fn connection(service: Arc<Service>, socket: WebSocket) {
     loop {
         let (text, read) = tokio::select! {
             frame = frames.recv() => match frame {
-                Some(frame) => frame,
+                Some(Ok(frame)) => frame,
+                // The client is told why, in the close frame, before the connection goes.
+                Some(Err(why)) => {
+                    let _ = sink.send(Frame::Close(Some(why))).await;
+                    break;
+                }
                 None => break,
             },
             () = service.stop.abort.cancelled() => break,
@@ -361,6 +371,18 @@ async fn connection(service: Arc<Service>, socket: WebSocket) {
     if let Some(episode) = episode {
         detach(&service, episode);
     }
+}
+
+/// The close frame for a frame that could not be read: 1009 (too big) for one over
+/// [`MAX_FRAME`], 1002 (protocol error) for any other.
+fn unreadable(error: &axum::Error) -> CloseFrame {
+    let error = error.to_string();
+    let (code, reason) = if error.contains("too long") || error.contains("too big") {
+        (1009, format!("a message is at most {} MiB", MAX_FRAME >> 20))
+    } else {
+        (1002, error.chars().take(100).collect())
+    };
+    CloseFrame { code, reason: reason.into() }
 }
 
 /// What a WebSocket frame is answered with.

@@ -96,14 +96,15 @@ impl SqliteStore {
                     let ids: Vec<i64> = (0..sessions.len() as i64).map(|i| first + i).collect();
                     for (chunk, id_chunk) in sessions.chunks(1000).zip(ids.chunks(1000)) {
                         let mut insert =
-                            QueryBuilder::new("INSERT INTO sessions (id, run_id, task_index, trial, seed) ");
+                            QueryBuilder::new("INSERT INTO sessions (id, run_id, task_index, trial, seed, player) ");
                         insert.push_values(chunk.iter().zip(id_chunk), |mut b, (s, id)| {
                             // SQLite integers are signed: the seed's bits are kept, reinterpreted.
                             b.push_bind(id)
                                 .push_bind(run)
                                 .push_bind(s.task_index as i64)
                                 .push_bind(s.trial as i64)
-                                .push_bind(s.seed as i64);
+                                .push_bind(s.seed as i64)
+                                .push_bind(s.player.as_stored());
                         });
                         insert.build().execute(&mut *tx).await.map_err(&error)?;
                     }

@@ -1,8 +1,8 @@
 //! Reads for summaries and inspection, checked against the schema at compile time.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use parley_core::{RunId, SessionId, StoreError, Unusable};
+use parley_core::{Player, RunId, SessionId, StoreError, Unusable};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
@@ -302,6 +302,33 @@ impl SqliteStore {
         .await
         .map_err(|e| self.read_error(e, "messages"))?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// SQLite's `PRAGMA quick_check`: every page of the file read and its structure checked,
+    /// at a few hundred MB a second.
+    pub async fn check_pages(&self) -> Result<(), StoreError> {
+        let found: Vec<(String,)> = sqlx::query_as("PRAGMA quick_check(5)")
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, "the file's pages"))?;
+        match found.as_slice() {
+            [(ok,)] if ok == "ok" => Ok(()),
+            _ => {
+                let found: Vec<String> = found.into_iter().map(|(line,)| line).collect();
+                Err(self.damaged("every page", &found.join("; ")))
+            }
+        }
+    }
+
+    pub async fn played_elsewhere(&self, ids: &[i64]) -> Result<HashMap<SessionId, Player>, StoreError> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT id, player FROM sessions WHERE id IN (SELECT value FROM json_each(?1)) AND player IS NOT NULL",
+        )
+        .bind(serde_json::to_string(ids).unwrap_or_default())
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, "sessions"))?;
+        Ok(rows.into_iter().map(|(id, player)| (id, Player::from_stored(Some(&player)))).collect())
     }
 
     /// The sessions with these ids, in id order (those that exist).

@@ -1,13 +1,13 @@
 //! [`Store`]: the store a `--db` names, SQLite or PostgreSQL, as one type for every front end.
 //! Each method is the backend's own, delegated; both give the same types back.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Claimed, Owner, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
-    Task, TurnRecord,
+    Claim, Claimed, Owner, Player, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore,
+    StoreError, Task, TurnRecord,
 };
 use serde_json::Value;
 
@@ -60,6 +60,16 @@ impl Store {
         })
     }
 
+    /// Reads every page of a SQLite file, so that nothing is recorded into a damaged one (a
+    /// read of the damaged pages would fail later, and what was written beside them is at risk);
+    /// a PostgreSQL server checks its own pages.
+    pub async fn check_pages(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.check_pages().await,
+            Store::Postgres(_) => Ok(()),
+        }
+    }
+
     delegate! {
         /// One run as stored.
         fn run(&self, run: RunId) -> Result<RunRecord, StoreError>;
@@ -76,6 +86,8 @@ impl Store {
         /// Those of these sessions with anything committed (a message, a tool call or a model
         /// call): the others have no transcript to read.
         fn sessions_with_turns(&self, ids: &[i64]) -> Result<HashSet<SessionId>, StoreError>;
+        /// Those of these sessions a policy other than the run's own plays, with who plays them.
+        fn played_elsewhere(&self, ids: &[i64]) -> Result<HashMap<SessionId, Player>, StoreError>;
         /// How many sessions the run has, and how many of them are finished.
         fn session_counts(&self, run: RunId) -> Result<(u64, u64), StoreError>;
         /// The run's sessions as its metrics see them.

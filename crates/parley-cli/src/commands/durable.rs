@@ -11,7 +11,7 @@ use parley_store::{Store, StoreOptions};
 
 use crate::cli::{ForkArgs, ReplayArgs, RunRef};
 use crate::commands::inspect::{open, settings_of};
-use crate::commands::run::execute;
+use crate::commands::run::{Signals, execute};
 use crate::error::usage;
 
 /// How a stored session ended, for scorers that look at it.
@@ -176,11 +176,13 @@ pub async fn fork(args: ForkArgs) -> anyhow::Result<()> {
         task_index: row.task_index as usize,
         trial: row.trial as u32,
         seed: row.seed as u64,
+        player: parley_core::Player::Run,
     };
     let task = tasks.get(spec.task_index).await?;
     let job = Job::new(parley_core::Claim::unclaimed(id), task, spec, Some(prior(transcript)));
     let mut outcome = None;
-    execute(&runtime, &settings, run, 1, futures::stream::iter([job]), |r| {
+    let signals = Signals::watch(settings.shutdown_grace());
+    execute(&runtime, &settings, run, 1, futures::stream::iter([job]), &signals, |r| {
         outcome = Some((r.outcome.termination, r.outcome.reward.as_ref().map(|r| r.value)));
         Ok(())
     })

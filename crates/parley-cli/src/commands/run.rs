@@ -47,27 +47,57 @@ pub async fn execute(
     run: i64,
     count: u64,
     jobs: impl Stream<Item = Job> + Send + 'static,
+    signals: &Signals,
     mut sink: impl FnMut(&SessionResult) -> anyhow::Result<()>,
 ) -> anyhow::Result<Executed> {
-    let stop = Stop::default();
-    let signals = tracing::info_span!("signals", run);
-    let caught = Arc::new(OnceLock::new());
-    let watcher = tokio::spawn(tracing::Instrument::instrument(
-        watch_signals(stop.clone(), settings.shutdown_grace(), Arc::clone(&caught)),
-        signals,
-    ));
     let started = Instant::now();
     let progress = Progress::new(count);
-    let mut results = runtime.drive(settings, jobs, stop.clone());
+    let mut results = runtime.drive(settings, jobs, signals.stop.clone());
     while let Some(result) = results.next().await {
         sink(&result)?;
         progress.finish_one(result.outcome.reward.as_ref().map(|r| r.value));
     }
     progress.done();
-    watcher.abort();
-    let cancelled = stop.is_stopping();
+    let cancelled = signals.stop.is_stopping();
     runtime.finish_run(run, cancelled).await?;
-    Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true, signal: caught.get().copied() })
+    Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true, signal: signals.caught() })
+}
+
+/// SIGINT and SIGTERM, watched from a command's start to its end, so that a signal at any
+/// point (reading a large task file, recording its sessions, driving them) stops the command
+/// gracefully instead of ending the process where it is.
+pub struct Signals {
+    /// Drained on the first signal, aborted after the grace period or on a second signal.
+    pub stop: Stop,
+    caught: Arc<OnceLock<i32>>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Signals {
+    pub fn watch(grace: Duration) -> Signals {
+        let (stop, caught) = (Stop::default(), Arc::new(OnceLock::new()));
+        let watcher = tokio::spawn(tracing::Instrument::instrument(
+            watch_signals(stop.clone(), grace, Arc::clone(&caught)),
+            tracing::info_span!("signals"),
+        ));
+        Signals { stop, caught, watcher }
+    }
+
+    /// The signal that asked the command to stop, if one did.
+    pub fn caught(&self) -> Option<i32> {
+        self.caught.get().copied()
+    }
+
+    /// What the command ends with (see [`Stopped::after`]).
+    pub fn ended(&self) -> anyhow::Result<()> {
+        Stopped::after(self.caught())
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
 }
 
 /// Stops the run on SIGINT or SIGTERM: no new session starts, and the sessions in flight finish
@@ -108,7 +138,12 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
         check_output("--out", out)?;
         check_output("the failures file beside --out", &failures_path(out))?;
     }
+    let signals = Signals::watch(settings.shutdown_grace());
     let (source, check) = TaskSource::from_settings(&settings)?;
+    if signals.stop.is_stopping() {
+        eprintln!("stopped while reading the tasks: nothing was recorded");
+        return signals.ended();
+    }
     for line in &check.bad {
         eprintln!("skipping {line}");
     }
@@ -122,6 +157,8 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
     let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
         .await
         .with_context(|| format!("opening the store {}", settings.db))?;
+    // A run is not recorded into a damaged file, whose other runs can no longer be read whole.
+    store.check_pages().await?;
     let runtime = Runtime::start(&settings, store).await?;
     // The rows read, each is checked against what the environment and the reward need (the
     // environment is open now), still before the run is recorded or any model is called.
@@ -140,8 +177,23 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
             }
         },
     };
-    let created = runtime.create_run(&settings, source).await?;
+    if signals.stop.is_stopping() {
+        eprintln!("stopped while checking the tasks: nothing was recorded");
+        runtime.stop().await?;
+        return signals.ended();
+    }
+    let created = runtime.create_run(&settings, source, &signals.stop.drain).await?;
     let run = created.run;
+    if !created.whole {
+        eprintln!(
+            "run {run}: stopped while recording the tasks; it holds the first {} ({} sessions), none of them driven \
+             (`parley resume {run} --db {}` drives them; run again for every task)",
+            created.tasks, created.sessions, settings.db
+        );
+        runtime.finish_run(run, true).await?;
+        runtime.stop().await?;
+        return signals.ended();
+    }
     if detach {
         println!("{run}");
         eprintln!(
@@ -163,7 +215,7 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
     let mut pending = runtime.pending(&settings, run, false).await?;
     let jobs = pending.take_jobs();
     let (mut written, mut failed) = (0usize, 0usize);
-    let executed = execute(&runtime, &settings, run, pending.count, jobs, |result| {
+    let executed = execute(&runtime, &settings, run, pending.count, jobs, &signals, |result| {
         if result.taken_over {
             // Another process drives the session now; its row is theirs to write.
             Ok(())
@@ -214,8 +266,17 @@ pub async fn resume(run: i64, db: &DbLocation, retry_failed: bool) -> anyhow::Re
         );
     }
     let jobs = pending.take_jobs();
-    let mut executed = execute(&runtime, &settings, run, pending.count, jobs, |_| Ok(())).await?;
+    let signals = Signals::watch(settings.shutdown_grace());
+    let mut executed = execute(&runtime, &settings, run, pending.count, jobs, &signals, |_| Ok(())).await?;
     executed.timed = false;
+    if pending.closed() > 0 {
+        eprintln!(
+            "run {run}: {} unfinished sessions were played by a policy other than the run's (a trainer's OpenEnv \
+             episodes, rows that named their own policy URL): closed where they stopped, as cancelled, not continued \
+             by the run's agent",
+            pending.closed()
+        );
+    }
     if let Some(e) = pending.error() {
         runtime.stop().await?;
         return Err(e.context(format!("reading run {run}'s sessions from the store")));
@@ -308,12 +369,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         "worker {}: run {run} in {db}, up to {} sessions at once against {}",
         runtime.owner.id, settings.concurrency, runtime.base_url
     );
-    let stop = Stop::default();
-    let caught = Arc::new(OnceLock::new());
-    let watcher = tokio::spawn(tracing::Instrument::instrument(
-        watch_signals(stop.clone(), settings.shutdown_grace(), Arc::clone(&caught)),
-        tracing::info_span!("signals", run),
-    ));
+    let signals = Signals::watch(settings.shutdown_grace());
+    let stop = &signals.stop;
     // Looking again for sessions whose holder's lease ran out: a few times per lease.
     let poll = (runtime.owner.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
     // Sessions this worker played to their end. (One whose end the store then refused, since
@@ -323,7 +380,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     // goes on once it is back (its leases may be gone by then, and its sessions with them).
     let mut failed_rounds = 0;
     let done = loop {
-        match worker_round(&runtime, &settings, run, &stop, &mut driven).await {
+        match worker_round(&runtime, &settings, run, stop, &mut driven).await {
             Ok(true) => break true,
             Ok(false) => failed_rounds = 0,
             Err(e) if failed_rounds < WORKER_RETRIES => {
@@ -331,7 +388,6 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
                 eprintln!("worker {}: {e:#}; trying again ({failed_rounds} of {WORKER_RETRIES})", runtime.owner.id);
             }
             Err(e) => {
-                watcher.abort();
                 runtime.stop().await?;
                 return Err(e);
             }
@@ -344,7 +400,6 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             () = stop.drain.cancelled() => break false,
         }
     };
-    watcher.abort();
     if done {
         runtime.finish_run(run, false).await?;
         eprintln!("worker {}: drove {driven} sessions; run {run} is done", runtime.owner.id);
@@ -355,7 +410,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         );
     }
     runtime.stop().await?;
-    Stopped::after(caught.get().copied())
+    signals.ended()
 }
 
 /// Store failures in a row a worker rides out before it gives up.

@@ -18,15 +18,15 @@ use crate::error::usage;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let token = token(&args)?;
-    let settings = args.run.resolve_for(Need::Nothing)?;
+    let mut settings = args.run.resolve_for(Need::Nothing)?;
+    // A trainer sets the policy's sampling per row, and its policy server plays the agent alone.
+    settings.front = Front { sampling_from_row: true, policy_for_agent_only: true };
     // Every setting is checked (the store opened, the environment and endpoints set up, the
     // tasks read) before the port is bound: a bad setting never leaves a port answering.
     let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
         .await
         .with_context(|| format!("opening the store {}", settings.db))?;
-    let runtime = Arc::new(
-        Runtime::start_for(&settings, store, Front { sampling_from_row: true, policy_for_agent_only: true }).await?,
-    );
+    let runtime = Arc::new(Runtime::start(&settings, store).await?);
     let tasks = match reset_tasks(&settings, &runtime) {
         Ok(tasks) => tasks,
         Err(e) => {

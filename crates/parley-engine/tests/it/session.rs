@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use parley_core::FailureClass;
-use parley_core::{Fence, Limits, ModelFailureKind, Role, Termination};
+use parley_core::{Fence, Limits, ModelFailureKind, Player, Role, Termination};
 use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, Stop, run_session, spawn_session};
 
 use crate::parties::{Counter, MemoryStore, Play, ScriptedAgent, task};
@@ -30,7 +30,7 @@ fn setup(plays: Vec<Play>, store: MemoryStore, fail_open: bool) -> Setup {
 }
 
 fn job(id: i64) -> Job {
-    Job { id, fence: Fence::UNCLAIMED, task: task(), trial: 0, seed: 42, prior: None }
+    Job { id, fence: Fence::UNCLAIMED, task: task(), trial: 0, seed: 42, prior: None, player: Player::Run }
 }
 
 async fn play(plays: Vec<Play>, limits: Limits) -> (Setup, SessionResult) {

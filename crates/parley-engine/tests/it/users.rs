@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use parley_core::{Fence, Limits, Message, Role, Termination};
+use parley_core::{Fence, Limits, Message, Player, Role, Termination};
 use parley_engine::{Job, Parties, Stop, run_session};
 
 use crate::parties::{Counter, Line, MemoryStore, Play, ScriptedAgent, ScriptedUser, task};
@@ -30,7 +30,7 @@ fn talk(plays: Vec<Play>, lines: Vec<Line>) -> Talk {
 }
 
 fn job() -> Job {
-    Job { id: 1, fence: Fence::UNCLAIMED, task: task(), trial: 0, seed: 7, prior: None }
+    Job { id: 1, fence: Fence::UNCLAIMED, task: task(), trial: 0, seed: 7, prior: None, player: Player::Run }
 }
 
 async fn run(t: &Talk, limits: Limits) -> parley_engine::SessionResult {

@@ -29,7 +29,7 @@ async fn a_run_is_recorded_in_batches_and_driven_from_the_store_once() {
     let runtime = Runtime::start(&settings, store).await.unwrap();
     let (source, check) = TaskSource::from_settings(&settings).unwrap();
     assert!(check.bad.is_empty());
-    let created = runtime.create_run(&settings, source).await.unwrap();
+    let created = runtime.create_run(&settings, source, &Default::default()).await.unwrap();
     assert_eq!((created.tasks, created.sessions), (1100, 2200));
 
     let mut pending = runtime.pending(&settings, created.run, false).await.unwrap();
@@ -54,6 +54,26 @@ async fn a_run_is_recorded_in_batches_and_driven_from_the_store_once() {
     runtime.stop().await.unwrap();
 }
 
+/// A recording stopped (a signal while a large task file is recorded) ends after the batch in
+/// hand: the run holds the tasks recorded so far, and says it is not whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_recording_keeps_the_batches_recorded_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("parley.db");
+    let settings = settings(&db, 3000, 1);
+    let store = SqliteStore::open(&db, StoreOptions::default()).await.unwrap();
+    let runtime = Runtime::start(&settings, store).await.unwrap();
+    let (source, _) = TaskSource::from_settings(&settings).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    stop.cancel();
+    let created = runtime.create_run(&settings, source, &stop).await.unwrap();
+    assert!(!created.whole);
+    assert!(created.tasks > 0 && created.tasks < 3000, "one batch, not every task: {}", created.tasks);
+    let (total, _) = runtime.store.session_counts(created.run).await.unwrap();
+    assert_eq!(total, created.sessions, "what it says it recorded is what the store holds");
+    runtime.stop().await.unwrap();
+}
+
 /// A page of sessions claimed before the process's claims may have run out is checked before
 /// its sessions are driven: a session another owner has claimed since is left to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,7 +85,7 @@ async fn a_page_claimed_before_the_claims_may_have_run_out_gives_only_the_sessio
     let store = SqliteStore::open(&db, StoreOptions::default()).await.unwrap();
     let mut runtime = Runtime::start(&settings, store).await.unwrap();
     let (source, _) = TaskSource::from_settings(&settings).unwrap();
-    let run = runtime.create_run(&settings, source).await.unwrap().run;
+    let run = runtime.create_run(&settings, source, &Default::default()).await.unwrap().run;
     // Claims never renewed, of a lease so short that they are in doubt at once.
     runtime.parties.leases = parley_engine::Leases::new(std::time::Duration::from_millis(1));
     let mut pending = runtime.pending(&settings, run, false).await.unwrap();

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use parley_core::{
-    Agent, AgentFailure, AgentTurn, AgentView, Claim, Fence, Message, Reward, SessionId, SessionSpec, Task,
+    Agent, AgentFailure, AgentTurn, AgentView, Claim, Fence, Message, Player, Reward, SessionId, SessionSpec, Task,
     Termination, ToolSpec, agent_view,
 };
 use parley_engine::{Job, Parties, Prior, SessionResult, Stop, spawn_session};
@@ -155,7 +155,8 @@ impl Episode {
         let parties = Parties { agent: Arc::new(trainer), ..service.parties.clone() };
         let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
         let abort = stop.abort.clone();
-        let spec = SessionSpec { task_index: start.task.index, trial: start.trial, seed: start.seed };
+        let spec =
+            SessionSpec { task_index: start.task.index, trial: start.trial, seed: start.seed, player: Player::Trainer };
         let job = Job::new(Claim { session: start.id, fence: start.fence }, Arc::clone(&start.task), spec, prior);
         let limits = service.settings.limits();
         service.metrics.started();

@@ -80,12 +80,13 @@ impl PgStore {
         };
         let fence = if owner.is_some() { Fence(1) } else { Fence::UNCLAIMED };
         sqlx::query(concat!(
-            "INSERT INTO sessions (id, run_id, task_index, trial, seed, owner, lease_until, fence)
+            "INSERT INTO sessions (id, run_id, task_index, trial, seed, owner, lease_until, fence, player)
              SELECT v.id, $2, v.task_index, v.trial, v.seed, $6::text,
                     CASE WHEN $6::text IS NULL THEN NULL ELSE ",
             pg_now_ms!(),
-            " + $7 END, $8
-             FROM UNNEST($1::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) AS v (id, task_index, trial, seed)"
+            " + $7 END, $8, v.player
+             FROM UNNEST($1::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $9::text[])
+                  AS v (id, task_index, trial, seed, player)"
         ))
         .bind(&ids)
         .bind(run)
@@ -96,6 +97,7 @@ impl PgStore {
         .bind(owner)
         .bind(lease)
         .bind(fence.0)
+        .bind(sessions.iter().map(|s| s.player.as_stored()).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await
         .map_err(&error)?;

@@ -2,9 +2,9 @@
 //! `read` gives: pages of sessions (by id, by run), counts, token totals, latencies and the
 //! training metrics' session shapes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use parley_core::{RunId, SessionId, StoreError};
+use parley_core::{Player, RunId, SessionId, StoreError};
 
 use super::PgStore;
 use crate::{RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
@@ -38,6 +38,16 @@ impl PgStore {
         .await
         .map_err(self.error(&format!("reading which of {} sessions have turns (table `messages`)", ids.len())))?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    pub async fn played_elsewhere(&self, ids: &[i64]) -> Result<HashMap<SessionId, Player>, StoreError> {
+        let rows: Vec<(i64, String)> =
+            sqlx::query_as("SELECT id, player FROM sessions WHERE id = ANY($1) AND player IS NOT NULL")
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(self.error(&format!("reading who plays {} sessions (table `sessions`)", ids.len())))?;
+        Ok(rows.into_iter().map(|(id, player)| (id, Player::from_stored(Some(&player)))).collect())
     }
 
     /// The sessions with these ids, in id order (those that exist).

@@ -213,6 +213,7 @@ on_both!(
     a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written,
     a_finished_session_is_released_and_never_claimed_again,
     one_released_claim_is_taken_at_once_and_a_stale_one_is_left_alone,
+    who_plays_each_session_is_kept,
     a_failed_batch_keeps_nothing_and_the_next_is_written,
     commits_renewals_and_claims_at_once_all_go_through,
     a_rescore_lands_one_version_for_the_run_or_nothing,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::{
-    Claim, Fence, Owner, Reward, RunSpec, SessionOutcome, SessionSpec, SessionStore, StoreError, Task, Termination,
-    TurnRecord,
+    Claim, Fence, Owner, Player, Reward, RunSpec, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
+    Termination, TurnRecord,
 };
 use parley_store::{SqliteStore, StoreOptions};
 use serde_json::json;
@@ -20,7 +20,8 @@ async fn open(dir: &tempfile::TempDir) -> SqliteStore {
 
 fn run_of(n: usize) -> (RunSpec, Vec<Arc<Task>>, Vec<SessionSpec>) {
     let task = Arc::new(Task { index: 0, id: "t".into(), messages: vec![], tools: Default::default(), row: json!({}) });
-    let specs = (0..n).map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: i as u64 }).collect();
+    let specs =
+        (0..n).map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: i as u64, player: Player::Run }).collect();
     (RunSpec { environment: "test".into(), config: json!({}) }, vec![task], specs)
 }
 

@@ -156,7 +156,7 @@ async fn fill_the_disk_then_die() {
         row: serde_json::json!({}),
     });
     let spec = parley_core::RunSpec { environment: "test".into(), config: serde_json::json!({}) };
-    let session = parley_core::SessionSpec { task_index: 0, trial: 0, seed: 0 };
+    let session = parley_core::SessionSpec { task_index: 0, trial: 0, seed: 0, player: parley_core::Player::Run };
     let (_, ids) = store.create_run(&spec, &[task], &[session]).await.unwrap();
     for seq in 0..1024 {
         let message = MessageRecord { seq, message: Message::user("x".repeat(16 << 10)), call: None };

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::{
-    Claim, FailureClass, Message, MessageRecord, ModelCall, Party, RawJson, Reward, RunSpec, Sampling, SessionOutcome,
-    SessionSpec, SessionStore, Task, Termination, TokenIds, ToolCall, ToolCallRecord, TurnRecord, Usage,
+    Claim, FailureClass, Message, MessageRecord, ModelCall, Party, Player, RawJson, Reward, RunSpec, Sampling,
+    SessionOutcome, SessionSpec, SessionStore, Task, Termination, TokenIds, ToolCall, ToolCallRecord, TurnRecord,
+    Usage,
 };
 use parley_store::{SqliteStore, StoreOptions};
 use serde_json::json;
@@ -15,8 +16,9 @@ use sqlx::Row;
 pub async fn store_with_sessions(dir: &tempfile::TempDir, sessions: usize) -> (SqliteStore, Vec<i64>) {
     let store = SqliteStore::open(&dir.path().join("parley.db"), StoreOptions::default()).await.unwrap();
     let task = Arc::new(Task { index: 0, id: "t".into(), messages: vec![], tools: Default::default(), row: json!({}) });
-    let specs: Vec<SessionSpec> =
-        (0..sessions).map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: i as u64 }).collect();
+    let specs: Vec<SessionSpec> = (0..sessions)
+        .map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: i as u64, player: Player::Run })
+        .collect();
     let spec = RunSpec { environment: "test".into(), config: json!({}) };
     let (_, ids) = store.create_run(&spec, &[task], &specs).await.unwrap();
     (store, ids)

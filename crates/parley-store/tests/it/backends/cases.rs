@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::{
-    Claim, FailureClass, Fence, Message, MessageRecord, Owner, Party, Reward, RunSpec, SessionOutcome, SessionSpec,
-    SessionStore, StoreError, Task, Termination, TurnRecord,
+    Claim, FailureClass, Fence, Message, MessageRecord, Owner, Party, Player, Reward, RunSpec, SessionOutcome,
+    SessionSpec, SessionStore, StoreError, Task, Termination, TurnRecord,
 };
 use serde_json::json;
 
@@ -23,7 +23,12 @@ pub fn run_of(n: usize) -> (RunSpec, Vec<Arc<Task>>, Vec<SessionSpec>) {
     });
     // The last seed needs all 64 bits.
     let specs = (0..n)
-        .map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: if i + 1 == n { u64::MAX } else { i as u64 } })
+        .map(|i| SessionSpec {
+            task_index: 0,
+            trial: i as u32,
+            seed: if i + 1 == n { u64::MAX } else { i as u64 },
+            player: Player::Run,
+        })
         .collect();
     (RunSpec { environment: "test".into(), config: json!({"model": "m"}) }, vec![task], specs)
 }
@@ -242,6 +247,21 @@ pub async fn a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written(
         assert_eq!(messages(&store, claim.session).await, 2);
     }
     assert_eq!(messages(&store, claims[0].session).await, 0);
+    store.close().await;
+}
+
+pub async fn who_plays_each_session_is_kept(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, mut specs) = run_of(3);
+    specs[1].player = Player::Trainer;
+    specs[2].player = Player::RowPolicy;
+    let (run, ids) = store.create_run(&spec, &tasks, &specs[..2]).await.unwrap();
+    let more = store.front().extend_run(run, &[], &specs[2..], None).await.unwrap();
+    let mut all = ids.clone();
+    all.extend(more.iter().map(|c| c.session));
+    let played = store.front().played_elsewhere(&all).await.unwrap();
+    let expected = std::collections::HashMap::from([(all[1], Player::Trainer), (all[2], Player::RowPolicy)]);
+    assert_eq!(played, expected, "the run's own sessions are not listed");
     store.close().await;
 }
 
