@@ -106,8 +106,9 @@ pub struct ServeArgs {
     /// without a key, and what they answer is not quoted back.
     #[arg(long, value_name = "PREFIX", help_heading = "Service")]
     pub policy_url_allow: Vec<String>,
-    /// Seconds a client has to send a request's head (request line and headers); a slower one
-    /// is disconnected, so that slow clients cannot hold the service's connections.
+    /// Seconds a client has to send a request's head (request line and headers), from when it
+    /// connects or its last answer; a slower or silent one is disconnected, so that slow or idle
+    /// clients cannot hold the service's connections.
     #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = header_timeout, help_heading = "Service")]
     pub header_timeout: f64,
 }

@@ -74,10 +74,17 @@ where
         };
         let _ = stream.set_nodelay(true);
         let service = hyper_util::service::TowerToHyperService::new(service.clone());
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-        let connection = graceful.watch(connection);
+        let (builder, watcher) = (Arc::clone(&builder), graceful.watcher());
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            // The header timeout starts with a request's first byte: a connection that sends
+            // none within it (nor between requests, which the timeout covers) is let go.
+            let mut first = [0u8; 1];
+            if !matches!(tokio::time::timeout(limits.header_timeout, stream.peek(&mut first)).await, Ok(Ok(1..))) {
+                drop(permit);
+                return;
+            }
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            if let Err(error) = watcher.watch(connection.into_owned()).await {
                 tracing::debug!(error = %error, "a connection ended with an error");
             }
             drop(permit);
