@@ -12,6 +12,11 @@ pub enum Tau2Error {
     NoDataDir,
     #[error("tau2 data directory {0} does not exist")]
     MissingDataDir(PathBuf),
+    #[error(
+        "no tau2 user guidelines at {0} (nor in the data folder's parent): the data folder needs tau2's \
+         data/tau2/user_simulator beside its domains, or give the user guidelines of your own (--user-guidelines)"
+    )]
+    NoUserGuidelines(PathBuf),
     #[error("unknown tau2 domain `{0}`: expected one of mock, airline, retail, telecom")]
     UnknownDomain(String),
     #[error("reading {path}: {source}")]

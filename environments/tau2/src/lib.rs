@@ -6,7 +6,8 @@
 //! [`data_dir`] finds the data (tau2's MIT-licensed `data/tau2/domains/`, plus
 //! `derived/tools.openai.json` with every tool's schema); [`load`] reads a domain into a
 //! [`Domain`] with Parley [`Task`](parley_core::Task)s and an
-//! [`Environment`](parley_core::Environment).
+//! [`Environment`](parley_core::Environment). [`user_guidelines`] reads tau2's guidelines for
+//! its simulated user from the same folder.
 //!
 //! Invariants: no data is embedded (everything is read from the data folder at load time);
 //! a tool that raises is data (`Error: ...`), never an `Err`; every session owns its own world
@@ -29,6 +30,7 @@ mod score;
 mod session;
 mod spec;
 mod toolkit;
+mod user;
 mod view;
 mod world;
 
@@ -36,3 +38,4 @@ pub use domain::{DEFAULT_JUDGE_MODEL, DOMAINS, Domain, DomainCounts, DomainOptio
 pub use error::Tau2Error;
 pub use prompt::GREETING;
 pub use session::{Tau2Environment, Tau2Session};
+pub use user::{UserGuidelines, user_guidelines};
