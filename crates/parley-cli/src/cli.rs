@@ -482,7 +482,8 @@ crate::settings::options! {
         /// Variable holding the user endpoint's API key.
         #[arg(long, value_name = "VAR", help_heading = "User simulation")]
         pub user_api_key_env: Option<String>,
-        /// The simulated user's sampling temperature.
+        /// The simulated user's sampling temperature [default: 0 in tau2's domains, as tau2's;
+        /// the endpoint's elsewhere].
         #[arg(long, help_heading = "User simulation")]
         pub user_temperature: Option<f64>,
         /// Tokens per user message.
@@ -491,10 +492,12 @@ crate::settings::options! {
         /// A fixed seed for every user call, instead of one derived from each task and trial.
         #[arg(long, help_heading = "User simulation")]
         pub user_seed: Option<u64>,
-        /// Global guidelines for the simulated user (a text file) [default: built in].
+        /// Global guidelines for the simulated user (a text file), with tools and without
+        /// [default: tau2's, from its data, in tau2's domains; built in elsewhere].
         #[arg(long, value_name = "FILE", help_heading = "User simulation")]
         pub user_guidelines: Option<PathBuf>,
-        /// The user's system prompt template, with {guidelines}, {persona} and {scenario} slots.
+        /// The user's system prompt template, with {guidelines}, {persona} and {scenario} slots
+        /// [default: tau2's in tau2's domains, where {scenario} holds the persona].
         #[arg(long, value_name = "FILE", help_heading = "User simulation")]
         pub user_prompt: Option<PathBuf>,
         /// A persona for tasks that give none.

@@ -490,16 +490,32 @@ async fn user_simulator(
                     .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
                     .transpose()
             };
-            let defaults = simulator_llm::Prompt::default();
-            let prompt = simulator_llm::Prompt {
-                template: read(&user.prompt)?.unwrap_or(defaults.template),
-                guidelines: read(&user.guidelines)?.unwrap_or(defaults.guidelines),
-                tool_guidelines: defaults.tool_guidelines,
-                persona: user.persona.clone(),
+            // tau2's domains get tau2's own user: its template and scenario, its guidelines read
+            // from its data, its temperature. Every other environment gets Parley's. The flags
+            // replace either.
+            let tau2 = settings.env.tau2().is_some();
+            let mut prompt = match read(&user.guidelines)? {
+                Some(own) if tau2 => simulator_llm::Prompt::tau2(own.clone(), own),
+                Some(own) => simulator_llm::Prompt::default().with_guidelines(own),
+                None if tau2 => {
+                    let dir = environment_tau2::data_dir(settings.tau2.data_dir.as_deref())
+                        .map_err(|e| usage(e.to_string()))?;
+                    let theirs = environment_tau2::user_guidelines(&dir).map_err(|e| usage(e.to_string()))?;
+                    simulator_llm::Prompt::tau2(theirs.plain, theirs.tools)
+                }
+                None => simulator_llm::Prompt::default(),
             };
+            if let Some(template) = read(&user.prompt)? {
+                prompt.template = template;
+            }
+            prompt.persona.clone_from(&user.persona);
+            let mut sampling = user.sampling.clone();
+            if tau2 {
+                sampling.temperature = sampling.temperature.or(Some(simulator_llm::tau2::TEMPERATURE));
+            }
             let config = simulator_llm::LlmUserConfig {
                 model: user.model.clone().unwrap_or_else(|| settings.model.clone()),
-                sampling: user.sampling.clone(),
+                sampling,
                 prompt,
             };
             Some(Arc::new(simulator_llm::LlmUser::new(Arc::new(client), config)))

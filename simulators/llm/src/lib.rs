@@ -1,7 +1,8 @@
 //! An LLM plays the user, through any OpenAI-compatible endpoint configured apart from the
 //! agent's. Its system prompt is built from three replaceable templates: global guidelines, a
 //! persona, and the task's scenario (reason for the call, what the user knows and does not know,
-//! instructions). Roles are flipped for it: the agent's text arrives as `user` and its own turns
+//! instructions), in Parley's words or, for tau2's domains, exactly as tau2's own user simulator
+//! writes them ([`Prompt::tau2`]). Roles are flipped for it: the agent's text arrives as `user` and its own turns
 //! are `assistant`; it never sees the agent's tool calls. It ends the conversation with
 //! `###STOP###`, `###TRANSFER###` or `###OUT-OF-SCOPE###`.
 //!
@@ -17,7 +18,7 @@ use parley_core::{
     ChatRequest, Message, ModelClient, Role, Sampling, UserFailure, UserSimulator, UserStop, UserTurn, UserView,
 };
 
-pub use prompt::{Prompt, scenario_of};
+pub use prompt::{Prompt, ScenarioFormat, scenario_of, tau2};
 
 /// How the simulated user is set up.
 #[derive(Debug, Clone)]

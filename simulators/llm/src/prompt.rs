@@ -1,5 +1,8 @@
 //! The simulated user's system prompt: templates with `{guidelines}`, `{persona}` and
-//! `{scenario}` slots, and the scenario read from a task row.
+//! `{scenario}` slots, and the scenario read from a task row, in Parley's words or tau2's
+//! ([`tau2`]).
+
+pub mod tau2;
 
 use serde_json::Value;
 
@@ -18,11 +21,25 @@ that nothing more can be done, end with the single token ###STOP###.
 - If the agent transfers you to another agent or a human, answer with ###TRANSFER###.
 - If the conversation needs something the scenario does not cover, answer with ###OUT-OF-SCOPE###.";
 
-/// Added to the guidelines when the user has tools of its own (dual control).
+/// Added to the built-in guidelines when the user has tools of its own (dual control).
 pub const TOOL_GUIDELINES: &str = "\
 You can act on your own device or account with the tools you are given. When the agent asks \
 you to do something, use a tool to do it, one action per turn, and report what you saw. Never \
 invent a tool's result. Do not write a message and call a tool in the same turn.";
+
+pub const TEMPLATE: &str = "{guidelines}\n\n{persona}<scenario>\n{scenario}\n</scenario>";
+
+/// How a task row's scenario is written into the prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ScenarioFormat {
+    /// Parley's: titled sections (`Reason for call:` ...) in `{scenario}`, the persona in a
+    /// `<persona>` block of its own in `{persona}`.
+    #[default]
+    Sections,
+    /// tau2's `str(task.user_scenario)` in `{scenario}`, the persona inside it (`Persona:`, then
+    /// `Instructions:`); `{persona}` is empty.
+    Tau2,
+}
 
 /// The system prompt template and its parts. Each is replaceable from the command line or
 /// `parley.toml`.
@@ -30,38 +47,77 @@ invent a tool's result. Do not write a message and call a tool in the same turn.
 pub struct Prompt {
     /// The whole system prompt, with `{guidelines}`, `{persona}` and `{scenario}` slots.
     pub template: String,
+    /// The guidelines of a user without tools.
     pub guidelines: String,
+    /// The guidelines of a user with tools of its own (dual control), in place of `guidelines`.
     pub tool_guidelines: String,
     /// Used when the task row gives no persona.
     pub persona: Option<String>,
+    pub scenario: ScenarioFormat,
 }
 
-pub const TEMPLATE: &str = "{guidelines}\n\n{persona}<scenario>\n{scenario}\n</scenario>";
-
 impl Default for Prompt {
+    /// Parley's own prompt: the built-in guidelines, with [`TOOL_GUIDELINES`] after them when
+    /// the user has tools.
     fn default() -> Prompt {
         Prompt {
             template: TEMPLATE.into(),
             guidelines: GUIDELINES.into(),
-            tool_guidelines: TOOL_GUIDELINES.into(),
+            tool_guidelines: format!("{GUIDELINES}\n\n{TOOL_GUIDELINES}"),
             persona: None,
+            scenario: ScenarioFormat::Sections,
         }
     }
 }
 
 impl Prompt {
-    pub fn render(&self, row: &Value, with_tools: bool) -> String {
-        let guidelines = if with_tools {
-            format!("{}\n\n{}", self.guidelines, self.tool_guidelines)
-        } else {
-            self.guidelines.clone()
-        };
-        let persona = persona_of(row).or(self.persona.clone()).map(|p| format!("<persona>\n{p}\n</persona>\n\n"));
-        self.template
-            .replace("{guidelines}", &guidelines)
-            .replace("{persona}", persona.as_deref().unwrap_or(""))
-            .replace("{scenario}", &scenario_of(row))
+    /// tau2's user prompt (`UserSimulator.system_prompt`) around tau2's guidelines, as read
+    /// from its data: `simulation_guidelines.md` and, for a user with tools,
+    /// `simulation_guidelines_tools.md`.
+    pub fn tau2(guidelines: String, tool_guidelines: String) -> Prompt {
+        Prompt {
+            template: tau2::TEMPLATE.into(),
+            guidelines,
+            tool_guidelines,
+            persona: None,
+            scenario: ScenarioFormat::Tau2,
+        }
     }
+
+    /// The same prompt with `guidelines` for a user with tools and without.
+    pub fn with_guidelines(self, guidelines: String) -> Prompt {
+        Prompt { tool_guidelines: guidelines.clone(), guidelines, ..self }
+    }
+
+    pub fn render(&self, row: &Value, with_tools: bool) -> String {
+        let guidelines = if with_tools { &self.tool_guidelines } else { &self.guidelines };
+        let (persona, scenario) = match self.scenario {
+            ScenarioFormat::Sections => {
+                let persona = persona_of(row).or(self.persona.clone());
+                (persona.map(|p| format!("<persona>\n{p}\n</persona>\n\n")).unwrap_or_default(), scenario_of(row))
+            }
+            ScenarioFormat::Tau2 => {
+                (String::new(), tau2::scenario(row, self.persona.as_deref()).unwrap_or_else(|| scenario_of(row)))
+            }
+        };
+        fill(&self.template, &[("{guidelines}", guidelines), ("{persona}", &persona), ("{scenario}", &scenario)])
+    }
+}
+
+/// The template with each slot replaced by its text, in one pass: what a slot's text holds
+/// (a `{scenario}` in the guidelines, say) is never read as a slot.
+fn fill(template: &str, slots: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() + slots.iter().map(|(_, text)| text.len()).sum::<usize>());
+    let mut rest = template;
+    loop {
+        let next = slots.iter().filter_map(|&(slot, text)| rest.find(slot).map(|at| (at, slot, text))).min();
+        let Some((at, slot, text)) = next else { break };
+        out.push_str(&rest[..at]);
+        out.push_str(text);
+        rest = &rest[at + slot.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn persona_of(row: &Value) -> Option<String> {
@@ -117,6 +173,25 @@ mod tests {
         assert!(!prompt.contains("Unknown info"), "empty parts are left out");
         assert!(!prompt.contains("own device"), "no tool guidelines without tools");
         assert!(Prompt::default().render(&row, true).contains("own device"));
+    }
+
+    #[test]
+    fn tau2s_prompt_puts_the_persona_in_the_scenario_and_takes_the_tool_guidelines_whole() {
+        let prompt = Prompt::tau2("G".into(), "TG".into());
+        let row = json!({"user_scenario": {"persona": "Brief.", "instructions": "Ask about {persona}."}});
+        assert_eq!(
+            prompt.render(&row, false),
+            "G\n\n<scenario>\nPersona:\n\tBrief.\nInstructions:\n\tAsk about {persona}.\n</scenario>"
+        );
+        assert!(prompt.render(&row, true).starts_with("TG\n\n<scenario>"));
+        let own = prompt.with_guidelines("mine".into());
+        assert!(own.render(&row, true).starts_with("mine\n\n") && own.render(&row, false).starts_with("mine\n\n"));
+    }
+
+    #[test]
+    fn slots_are_filled_once_and_their_texts_left_as_they_are() {
+        let slots = [("{guidelines}", "say {scenario}"), ("{persona}", ""), ("{scenario}", "S {guidelines}")];
+        assert_eq!(fill("{scenario}|{guidelines}|{persona}{x}", &slots), "S {guidelines}|say {scenario}|{x}");
     }
 
     #[test]
