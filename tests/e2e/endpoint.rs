@@ -1,8 +1,9 @@
 //! A scripted OpenAI-compatible endpoint on loopback, for faults the stub does not make: each
-//! request is answered by a function of its number and its `Authorization` header.
+//! request is answered by a function of its number and its `Authorization` header, and its body
+//! is kept for the test to read.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +15,7 @@ pub type Script = dyn Fn(usize, &str) -> (u16, String) + Send + Sync;
 pub struct Endpoint {
     pub url: String,
     requests: Arc<AtomicUsize>,
+    bodies: Arc<Mutex<Vec<String>>>,
 }
 
 impl Endpoint {
@@ -21,6 +23,8 @@ impl Endpoint {
         let script: Arc<Script> = Arc::new(script);
         let requests = Arc::new(AtomicUsize::new(0));
         let counter = requests.clone();
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let kept = bodies.clone();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
@@ -29,8 +33,9 @@ impl Endpoint {
             runtime.block_on(async move {
                 let app = axum::Router::new().route(
                     "/v1/chat/completions",
-                    axum::routing::post(move |headers: HeaderMap, _body: String| {
+                    axum::routing::post(move |headers: HeaderMap, body: String| {
                         let n = counter.fetch_add(1, Ordering::SeqCst);
+                        kept.lock().unwrap().push(body);
                         let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
                         let (status, body) = script(n, &auth);
                         async move {
@@ -45,12 +50,17 @@ impl Endpoint {
                 axum::serve(listener, app).await.unwrap();
             });
         });
-        Endpoint { url, requests }
+        Endpoint { url, requests, bodies }
     }
 
     /// Requests answered so far.
     pub fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// The bodies of the requests received since the last call, in the order they came.
+    pub fn take_bodies(&self) -> Vec<String> {
+        std::mem::take(&mut *self.bodies.lock().unwrap())
     }
 }
 

@@ -27,6 +27,7 @@ mod serve;
 mod tau2;
 mod tau2_export;
 mod tau2_fidelity;
+mod tau2_user;
 mod tokens;
 mod tutorial;
 mod usage;

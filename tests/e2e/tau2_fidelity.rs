@@ -23,11 +23,14 @@ use crate::harness::{Stub, Workdir, ok, text};
 /// (`run_env_assertion` only catches assertion failures). Parley grades it 0 with the error.
 const TAU2_RAISES: [(&str, &str); 1] = [("create_task_1_with_env_assertions", "Task task_2 not found")];
 
-fn shared() -> PathBuf {
+/// `../shared` beside the repository: tau2's source and data.
+pub(crate) fn shared() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
 }
 
-fn peers() -> Option<(PathBuf, PathBuf)> {
+/// The tau2 venv and the data, when both are there; without them a failure under
+/// `PARLEY_REQUIRE_PEERS=1`, else a loud skip.
+pub(crate) fn peers() -> Option<(PathBuf, PathBuf)> {
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv-tau2");
     let source = shared().join("peers/tau2-bench/src");
     let data = shared().join("data/tau2");
@@ -42,7 +45,7 @@ fn peers() -> Option<(PathBuf, PathBuf)> {
 }
 
 /// tau2 reads its data from `<dir>/tau2/domains/<domain>`: links into the shared data.
-fn tau2_data_dir(work: &Workdir, data: &Path) -> PathBuf {
+pub(crate) fn tau2_data_dir(work: &Workdir, data: &Path) -> PathBuf {
     let dir = work.path("tau2-data");
     std::fs::create_dir_all(dir.join("tau2/domains")).unwrap();
     for domain in ["mock", "airline", "retail", "telecom"] {
