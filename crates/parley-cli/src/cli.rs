@@ -293,7 +293,8 @@ crate::settings::options! {
         #[serde(skip)]
         pub settings: Option<PathBuf>,
         /// Environment to run: `multi-step` (built in), `tau2:mock|airline|retail|telecom` (tau2's
-        /// domains, built in), `nemo-gym` (NeMo Gym resources servers), `mcp` (MCP servers)
+        /// domains, built in), `nemo-gym` (NeMo Gym resources servers), `mcp` (MCP servers),
+        /// `custom` (tasks from --tasks, tools from MCP or NeMo Gym or none, scored by --reward)
         /// [default: multi-step]. `parley envs` lists them.
         #[arg(long)]
         pub env: Option<EnvKind>,
@@ -620,20 +621,11 @@ pub struct StubArgs {
     pub malformed_answers: f64,
 }
 
-/// The environments whose tasks Parley can generate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Generator {
-    /// NeMo Gym's `example_multi_step` rows.
-    MultiStep,
-    /// Single-step arithmetic questions with an `expected_answer`, for the math scorer.
-    Arithmetic,
-}
-
 #[derive(Debug, Args)]
 pub struct TasksArgs {
     /// The environment to write tasks for.
     #[arg(value_enum)]
-    pub env: Generator,
+    pub env: parley_runtime::generate::Generator,
     /// How many tasks.
     #[arg(long, default_value_t = 100)]
     pub count: usize,

@@ -16,6 +16,7 @@ pub mod message;
 pub mod model;
 pub mod nemo_gym;
 pub mod reward;
+pub mod rng;
 pub mod session;
 pub mod store;
 pub mod task;

@@ -6,17 +6,23 @@
 //! Invariant: no command line and no terminal. Front ends parse flags, show progress and print;
 //! this crate reports bad settings as [`UsageError`] and everything else as errors with context.
 
+pub mod catalogue;
+pub mod durable;
 pub mod environment;
 pub mod error;
+pub mod generate;
 pub mod ranks;
 pub mod rows;
 pub mod runtime;
 pub mod settings;
 pub mod tasks;
+pub mod worker;
 
 pub use environment::{EnvKind, Environments, Judged, Tau2Domain};
 pub use error::{UsageError, usage};
+pub use parley_engine::{Job, SessionResult, Stop};
 pub use rows::{Failure, Rollout};
 pub use runtime::{Created, Pending, Runtime, prior};
 pub use settings::{Front, RunSettings};
 pub use tasks::{StoredTasks, TaskSource};
+pub use worker::{WORKER_RETRIES, Worked};

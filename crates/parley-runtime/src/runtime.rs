@@ -34,6 +34,8 @@ const CLAIM_PAGE: (usize, usize) = (16, 1024);
 /// What a run needs while it executes: the store, the three parties, and the built-in stub's
 /// shutdown when it was started.
 pub struct Runtime {
+    /// What the runtime was started with: every session it records and drives follows them.
+    pub settings: RunSettings,
     pub store: Arc<Store>,
     pub parties: Parties,
     pub base_url: String,
@@ -128,7 +130,19 @@ impl Runtime {
             Parties { agent, user, environment: environments.environment.clone(), store: store.clone(), leases };
         let renewal = renewal.spawn(shutdown.clone());
         let renewal = Mutex::new(Some(renewal));
-        Ok(Runtime { store, parties, base_url, system_prompt, owner, renewal, shutdown, environments, policy })
+        let settings = settings.clone();
+        Ok(Runtime {
+            settings,
+            store,
+            parties,
+            base_url,
+            system_prompt,
+            owner,
+            renewal,
+            shutdown,
+            environments,
+            policy,
+        })
     }
 
     /// The run's agent, but talking to the policy at `base_url`: for a trainer that gives each
@@ -159,15 +173,9 @@ impl Runtime {
     ///
     /// Once `stop` is cancelled no further batch is recorded: the run holds the tasks recorded
     /// so far, and [`Created::whole`] is false.
-    pub async fn create_run(
-        &self,
-        settings: &RunSettings,
-        source: TaskSource,
-        stop: &CancellationToken,
-    ) -> anyhow::Result<Created> {
-        let mut recorded = settings.clone();
-        recorded.system_prompt.clone_from(&self.system_prompt);
-        let spec = RunSpec { environment: settings.env.to_string(), config: serde_json::to_value(&recorded)? };
+    pub async fn create_run(&self, source: TaskSource, stop: &CancellationToken) -> anyhow::Result<Created> {
+        let settings = &self.settings;
+        let spec = self.run_spec()?;
         let mut tasks = source.tasks(self.environments.tasks.as_deref())?;
         let mut created: Option<Created> = None;
         loop {
@@ -209,13 +217,28 @@ impl Runtime {
         Ok(created.expect("the loop records a first batch or returns"))
     }
 
+    /// Records a run with no sessions yet, which a service extends with a session per request.
+    pub async fn create_service_run(&self) -> anyhow::Result<RunId> {
+        let (run, _) = self.store.create_run(&self.run_spec()?, &[], &[]).await.context("recording the service run")?;
+        Ok(run)
+    }
+
+    /// The run as it is recorded: its environment, and its settings with the system prompt in
+    /// effect, which is what every transcript of it starts with.
+    fn run_spec(&self) -> anyhow::Result<RunSpec> {
+        let mut recorded = self.settings.clone();
+        recorded.system_prompt.clone_from(&self.system_prompt);
+        Ok(RunSpec { environment: recorded.env.to_string(), config: serde_json::to_value(&recorded)? })
+    }
+
     /// The run's unfinished sessions as jobs, claimed and read from the store a page at a time
     /// as the scheduler takes them, with how many there are. A session is driven only under
     /// this process's claim: sessions another live process holds are left to it (counted in
     /// [`Pending::held_elsewhere`]), and a process of this host that no longer runs holds
     /// nothing, so a resume after a crash takes its sessions at once. `resumed`: the sessions
     /// may have committed turns, which each job carries as its [`Prior`]; a new run's have none.
-    pub async fn pending(&self, settings: &RunSettings, run: RunId, resumed: bool) -> anyhow::Result<Pending> {
+    pub async fn pending(&self, run: RunId, resumed: bool) -> anyhow::Result<Pending> {
+        let settings = &self.settings;
         let mut held_elsewhere = 0;
         for (owner, held) in self.store.owners(run).await? {
             if owner == self.owner.id {
@@ -253,22 +276,36 @@ impl Runtime {
 
     /// Drives the jobs, at most `--concurrency` at once, and yields each session's result as it
     /// ends. `stop` is the caller's: it stops the run (see [`Stop`]).
-    pub fn drive<J>(
-        &self,
-        settings: &RunSettings,
-        jobs: J,
-        stop: Stop,
-    ) -> impl Stream<Item = SessionResult> + Unpin + use<J>
+    pub fn drive<J>(&self, jobs: J, stop: Stop) -> impl Stream<Item = SessionResult> + Unpin + use<J>
     where
         J: Stream<Item = Job> + Send + 'static,
     {
         let scheduler = Scheduler {
             parties: self.parties.clone(),
-            limits: settings.limits(),
-            concurrency: settings.concurrency,
+            limits: self.settings.limits(),
+            concurrency: self.settings.concurrency,
             stop,
         };
         scheduler.run(jobs)
+    }
+
+    /// Drives one session on a task of its own, outside the scheduler (a trainer's `/run`, an
+    /// OpenEnv episode, a fork), with the run's limits: `agent` plays it when given (a row's own
+    /// policy, a trainer stepping), else the run's agent. A panic is contained to the session
+    /// and recorded as the scheduler records one; `ended` sees the result on the session's own
+    /// task, whether or not the caller still waits for it.
+    pub fn spawn(
+        &self,
+        job: Job,
+        agent: Option<Arc<dyn Agent>>,
+        stop: Stop,
+        ended: impl FnOnce(&SessionResult) + Send + 'static,
+    ) -> tokio::task::JoinHandle<SessionResult> {
+        let mut parties = self.parties.clone();
+        if let Some(agent) = agent {
+            parties.agent = agent;
+        }
+        parley_engine::spawn_session(parties, job, self.settings.limits(), stop, ended)
     }
 
     /// Marks the run's end: `interrupted` when it was stopped, else `finished`.

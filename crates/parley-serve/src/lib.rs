@@ -32,8 +32,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parley_core::nemo_gym::task_from_row;
 use parley_core::{Agent, FailureClass, Player, RunId, SessionSpec, Task, ToolLists, stable_seed};
-use parley_engine::{Job, Parties, Stop, spawn_session};
-use parley_runtime::{Failure, Rollout, RunSettings, Runtime};
+use parley_engine::{Job, Stop};
+use parley_runtime::{Failure, Rollout, Runtime};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -60,11 +60,9 @@ pub struct ServeOptions {
 
 /// The service: the runtime and its service run, and what admits requests to it.
 pub struct Service {
+    /// The runtime whose parties are observed for the metrics, the environment's scoring kept
+    /// off the I/O workers.
     runtime: Arc<Runtime>,
-    /// The runtime's parties, the environment's scoring kept off the I/O workers, observed for
-    /// the metrics.
-    parties: Parties,
-    settings: RunSettings,
     run: RunId,
     /// The service run's tasks: one per prompt group, or per request without one.
     groups: groups::Groups,
@@ -88,21 +86,15 @@ pub struct Service {
 impl Service {
     /// A service over `runtime`, recording its sessions in run `run` (created by the caller,
     /// with `tasks` tasks already in it).
-    pub fn new(
-        runtime: Arc<Runtime>,
-        settings: RunSettings,
-        run: RunId,
-        tasks: usize,
-        options: ServeOptions,
-    ) -> Service {
+    pub fn new(mut runtime: Runtime, run: RunId, tasks: usize, options: ServeOptions) -> Service {
         let metrics = Arc::new(Metrics::default());
-        let recorder = recorder::Recorder::spawn(Arc::clone(&runtime), run);
         let mut parties = runtime.parties.clone();
         parties.environment = Arc::new(offload::Offloaded::new(parties.environment));
+        runtime.parties = observe::observed(&parties, &metrics);
+        let runtime = Arc::new(runtime);
+        let recorder = recorder::Recorder::spawn(Arc::clone(&runtime), run);
         Service {
-            parties: observe::observed(&parties, &metrics),
             runtime,
-            settings,
             run,
             groups: groups::Groups::new(tasks),
             lists: std::sync::Mutex::new(ToolLists::default()),
@@ -126,6 +118,11 @@ impl Service {
     /// The service run's id.
     pub fn run(&self) -> RunId {
         self.run
+    }
+
+    /// The runtime the service drives its sessions with.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
     }
 
     /// Stops the sessions: `drain` lets each finish its turn, `abort` stops them at once.
@@ -205,8 +202,9 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
         Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not a NeMo Gym task row: {e}")),
     };
     // A row that cannot be run or scored is the trainer's data, refused before any model call.
-    if let Err(why) = service.parties.environment.check(&task) {
-        return problem(StatusCode::BAD_REQUEST, format!("the row cannot be run in {}: {why}", service.settings.env));
+    if let Err(why) = service.runtime.parties.environment.check(&task) {
+        let env = &service.runtime.settings.env;
+        return problem(StatusCode::BAD_REQUEST, format!("the row cannot be run in {env}: {why}"));
     }
     service.metrics.queued(1);
     let running = Arc::clone(&service.running).acquire_owned().await;
@@ -252,15 +250,12 @@ async fn drive(
     let job = Job::new(claim, task, spec, None);
     let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
     let _on_disconnect = stop.abort.clone().drop_guard();
-    let (mut parties, limits) = (service.parties.clone(), service.settings.limits());
-    if let Some((agent, _)) = agent {
-        parties.agent = observe::agent(agent, &service.metrics);
-    }
+    let agent = agent.map(|(agent, _)| observe::agent(agent, &service.metrics));
     // The session runs on a task of its own: it ends and is recorded even when the client is
     // gone, and a panic in it is contained to it and recorded.
     service.metrics.started();
     let counted = Arc::clone(service);
-    let session = spawn_session(parties, job, limits, stop, move |result| {
+    let session = service.runtime.spawn(job, agent, stop, move |result| {
         counted.metrics.ended(&result.outcome);
     });
     let result = match session.await {
@@ -283,7 +278,7 @@ async fn drive(
         }
         return (StatusCode::BAD_GATEWAY, axum::Json(failure)).into_response();
     }
-    let mut row = Rollout::from(&result).row(&service.settings.model);
+    let mut row = Rollout::from(&result).row(&service.runtime.settings.model);
     as_sent(&mut row, &result.task.row);
     if let Some(map) = row.as_object_mut() {
         if verifier_failed {

@@ -109,11 +109,11 @@ async fn mcp(body: Bytes) -> Response {
 
 async fn metadata(State(service): State<Arc<Service>>) -> Response {
     axum::Json(json!({
-        "name": format!("parley {}", service.settings.env),
+        "name": format!("parley {}", service.runtime.settings.env),
         "description": format!(
             "Parley serving {} ({} tasks) with its simulated user; an action is one assistant message, \
              an observation what the agent sees next. Sessions are stored in run {}.",
-            service.settings.env,
+            service.runtime.settings.env,
             service.hub.tasks.len(),
             service.run
         ),
@@ -243,7 +243,7 @@ async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value),
         return Err(Refusal::Failed(format!(
             "the environment {} brings no tasks: start `parley serve` with --tasks FILE, or an environment with \
              tasks of its own (--env tau2:airline)",
-            service.settings.env
+            service.runtime.settings.env
         )));
     }
     let index = if let Some(index) = request.task_index {
@@ -254,7 +254,7 @@ async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value),
         index
     } else if let Some(id) = &request.task_id {
         tasks.iter().position(|t| &t.id == id).ok_or_else(|| {
-            let msg = format!("no task has the id `{id}` in {}", service.settings.env);
+            let msg = format!("no task has the id `{id}` in {}", service.runtime.settings.env);
             Refusal::Invalid(vec![Invalid::new(vec![json!("task_id")], "value_error", msg)])
         })?
     } else if let Some(seed) = request.seed {

@@ -1,5 +1,6 @@
 //! Writes any number of `example_multi_step` task rows, deterministically from a seed.
 
+use parley_core::rng::SplitMix;
 use serde_json::{Value, json};
 
 use crate::{synonym_value, tools};
@@ -29,26 +30,9 @@ const INSTRUCTIONS: &str = "# Instructions\nYou are an extraction agent. You wil
     for each. For each term, please see if it is relevant to the user query. Get the values for the synonyms of the \
     relevant term, then call `extract_synonym_values` once with the values in the order the synonyms are listed.";
 
-/// A small, deterministic generator (SplitMix64); the project needs no randomness crate for this.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// `count` task rows in NeMo Gym's format.
 pub fn generate(count: usize, seed: u64) -> impl Iterator<Item = Value> {
-    let mut rng = SplitMix(seed);
+    let mut rng = SplitMix::new(seed);
     let tools: Vec<Value> = tools()
         .iter()
         .map(|t| {
@@ -57,9 +41,9 @@ pub fn generate(count: usize, seed: u64) -> impl Iterator<Item = Value> {
         })
         .collect();
     (0..count).map(move |id| {
-        let (term, synonyms) = VOCABULARY[rng.below(VOCABULARY.len())];
-        let first = rng.below(synonyms.len());
-        let second = (first + 1 + rng.below(synonyms.len() - 1)) % synonyms.len();
+        let (term, synonyms) = VOCABULARY[rng.below(VOCABULARY.len() as u64) as usize];
+        let first = rng.below(synonyms.len() as u64) as usize;
+        let second = (first + 1 + rng.below(synonyms.len() as u64 - 1) as usize) % synonyms.len();
         let chosen = [synonyms[first], synonyms[second]];
         let listing: Vec<String> = VOCABULARY
             .iter()
@@ -68,7 +52,7 @@ pub fn generate(count: usize, seed: u64) -> impl Iterator<Item = Value> {
                 format!("- {t}: {}", shown.join(", "))
             })
             .collect();
-        let question = QUESTIONS[rng.below(QUESTIONS.len())].replace("{term}", &term.to_lowercase());
+        let question = QUESTIONS[rng.below(QUESTIONS.len() as u64) as usize].replace("{term}", &term.to_lowercase());
         json!({
             "id": id,
             "responses_create_params": {

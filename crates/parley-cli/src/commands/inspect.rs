@@ -7,7 +7,7 @@ use anyhow::Context;
 use parley_core::{Part, Role};
 use parley_store::{DbLocation, Store, StoreOptions};
 
-use parley_runtime::RunSettings;
+use parley_runtime::durable::stored_settings;
 
 use crate::cli::{DbArg, ExportArgs, MetricsArgs, SessionsArgs, ShowArgs};
 use crate::error::usage;
@@ -23,11 +23,6 @@ pub async fn open(db: &DbLocation) -> anyhow::Result<Store> {
         return Err(usage(format!("--db {}: no such database", path.display())));
     }
     Store::open(db, StoreOptions::default()).await.with_context(|| format!("opening {db}"))
-}
-
-pub async fn settings_of(store: &Store, run: i64) -> anyhow::Result<RunSettings> {
-    let record = store.run(run).await.map_err(|e| usage(format!("{e}; see `parley runs`")))?;
-    serde_json::from_value(record.config).context("reading the run's stored settings")
 }
 
 pub async fn runs(args: DbArg) -> anyhow::Result<()> {
@@ -226,7 +221,7 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
 
 pub async fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
     let store = open(&args.run.db.db).await?;
-    let settings = settings_of(&store, args.run.run).await?;
+    let settings = stored_settings(&store, args.run.run).await?;
     let report = Report::load(&store, args.run.run, settings.trials as usize).await?.with_training(&store).await?;
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -240,7 +235,7 @@ pub async fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
 
 pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
     let store = std::sync::Arc::new(open(&args.run.db.db).await?);
-    let settings = settings_of(&store, args.run.run).await?;
+    let settings = stored_settings(&store, args.run.run).await?;
     let mut out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::{Stream, StreamExt};
-use parley_engine::{Job, SessionResult, Stop};
 use parley_runtime::settings::{check_output, failures_path};
-use parley_runtime::{Failure, Rollout, RunSettings, Runtime, TaskSource};
+use parley_runtime::{Failure, Job, Rollout, RunSettings, Runtime, SessionResult, Stop, TaskSource, WORKER_RETRIES};
 use parley_store::{DbLocation, Store, StoreOptions};
 
 use crate::cli::WorkerArgs;
@@ -43,7 +42,6 @@ impl Executed {
 /// run's status. SIGINT and SIGTERM stop it gracefully (see [`watch_signals`]).
 pub async fn execute(
     runtime: &Runtime,
-    settings: &RunSettings,
     run: i64,
     count: u64,
     jobs: impl Stream<Item = Job> + Send + 'static,
@@ -52,7 +50,7 @@ pub async fn execute(
 ) -> anyhow::Result<Executed> {
     let started = Instant::now();
     let progress = Progress::new(count);
-    let mut results = runtime.drive(settings, jobs, signals.stop.clone());
+    let mut results = runtime.drive(jobs, signals.stop.clone());
     while let Some(result) = results.next().await {
         sink(&result)?;
         progress.finish_one(result.outcome.reward.as_ref().map(|r| r.value));
@@ -182,7 +180,7 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
         runtime.stop().await?;
         return signals.ended();
     }
-    let created = runtime.create_run(&settings, source, &signals.stop.drain).await?;
+    let created = runtime.create_run(source, &signals.stop.drain).await?;
     let run = created.run;
     if !created.whole {
         eprintln!(
@@ -212,10 +210,10 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
         "run {run}: {} sessions ({} tasks x {} trials) of {} against {}{stub_note}, model {}; stored in {}",
         created.sessions, created.tasks, settings.trials, settings.env, runtime.base_url, settings.model, settings.db,
     );
-    let mut pending = runtime.pending(&settings, run, false).await?;
+    let mut pending = runtime.pending(run, false).await?;
     let jobs = pending.take_jobs();
     let (mut written, mut failed) = (0usize, 0usize);
-    let executed = execute(&runtime, &settings, run, pending.count, jobs, &signals, |result| {
+    let executed = execute(&runtime, run, pending.count, jobs, &signals, |result| {
         if result.taken_over {
             // Another process drives the session now; its row is theirs to write.
             Ok(())
@@ -256,7 +254,7 @@ pub async fn resume(run: i64, db: &DbLocation, retry_failed: bool) -> anyhow::Re
         eprintln!("run {run}: {reopened} failed sessions reopened, each to continue from its last committed turn");
     }
     let runtime = Runtime::start(&settings, store).await?;
-    let mut pending = runtime.pending(&settings, run, true).await?;
+    let mut pending = runtime.pending(run, true).await?;
     eprintln!("run {run}: resuming {} unfinished sessions against {}", pending.count, runtime.base_url);
     if pending.held_elsewhere > 0 {
         eprintln!(
@@ -267,7 +265,7 @@ pub async fn resume(run: i64, db: &DbLocation, retry_failed: bool) -> anyhow::Re
     }
     let jobs = pending.take_jobs();
     let signals = Signals::watch(settings.shutdown_grace());
-    let mut executed = execute(&runtime, &settings, run, pending.count, jobs, &signals, |_| Ok(())).await?;
+    let mut executed = execute(&runtime, run, pending.count, jobs, &signals, |_| Ok(())).await?;
     executed.timed = false;
     if pending.closed() > 0 {
         eprintln!(
@@ -324,9 +322,7 @@ impl std::error::Error for Stopped {}
 /// without a URL's password).
 async fn stored_settings(run: i64, db: &DbLocation) -> anyhow::Result<RunSettings> {
     let probe = open(db).await?;
-    let record = probe.run(run).await.map_err(|e| usage(format!("{e} in {db}; see `parley runs`")))?;
-    let mut settings: RunSettings =
-        serde_json::from_value(record.config).context("reading the run's stored settings")?;
+    let mut settings = parley_runtime::durable::stored_settings(&probe, run).await?;
     settings.db = db.clone();
     probe.close().await?;
     Ok(settings)
@@ -370,71 +366,29 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         runtime.owner.id, settings.concurrency, runtime.base_url
     );
     let signals = Signals::watch(settings.shutdown_grace());
-    let stop = &signals.stop;
-    // Looking again for sessions whose holder's lease ran out: a few times per lease.
-    let poll = (runtime.owner.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
-    // Sessions this worker played to their end. (One whose end the store then refused, since
-    // another worker took it over meanwhile, counts too: its result comes before its commit.)
-    let mut driven = 0u64;
-    // Rounds in a row that the store failed: a worker cut off from the database for a moment
-    // goes on once it is back (its leases may be gone by then, and its sessions with them).
-    let mut failed_rounds = 0;
-    let done = loop {
-        match worker_round(&runtime, &settings, run, stop, &mut driven).await {
-            Ok(true) => break true,
-            Ok(false) => failed_rounds = 0,
-            Err(e) if failed_rounds < WORKER_RETRIES => {
-                failed_rounds += 1;
-                eprintln!("worker {}: {e:#}; trying again ({failed_rounds} of {WORKER_RETRIES})", runtime.owner.id);
-            }
-            Err(e) => {
-                runtime.stop().await?;
-                return Err(e);
-            }
-        }
-        if stop.is_stopping() {
-            break false;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(poll) => {}
-            () = stop.drain.cancelled() => break false,
+    let id = runtime.owner.id.clone();
+    let worked = runtime
+        .work(run, &signals.stop, |e, round| {
+            eprintln!("worker {id}: {e:#}; trying again ({round} of {WORKER_RETRIES})");
+        })
+        .await;
+    let worked = match worked {
+        Ok(worked) => worked,
+        Err(e) => {
+            runtime.stop().await?;
+            return Err(e);
         }
     };
-    if done {
-        runtime.finish_run(run, false).await?;
-        eprintln!("worker {}: drove {driven} sessions; run {run} is done", runtime.owner.id);
+    if worked.done {
+        eprintln!("worker {id}: drove {} sessions; run {run} is done", worked.driven);
     } else {
         eprintln!(
-            "worker {}: stopped after {driven} sessions; run {run}'s unfinished sessions are left to other workers",
-            runtime.owner.id
+            "worker {id}: stopped after {} sessions; run {run}'s unfinished sessions are left to other workers",
+            worked.driven
         );
     }
     runtime.stop().await?;
     signals.ended()
-}
-
-/// Store failures in a row a worker rides out before it gives up.
-const WORKER_RETRIES: u32 = 5;
-
-/// One round of a worker: claims and drives what it can of the run, then says whether every
-/// session of the run is finished.
-async fn worker_round(
-    runtime: &Runtime,
-    settings: &RunSettings,
-    run: i64,
-    stop: &Stop,
-    driven: &mut u64,
-) -> anyhow::Result<bool> {
-    let mut pending = runtime.pending(settings, run, true).await?;
-    let mut results = runtime.drive(settings, pending.take_jobs(), stop.clone());
-    while let Some(result) = results.next().await {
-        *driven += u64::from(!result.taken_over);
-    }
-    if let Some(e) = pending.error() {
-        return Err(e.context(format!("reading run {run}'s sessions from the store")));
-    }
-    let (total, finished) = runtime.store.session_counts(run).await?;
-    Ok(finished >= total)
 }
 
 /// Whether a live process other than this one holds claims on the run's unfinished sessions.

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use parley_core::Task;
-use parley_core::{RunSpec, SessionStore};
 use parley_runtime::settings::Need;
 use parley_runtime::{EnvKind, Front, RunSettings, Runtime, TaskSource};
 use parley_serve::{ServeOptions, Service};
@@ -26,7 +25,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
         .await
         .with_context(|| format!("opening the store {}", settings.db))?;
-    let runtime = Arc::new(Runtime::start(&settings, store).await?);
+    let runtime = Runtime::start(&settings, store).await?;
     let tasks = match reset_tasks(&settings, &runtime) {
         Ok(tasks) => tasks,
         Err(e) => {
@@ -42,10 +41,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let address = listener.local_addr()?;
-    let mut recorded = settings.clone();
-    recorded.system_prompt.clone_from(&runtime.system_prompt);
-    let spec = RunSpec { environment: settings.env.to_string(), config: serde_json::to_value(&recorded)? };
-    let (run, _) = runtime.store.create_run(&spec, &[], &[]).await.context("recording the service run")?;
+    let run = runtime.create_service_run().await?;
     let options = ServeOptions {
         concurrency: settings.concurrency,
         queue: args.queue.unwrap_or(settings.concurrency),
@@ -53,7 +49,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         site: parley_http::guard::Site::new(address.ip(), args.allow_origin.clone()),
         policy_url_allow: args.policy_url_allow.clone(),
     };
-    let service = Arc::new(Service::new(Arc::clone(&runtime), settings.clone(), run, 0, options).with_tasks(tasks));
+    let base_url = runtime.base_url.clone();
+    let service = Arc::new(Service::new(runtime, run, 0, options).with_tasks(tasks));
     println!("http://{address}");
     if args.trusted_network && !address.ip().is_loopback() {
         eprintln!(
@@ -63,7 +60,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     eprintln!(
         "parley serve: run {run} in {}; {} against {}, model {}; up to {} sessions at once",
-        settings.db, settings.env, runtime.base_url, settings.model, settings.concurrency
+        settings.db, settings.env, base_url, settings.model, settings.concurrency
     );
     let grace = settings.shutdown_grace();
     let stop = service.stop().clone();
@@ -82,8 +79,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     parley_http::server::serve(listener, service.router(), limits, shutdown).await.context("serving")?;
     let ended = service.metrics.sessions_ended();
-    runtime.store.finish_run(run, "finished").await?;
+    let runtime = Arc::clone(service.runtime());
     drop(service);
+    runtime.finish_run(run, false).await?;
     runtime.stop().await?;
     eprintln!("parley serve: stopped after {ended} sessions (run {run})");
     Ok(())

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use parley_core::FailureClass;
-use parley_core::{Fence, Limits, ModelFailureKind, Player, Role, Termination};
+use parley_core::{Claim, Fence, Limits, ModelFailureKind, Player, Role, SessionSpec, Termination};
 use parley_engine::{Job, Parties, Prior, Scheduler, SessionResult, Stop, run_session, spawn_session};
 
 use crate::parties::{Counter, MemoryStore, Play, ScriptedAgent, task};
@@ -30,7 +30,8 @@ fn setup(plays: Vec<Play>, store: MemoryStore, fail_open: bool) -> Setup {
 }
 
 fn job(id: i64) -> Job {
-    Job { id, fence: Fence::UNCLAIMED, task: task(), trial: 0, seed: 42, prior: None, player: Player::Run }
+    let spec = SessionSpec { task_index: 0, trial: 0, seed: 42, player: Player::Run };
+    Job::new(Claim::unclaimed(id), task(), spec, None)
 }
 
 async fn play(plays: Vec<Play>, limits: Limits) -> (Setup, SessionResult) {
@@ -306,7 +307,7 @@ async fn the_scheduler_runs_every_job_and_contains_a_panic() {
     let s = setup(vec![Play::Say("a"), Play::Panic, Play::Say("c"), Play::Say("d")], MemoryStore::default(), false);
     let scheduler =
         Scheduler { parties: s.parties.clone(), limits: Limits::default(), concurrency: 1, stop: Stop::default() };
-    let jobs: Vec<Job> = (1..=4).map(|id| Job { trial: id as u32, ..job(id) }).collect();
+    let jobs: Vec<Job> = (1..=4).map(|id| with(job(id), |j| j.trial = id as u32)).collect();
     let mut results: Vec<SessionResult> = scheduler.run(futures::stream::iter(jobs)).collect().await;
     results.sort_by_key(|r| r.id);
     let terminations: Vec<Termination> = results.iter().map(|r| r.outcome.termination).collect();
@@ -387,7 +388,7 @@ fn prior(recorded_total: &str) -> Prior {
 async fn a_resumed_session_continues_after_its_last_committed_turn() {
     let s = setup(vec![Play::Call("add", r#"{"n": 3}"#), Play::Say("5")], MemoryStore::default(), false);
     let limits = Limits::default();
-    let r = run_session(&s.parties, Job { prior: Some(prior("2")), ..job(9) }, &limits, &Stop::default()).await;
+    let r = run_session(&s.parties, with(job(9), |j| j.prior = Some(prior("2"))), &limits, &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::AgentStop);
     // The recorded write was replayed, so the counter holds 2 before the agent adds 3.
     assert_eq!(r.outcome.reward.unwrap().value, 5.0);
@@ -404,7 +405,8 @@ async fn a_resumed_session_continues_after_its_last_committed_turn() {
 async fn a_replayed_write_that_disagrees_with_the_record_is_an_environment_error() {
     let s = setup(vec![Play::Say("never")], MemoryStore::default(), false);
     let r =
-        run_session(&s.parties, Job { prior: Some(prior("99")), ..job(9) }, &Limits::default(), &Stop::default()).await;
+        run_session(&s.parties, with(job(9), |j| j.prior = Some(prior("99"))), &Limits::default(), &Stop::default())
+            .await;
     assert_eq!(r.outcome.termination, Termination::EnvironmentError);
     assert!(r.outcome.error.unwrap().contains("not deterministic"));
     assert!(s.agent.seen.lock().unwrap().is_empty(), "no model call is made on a diverged state");
@@ -414,7 +416,7 @@ async fn a_replayed_write_that_disagrees_with_the_record_is_an_environment_error
 async fn the_step_limit_counts_recorded_steps() {
     let s = setup(vec![Play::Call("add", r#"{"n": 3}"#)], MemoryStore::default(), false);
     let limits = Limits { max_steps: 1, ..Limits::default() };
-    let r = run_session(&s.parties, Job { prior: Some(prior("2")), ..job(9) }, &limits, &Stop::default()).await;
+    let r = run_session(&s.parties, with(job(9), |j| j.prior = Some(prior("2"))), &limits, &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::MaxSteps);
     assert!(s.agent.seen.lock().unwrap().is_empty());
 }
@@ -461,7 +463,7 @@ async fn a_session_taken_over_by_another_owner_stops_quietly_and_records_nothing
     // Another owner claimed session 1 after this process did (at fence 1).
     store.fences.lock().unwrap().insert(1, Fence(2));
     let s = setup(plays, store, false);
-    let r = run_session(&s.parties, Job { fence: Fence(1), ..job(1) }, &Limits::default(), &Stop::default()).await;
+    let r = run_session(&s.parties, with(job(1), |j| j.fence = Fence(1)), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::Cancelled, "not a failure: the session goes on elsewhere");
     assert_eq!(r.outcome.failure, None);
     assert!(r.outcome.error.as_deref().unwrap_or_default().contains("claimed by another owner"), "{r:?}");
@@ -477,7 +479,7 @@ async fn a_session_under_its_current_claim_commits_as_before() {
     let store = MemoryStore::default();
     store.fences.lock().unwrap().insert(1, Fence(3));
     let s = setup(plays, store, false);
-    let r = run_session(&s.parties, Job { fence: Fence(3), ..job(1) }, &Limits::default(), &Stop::default()).await;
+    let r = run_session(&s.parties, with(job(1), |j| j.fence = Fence(3)), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::AgentStop);
     assert_eq!(s.store.finished.lock().unwrap().len(), 1);
 }
@@ -493,7 +495,7 @@ async fn a_session_whose_claim_may_have_run_out_asks_the_store_before_the_model(
     let mut s = setup(plays, store, false);
     s.parties.leases = parley_engine::Leases::new(Duration::from_secs(30));
     tokio::time::advance(Duration::from_secs(25)).await;
-    let r = run_session(&s.parties, Job { fence: Fence(1), ..job(1) }, &Limits::default(), &Stop::default()).await;
+    let r = run_session(&s.parties, with(job(1), |j| j.fence = Fence(1)), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::Cancelled);
     assert!(r.outcome.error.as_deref().unwrap_or_default().contains("claimed by another owner"), "{r:?}");
     assert!(s.agent.seen.lock().unwrap().is_empty(), "no model call under a claim taken over");
@@ -505,7 +507,7 @@ async fn a_session_whose_claim_may_have_run_out_asks_the_store_before_the_model(
     let mut s = setup(plays, MemoryStore::default(), false);
     s.parties.leases = parley_engine::Leases::new(Duration::from_secs(30));
     tokio::time::advance(Duration::from_secs(25)).await;
-    let r = run_session(&s.parties, Job { fence: Fence(1), ..job(1) }, &Limits::default(), &Stop::default()).await;
+    let r = run_session(&s.parties, with(job(1), |j| j.fence = Fence(1)), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::AgentStop);
     assert_eq!(s.agent.seen.lock().unwrap().len(), 2);
     assert_eq!(s.store.messages(1), r.transcript, "every message is committed");
@@ -554,4 +556,10 @@ async fn the_renewal_renews_on_its_timer_until_its_caller_stops_it() {
     task.await.unwrap();
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(*store.renewals.lock().unwrap(), 3, "none after the shutdown");
+}
+
+/// `job` with one thing changed.
+fn with(mut job: Job, change: impl FnOnce(&mut Job)) -> Job {
+    change(&mut job);
+    job
 }

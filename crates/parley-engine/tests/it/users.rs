@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use parley_core::{Fence, Limits, Message, Player, Role, Termination};
+use parley_core::{Claim, Limits, Message, Player, Role, SessionSpec, Termination};
 use parley_engine::{Job, Parties, Stop, run_session};
 
 use crate::parties::{Counter, Line, MemoryStore, Play, ScriptedAgent, ScriptedUser, task};
@@ -30,7 +30,8 @@ fn talk(plays: Vec<Play>, lines: Vec<Line>) -> Talk {
 }
 
 fn job() -> Job {
-    Job { id: 1, fence: Fence::UNCLAIMED, task: task(), trial: 0, seed: 7, prior: None, player: Player::Run }
+    let spec = SessionSpec { task_index: 0, trial: 0, seed: 7, player: Player::Run };
+    Job::new(Claim::unclaimed(1), task(), spec, None)
 }
 
 async fn run(t: &Talk, limits: Limits) -> parley_engine::SessionResult {
@@ -130,7 +131,7 @@ async fn an_agent_greeting_opens_when_the_task_has_no_user_message() {
     t.parties.agent = Arc::new(Greeter(t.agent.clone()));
     let mut silent = (*task()).clone();
     silent.messages = vec![Message::system("count")];
-    let job = Job { task: Arc::new(silent), ..job() };
+    let job = with(job(), |j| j.task = Arc::new(silent));
     let r = run_session(&t.parties, job, &Limits::default(), &Stop::default()).await;
     assert_eq!(r.transcript[1], Message::assistant("Hi! How can I help you today?"));
     assert_eq!(r.transcript[2], Message::user("I need help."));
@@ -143,7 +144,7 @@ async fn without_an_opening_or_greeting_the_user_speaks_first() {
     let mut silent = (*task()).clone();
     silent.messages = vec![];
     let r =
-        run_session(&t.parties, Job { task: Arc::new(silent), ..job() }, &Limits::default(), &Stop::default()).await;
+        run_session(&t.parties, with(job(), |j| j.task = Arc::new(silent)), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.transcript[0], Message::user("Hi, my order is late."));
     assert_eq!(r.outcome.termination, Termination::UserStop);
 }
@@ -232,7 +233,7 @@ async fn a_resumed_session_continues_a_grace_turn_where_it_stopped() {
     messages.push(Message::assistant("Shall I add three?"));
     messages.push(Message::user("Yes, go ahead. ###STOP###"));
     let prior = parley_engine::Prior { messages, ..Default::default() };
-    let r = run_session(&t.parties, Job { prior: Some(prior), ..job() }, &Limits::default(), &Stop::default()).await;
+    let r = run_session(&t.parties, with(job(), |j| j.prior = Some(prior)), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::UserStop);
     assert_eq!(r.outcome.reward.unwrap().value, 3.0);
     assert!(t.user.seen.lock().unwrap().is_empty(), "the user is not asked again");
@@ -245,7 +246,13 @@ async fn a_resumed_conversation_goes_back_to_whoever_was_next() {
     let mut messages = task().messages.clone();
     messages.push(Message::assistant("What else?"));
     let prior = parley_engine::Prior { messages, ..Default::default() };
-    let r = run_session(&t.parties, Job { prior: Some(prior), ..job() }, &Limits::default(), &Stop::default()).await;
+    let r = run_session(&t.parties, with(job(), |j| j.prior = Some(prior)), &Limits::default(), &Stop::default()).await;
     assert_eq!(r.outcome.termination, Termination::UserStop);
     assert!(t.agent.seen.lock().unwrap().is_empty());
+}
+
+/// `job` with one thing changed.
+fn with(mut job: Job, change: impl FnOnce(&mut Job)) -> Job {
+    change(&mut job);
+    job
 }

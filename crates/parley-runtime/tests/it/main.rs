@@ -29,12 +29,12 @@ async fn a_run_is_recorded_in_batches_and_driven_from_the_store_once() {
     let runtime = Runtime::start(&settings, store).await.unwrap();
     let (source, check) = TaskSource::from_settings(&settings).unwrap();
     assert!(check.bad.is_empty());
-    let created = runtime.create_run(&settings, source, &Default::default()).await.unwrap();
+    let created = runtime.create_run(source, &Default::default()).await.unwrap();
     assert_eq!((created.tasks, created.sessions), (1100, 2200));
 
-    let mut pending = runtime.pending(&settings, created.run, false).await.unwrap();
+    let mut pending = runtime.pending(created.run, false).await.unwrap();
     assert_eq!(pending.count, 2200);
-    let results: Vec<_> = runtime.drive(&settings, pending.take_jobs(), Stop::default()).collect().await;
+    let results: Vec<_> = runtime.drive(pending.take_jobs(), Stop::default()).collect().await;
     assert!(pending.error().is_none());
     assert_eq!(results.len(), 2200);
     let mut seen: Vec<(usize, u32)> = results.iter().map(|r| (r.task.index, r.trial)).collect();
@@ -44,7 +44,7 @@ async fn a_run_is_recorded_in_batches_and_driven_from_the_store_once() {
     assert!(results.iter().all(|r| r.outcome.reward.is_some()));
     runtime.finish_run(created.run, false).await.unwrap();
 
-    let again = runtime.pending(&settings, created.run, true).await.unwrap();
+    let again = runtime.pending(created.run, true).await.unwrap();
     assert_eq!(again.count, 0);
     let sessions = runtime.store.sessions(created.run).await.unwrap();
     assert!(sessions.iter().all(|s| s.status == "finished"));
@@ -66,7 +66,7 @@ async fn a_stopped_recording_keeps_the_batches_recorded_and_says_so() {
     let (source, _) = TaskSource::from_settings(&settings).unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     stop.cancel();
-    let created = runtime.create_run(&settings, source, &stop).await.unwrap();
+    let created = runtime.create_run(source, &stop).await.unwrap();
     assert!(!created.whole);
     assert!(created.tasks > 0 && created.tasks < 3000, "one batch, not every task: {}", created.tasks);
     let (total, _) = runtime.store.session_counts(created.run).await.unwrap();
@@ -85,10 +85,10 @@ async fn a_page_claimed_before_the_claims_may_have_run_out_gives_only_the_sessio
     let store = SqliteStore::open(&db, StoreOptions::default()).await.unwrap();
     let mut runtime = Runtime::start(&settings, store).await.unwrap();
     let (source, _) = TaskSource::from_settings(&settings).unwrap();
-    let run = runtime.create_run(&settings, source, &Default::default()).await.unwrap().run;
+    let run = runtime.create_run(source, &Default::default()).await.unwrap().run;
     // Claims never renewed, of a lease so short that they are in doubt at once.
     runtime.parties.leases = parley_engine::Leases::new(std::time::Duration::from_millis(1));
-    let mut pending = runtime.pending(&settings, run, false).await.unwrap();
+    let mut pending = runtime.pending(run, false).await.unwrap();
     let mut jobs = pending.take_jobs();
     let first = jobs.next().await.unwrap();
     // The page's leases run out, and another owner claims the first two sessions of the run.

@@ -12,7 +12,7 @@ use parley_core::{
     Agent, AgentFailure, AgentTurn, AgentView, Claim, Fence, Message, Player, Reward, SessionId, SessionSpec, Task,
     Termination, ToolSpec, agent_view,
 };
-use parley_engine::{Job, Parties, Prior, SessionResult, Stop, spawn_session};
+use parley_engine::{Job, Prior, SessionResult, Stop};
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -152,18 +152,16 @@ impl Episode {
             system_prompt: runtime.system_prompt.clone(),
             greeting: runtime.parties.agent.greeting().map(str::to_owned),
         };
-        let parties = Parties { agent: Arc::new(trainer), ..service.parties.clone() };
         let stop = Stop { drain: service.stop.drain.child_token(), abort: service.stop.abort.child_token() };
         let abort = stop.abort.clone();
         let spec =
             SessionSpec { task_index: start.task.index, trial: start.trial, seed: start.seed, player: Player::Trainer };
         let job = Job::new(Claim { session: start.id, fence: start.fence }, Arc::clone(&start.task), spec, prior);
-        let limits = service.settings.limits();
         service.metrics.started();
         let counted = Arc::clone(service);
         // The slot is the session's: it is given back when the session ends, whether or not its
         // trainer is still there to see it (an abandoned episode ends at its time limit).
-        let session = spawn_session(parties, job, limits, stop, move |result| {
+        let session = runtime.spawn(job, Some(Arc::new(trainer)), stop, move |result| {
             counted.metrics.ended(&result.outcome);
             drop(permit);
         });
