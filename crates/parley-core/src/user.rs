@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use crate::message::{Message, ToolSpec};
+use crate::message::{Message, Role, ToolSpec};
 use crate::model::{ModelCall, ModelFailure};
 use crate::task::Task;
 
@@ -74,4 +74,64 @@ pub enum UserFailure {
 #[async_trait]
 pub trait UserSimulator: Send + Sync {
     async fn respond(&self, view: UserView<'_>) -> Result<UserTurn, UserFailure>;
+
+    /// Whether the user's stop, the last of `messages`, came too early (`--stop-grace` then
+    /// gives the agent another turn): by default, when it or the user message just before it
+    /// answers an agent's request for the go-ahead with a confirmation, and the agent has made
+    /// no write call since. `writes` are the seqs of the results of the agent's write calls.
+    fn stopped_too_early(&self, messages: &[Message], writes: &[u32]) -> bool {
+        confirmed_before_the_action(messages, writes)
+    }
+}
+
+/// The default premature-stop rule (see [`UserSimulator::stopped_too_early`]), in English.
+pub fn confirmed_before_the_action(messages: &[Message], writes: &[u32]) -> bool {
+    let user_texts =
+        messages.iter().enumerate().rev().filter(|(_, m)| m.role == Role::User && !m.content_str().is_empty());
+    user_texts.take(2).any(|(seq, m)| {
+        let asked = messages[..seq]
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::Assistant && !m.content_str().is_empty())
+            .is_some_and(|m| asks_to_act(m.content_str()));
+        asked && confirms(m.content_str()) && !writes.iter().any(|&w| w as usize > seq)
+    })
+}
+
+/// Whether an agent message asks for the go-ahead to do something ("Shall I cancel it?").
+fn asks_to_act(text: &str) -> bool {
+    let text = text.to_lowercase();
+    text.contains('?')
+        && [
+            "shall i",
+            "should i",
+            "do you want me to",
+            "would you like me to",
+            "confirm",
+            "proceed",
+            "go ahead",
+            "may i",
+        ]
+        .iter()
+        .any(|p| text.contains(p))
+}
+
+/// Whether a message agrees to have something done ("yes, please go ahead").
+fn confirms(text: &str) -> bool {
+    let text = text.to_lowercase();
+    let words: Vec<&str> = text.split(|c: char| !c.is_alphanumeric() && c != '\'').filter(|w| !w.is_empty()).collect();
+    let has = |w: &str| words.contains(&w);
+    let phrase = |p: &str| text.contains(p);
+    has("yes")
+        || has("confirm")
+        || has("confirmed")
+        || has("proceed")
+        || has("sure")
+        || has("yeah")
+        || phrase("go ahead")
+        || phrase("please do")
+        || phrase("do it")
+        || phrase("sounds good")
+        || phrase("that's correct")
+        || phrase("that is correct")
 }

@@ -601,7 +601,7 @@ async fn user_turn(
         return Ok(Next::User);
     }
     if let Some(stop) = turn.stop {
-        if state.grace > 0 && premature(state, user_seq) {
+        if state.grace > 0 && user.stopped_too_early(&state.messages[..=user_seq as usize], &state.writes) {
             state.grace -= 1;
             state.stopping = Some(stop);
             tracing::debug!(session = state.id, "the user stopped before the agent acted on a confirmation");
@@ -698,61 +698,6 @@ fn bound(mut content: String, max: usize) -> (String, bool) {
     content.truncate(cut);
     content.push_str(&format!("\n[output truncated: {cut} of {total} bytes shown]"));
     (content, true)
-}
-
-/// Whether a user stop came too early: the stop message, or the user message just before it,
-/// answers an agent's request for the go-ahead with a confirmation, and the agent has made no
-/// write call since.
-fn premature(state: &State<'_>, stop_seq: u32) -> bool {
-    let messages = &state.messages[..=stop_seq as usize];
-    let user_texts =
-        messages.iter().enumerate().rev().filter(|(_, m)| m.role == Role::User && !m.content_str().is_empty());
-    user_texts.take(2).any(|(seq, m)| {
-        let asked = messages[..seq]
-            .iter()
-            .rev()
-            .find(|m| m.role == Role::Assistant && !m.content_str().is_empty())
-            .is_some_and(|m| asks_to_act(m.content_str()));
-        asked && confirms(m.content_str()) && !state.writes.iter().any(|&w| w as usize > seq)
-    })
-}
-
-/// Whether an agent message asks for the go-ahead to do something ("Shall I cancel it?").
-fn asks_to_act(text: &str) -> bool {
-    let text = text.to_lowercase();
-    text.contains('?')
-        && [
-            "shall i",
-            "should i",
-            "do you want me to",
-            "would you like me to",
-            "confirm",
-            "proceed",
-            "go ahead",
-            "may i",
-        ]
-        .iter()
-        .any(|p| text.contains(p))
-}
-
-/// Whether a message agrees to have something done ("yes, please go ahead").
-fn confirms(text: &str) -> bool {
-    let text = text.to_lowercase();
-    let words: Vec<&str> = text.split(|c: char| !c.is_alphanumeric() && c != '\'').filter(|w| !w.is_empty()).collect();
-    let has = |w: &str| words.contains(&w);
-    let phrase = |p: &str| text.contains(p);
-    has("yes")
-        || has("confirm")
-        || has("confirmed")
-        || has("proceed")
-        || has("sure")
-        || has("yeah")
-        || phrase("go ahead")
-        || phrase("please do")
-        || phrase("do it")
-        || phrase("sounds good")
-        || phrase("that's correct")
-        || phrase("that is correct")
 }
 
 /// Checks a call the model wrote: a known tool, arguments that parse as JSON and match the

@@ -148,15 +148,14 @@ pub fn tau2_domain(
     judged: Judged<'_>,
 ) -> anyhow::Result<(environment_tau2::Domain, Option<Arc<VerdictCache>>)> {
     let name = domain.as_str();
-    let dir = environment_tau2::data_dir(settings.tau2.data_dir.as_deref()).map_err(|e| usage(e.to_string()))?;
+    let dir = settings.tau2.data_dir()?;
     let mut options = environment_tau2::DomainOptions::default();
     let mut cache = None;
     if let Judged::Yes(store) = judged {
-        let t = &settings.tau2;
-        if let Some(base_url) = t.judge_base_url.clone().or_else(|| settings.base_url.clone()) {
-            let api_key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
+        let judge = settings.judge();
+        if let Some(base_url) = judge.base_url {
             let client: Arc<dyn parley_core::ModelClient> = Arc::new(
-                ChatClient::new(&settings.endpoint(base_url, api_key_env))
+                ChatClient::new(&settings.endpoint(base_url, judge.api_key_env))
                     .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
             );
             options.judge = Some(match store {
@@ -167,7 +166,7 @@ pub fn tau2_domain(
                 }
                 None => client,
             });
-            options.judge_model = Some(t.judge_model.clone().unwrap_or_else(|| settings.model.clone()));
+            options.judge_model = Some(judge.model);
         }
     }
     let loaded = environment_tau2::load(&dir, name, options).map_err(|e| {
@@ -225,11 +224,10 @@ impl parley_core::ModelClient for NoJudge {
 fn launch(settings: &RunSettings, venv: &std::path::Path) -> LaunchOptions {
     let mut options = LaunchOptions::with_venv(venv);
     options.server_types = vec!["resources_servers".into(), "responses_api_models".into()];
-    let t = &settings.tau2;
-    if let Some(base_url) = t.judge_base_url.clone().or_else(|| settings.base_url.clone()) {
-        let key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
-        let key = key_env.and_then(|v| std::env::var(v).ok()).unwrap_or_else(|| "none".into());
-        let model = t.judge_model.clone().unwrap_or_else(|| settings.model.clone());
+    let judge = settings.judge();
+    if let Some(base_url) = judge.base_url {
+        let key = judge.api_key_env.and_then(|v| std::env::var(v).ok()).unwrap_or_else(|| "none".into());
+        let model = judge.model;
         options.overrides =
             Some(serde_json::json!({"policy_base_url": base_url, "policy_api_key": key, "policy_model_name": model}));
     }
@@ -240,25 +238,22 @@ fn launch(settings: &RunSettings, venv: &std::path::Path) -> LaunchOptions {
 /// agent's) behind the store's verdict cache, so a rescore with an unchanged prompt asks nothing
 /// again; the cache is kept in `out` to count the calls it made.
 fn composite(settings: &RunSettings, store: Option<&Store>, out: &mut Environments) -> anyhow::Result<Composite> {
-    let t = &settings.tau2;
+    let judge = settings.judge();
     let mut endpoints = Endpoints {
-        judge_model: t.judge_model.clone().unwrap_or_else(|| settings.model.clone()),
+        judge_model: judge.model,
         timeout: settings.endpoint(String::new(), None).timeout,
         ..Endpoints::default()
     };
     let needs_judge = settings.reward.components.iter().any(|c| c.scorer == ScorerKind::Judge);
-    let base_url = t.judge_base_url.clone().or_else(|| settings.base_url.clone());
+    let base_url = judge.base_url;
     // A stored run whose judge was the in-process stub has no endpoint left: its verdicts still
     // answer a rescore from the store, and a request it never judged fails, saying why.
     if needs_judge && (base_url.is_some() || store.is_some()) {
         let client: Arc<dyn parley_core::ModelClient> = match base_url {
-            Some(base_url) => {
-                let api_key_env = t.judge_api_key_env.clone().or_else(|| settings.api_key_env.clone());
-                Arc::new(
-                    ChatClient::new(&settings.endpoint(base_url, api_key_env))
-                        .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
-                )
-            }
+            Some(base_url) => Arc::new(
+                ChatClient::new(&settings.endpoint(base_url, judge.api_key_env))
+                    .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
+            ),
             None => Arc::new(NoJudge),
         };
         endpoints.judge = Some(match (store, &out.judge) {

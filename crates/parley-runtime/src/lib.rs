@@ -22,7 +22,7 @@ pub use environment::{EnvKind, Environments, Judged, Tau2Domain};
 pub use error::{UsageError, usage};
 pub use parley_engine::{Job, SessionResult, Stop};
 pub use rows::{Failure, Rollout};
-pub use runtime::{Created, Pending, Runtime, prior};
+pub use runtime::{Created, Pending, Runtime, prior, set_lease};
 pub use settings::{Front, RunSettings};
 pub use tasks::{StoredTasks, TaskSource};
 pub use worker::{WORKER_RETRIES, Worked};

@@ -479,15 +479,18 @@ impl JobCursor {
     }
 }
 
-/// How long a claim lasts without renewal: `PARLEY_LEASE_SECS` (tests shorten it), else
-/// [`Owner::DEFAULT_LEASE`].
+/// This process's lease, when its front end sets one (`--lease`); a process-wide setting, as
+/// the process is one owner to the store whatever runs it drives.
+static LEASE: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+
+/// Sets how long this process's claims last without renewal, once, before any runtime starts;
+/// else [`Owner::DEFAULT_LEASE`].
+pub fn set_lease(lease: std::time::Duration) {
+    let _ = LEASE.set(lease);
+}
+
 fn lease() -> std::time::Duration {
-    std::env::var("PARLEY_LEASE_SECS")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(Owner::DEFAULT_LEASE)
+    LEASE.get().copied().filter(|d| !d.is_zero()).unwrap_or(Owner::DEFAULT_LEASE)
 }
 
 /// Whether an owner is a process of this host that no longer runs. Owners are named
@@ -535,8 +538,7 @@ async fn user_simulator(
                 Some(own) if tau2 => simulator_llm::Prompt::tau2(own.clone(), own),
                 Some(own) => simulator_llm::Prompt::default().with_guidelines(own),
                 None if tau2 => {
-                    let dir = environment_tau2::data_dir(settings.tau2.data_dir.as_deref())
-                        .map_err(|e| usage(e.to_string()))?;
+                    let dir = settings.tau2.data_dir()?;
                     let theirs = environment_tau2::user_guidelines(&dir).map_err(|e| usage(e.to_string()))?;
                     simulator_llm::Prompt::tau2(theirs.plain, theirs.tools)
                 }

@@ -187,6 +187,40 @@ pub struct Tau2Settings {
     pub judge_api_key_env: Option<String>,
 }
 
+/// The judge a run's rewards and tau2's NL assertions ask: the judge flags, else the agent's
+/// endpoint, key and model. The one place that rule is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judge {
+    /// `None`: the run names no endpoint (it drives the in-process stub).
+    pub base_url: Option<String>,
+    pub api_key_env: Option<String>,
+    pub model: String,
+}
+
+impl RunSettings {
+    pub fn judge(&self) -> Judge {
+        let t = &self.tau2;
+        Judge {
+            base_url: t.judge_base_url.clone().or_else(|| self.base_url.clone()),
+            api_key_env: t.judge_api_key_env.clone().or_else(|| self.api_key_env.clone()),
+            model: t.judge_model.clone().unwrap_or_else(|| self.model.clone()),
+        }
+    }
+}
+
+/// The variable `--data-dir` reads when the flag is not given.
+pub const TAU2_DATA_VARIABLE: &str = "PARLEY_TAU2_DATA";
+
+impl Tau2Settings {
+    /// tau2's data folder, checked. A run recorded without one (by a Parley whose flag did not
+    /// yet read the variable) finds it where its front end did, in [`TAU2_DATA_VARIABLE`].
+    pub fn data_dir(&self) -> Result<PathBuf, UsageError> {
+        let recorded_without = || std::env::var_os(TAU2_DATA_VARIABLE).filter(|d| !d.is_empty()).map(PathBuf::from);
+        let dir = self.data_dir.clone().or_else(recorded_without);
+        environment_tau2::data_dir(dir.as_deref()).map_err(|e| usage(e.to_string()))
+    }
+}
+
 /// How an MCP run's final answer is compared with the row's `expected_answer`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -442,7 +476,7 @@ impl RunSettings {
                     dir.display()
                 )));
             }
-            environment_tau2::data_dir(self.tau2.data_dir.as_deref()).map_err(|e| usage(e.to_string()))?;
+            self.tau2.data_dir()?;
             if let Some(tasks) = &self.tasks {
                 return Err(usage(format!(
                     "--tasks {}: tau2 domains bring their own tasks; choose them with --split and --num-tasks",

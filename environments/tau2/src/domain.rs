@@ -91,16 +91,10 @@ impl std::fmt::Debug for Domain {
     }
 }
 
-/// The tau2 data folder: `explicit` if given, else `PARLEY_TAU2_DATA`. (The CLI adds its
-/// config file in between.)
-pub fn data_dir(explicit: Option<&Path>) -> Result<PathBuf, Tau2Error> {
-    let dir = match explicit {
-        Some(dir) => dir.to_owned(),
-        None => match std::env::var_os("PARLEY_TAU2_DATA") {
-            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-            _ => return Err(Tau2Error::NoDataDir),
-        },
-    };
+/// The tau2 data folder given (the front end's `--data-dir`, which also reads
+/// `PARLEY_TAU2_DATA`), checked to be a folder.
+pub fn data_dir(given: Option<&Path>) -> Result<PathBuf, Tau2Error> {
+    let dir = given.ok_or(Tau2Error::NoDataDir)?.to_owned();
     if !dir.is_dir() {
         return Err(Tau2Error::MissingDataDir(dir));
     }
