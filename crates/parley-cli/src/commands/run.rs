@@ -16,7 +16,6 @@ use parley_store::{DbLocation, Store, StoreOptions};
 
 use crate::cli::WorkerArgs;
 use crate::commands::inspect::open;
-use crate::error::usage;
 use crate::export::Format;
 use crate::progress::Progress;
 use crate::summary;
@@ -353,12 +352,9 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         }
     };
     let mut settings = stored_settings(run, db).await?;
-    if let Some(concurrency) = args.concurrency {
-        if concurrency == 0 {
-            return Err(usage("--concurrency must be at least 1"));
-        }
-        settings.concurrency = concurrency;
-    }
+    // The worker's own concurrency over the run's, checked as a run's settings are.
+    settings.concurrency = args.concurrency.unwrap_or(settings.concurrency);
+    settings.check_for(parley_runtime::settings::Need::Nothing)?;
     let store = Store::open(db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
     let runtime = Runtime::start(&settings, store).await?;
     eprintln!(
