@@ -34,24 +34,57 @@ fn every_command_of_the_tutorial_runs_and_does_what_it_says() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "the tutorial failed:\n{stdout}\n{}", text(&out.stderr));
 
-    // The splits.
+    // The splits: their shares, by each question's seeded hash, and no question in two parts.
     let lines = |f: &str| std::fs::read_to_string(work.path(f)).unwrap().lines().count();
     assert_eq!(
         [lines("all.jsonl"), lines("train.jsonl"), lines("validation.jsonl"), lines("test.jsonl")],
-        [10_000, 8_000, 1_000, 1_000]
+        [10_000, 8_038, 976, 986]
     );
+    assert!(stdout.contains("test.jsonl: 986 rows, 834 good, 152 named (near_duplicate 152)"), "{stdout}");
     // The baseline's figures, as the tutorial states them.
     let metrics: Value =
         serde_json::from_str(&std::fs::read_to_string(work.path("baseline-metrics.json")).unwrap()).unwrap();
     let run = &metrics["training"]["run"];
-    assert_eq!(run["sessions"], 4000);
+    assert_eq!(run["sessions"], 3944);
     let mean = run["mean_reward"].as_f64().unwrap();
     let correct = run["components"]["correct"].as_f64().unwrap();
-    assert!((mean - 0.593).abs() < 0.0005 && (correct - 0.527).abs() < 0.0005, "{run}");
-    // Success is the `correct` component's: every right answer, 0.527 / 0.9 of the sessions.
+    assert!((mean - 0.582).abs() < 0.0005 && (correct - 0.518).abs() < 0.0005, "{run}");
+    // Success is the `correct` component's: every right answer, 0.5175 / 0.9 of the sessions.
     let success = run["success_rate"].as_f64().unwrap();
-    assert!((success - 0.527 / 0.9).abs() < 0.001, "{run}");
+    assert!((success - 0.5175 / 0.9).abs() < 0.001, "{run}");
     assert_eq!(run["mean_steps"].as_f64(), Some(1.0));
-    assert!(stdout.contains("components     correct 0.527 · format 0.091 · steps -0.025"), "{stdout}");
-    assert!(stdout.contains("rescored 4000 sessions of run 1: 0 changed"), "{stdout}");
+    assert!(stdout.contains("components     correct 0.518 · format 0.090 · steps -0.025"), "{stdout}");
+    assert!(stdout.contains("rescored 3944 sessions of run 1: 0 changed"), "{stdout}");
+}
+
+/// `parley tasks check` through the binary: a row that leaks into another split or cannot be
+/// scored fails the check (exit 1) and is named by line; repeated rows are named without
+/// failing it; `--json` gives the same findings as one object.
+#[test]
+fn a_task_file_check_names_leaks_and_unscorable_rows_and_fails_on_them() {
+    let work = Workdir::new();
+    let row = |q: &str| format!(r#"{{"responses_create_params":{{"input":"{q}"}},"expected_answer":"1"}}"#);
+    std::fs::write(work.path("test.jsonl"), row("What is 0+1?") + "\n").unwrap();
+    let clean = [row("What is 1+0?"), row("what is  1+0?")].join("\n");
+    std::fs::write(work.path("train.jsonl"), &clean).unwrap();
+    let check = |file: &str, extra: &[&str]| {
+        let mut args = vec!["tasks", "check", file, "--env", "custom", "--reward", "math", "--against", "test.jsonl"];
+        args.extend(extra);
+        work.parley(&args)
+    };
+    let out = check("train.jsonl", &[]);
+    assert!(out.status.success(), "a repeated row alone does not fail it: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("train.jsonl:2: the same question as line 1"), "{}", text(&out.stdout));
+    assert_eq!(check("train.jsonl", &["--fail-on-duplicates"]).status.code(), Some(1));
+
+    let leaky = [row("What is 1+0?"), row("WHAT IS 0+1?"), r#"{"responses_create_params":{"input":"2?"}}"#.into()];
+    std::fs::write(work.path("leaky.jsonl"), leaky.join("\n")).unwrap();
+    let out = check("leaky.jsonl", &[]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("leaky.jsonl:2: also in test.jsonl:1"), "{said}");
+    assert!(said.contains("leaky.jsonl:3: cannot run: the row has no `expected_answer`"), "{said}");
+    let json: Value = serde_json::from_slice(&check("leaky.jsonl", &["--json"]).stdout).unwrap();
+    assert_eq!(json["counts"], serde_json::json!({"leaked": 1, "unrunnable": 1}), "{json}");
+    assert_eq!((json["rows"].as_u64(), json["good"].as_u64()), (Some(3), Some(1)));
 }

@@ -634,10 +634,13 @@ pub struct StubArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct TasksArgs {
+    #[command(subcommand)]
+    pub action: Option<TasksAction>,
     /// The environment to write tasks for.
-    #[arg(value_enum)]
-    pub env: parley_runtime::generate::Generator,
+    #[arg(value_enum, required = true)]
+    pub env: Option<parley_runtime::generate::Generator>,
     /// How many tasks.
     #[arg(long, default_value_t = 100)]
     pub count: usize,
@@ -647,4 +650,58 @@ pub struct TasksArgs {
     /// Output file (stdout when absent).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksAction {
+    /// Name every row of a task file that does not parse, lacks what the environment or the
+    /// reward needs (as `--env` and `--reward` say), repeats another row (exactly, or once
+    /// whitespace and case are set aside), or appears in an `--against` file (leakage); then
+    /// count the rows holding each field. Exits 1 when a row cannot run or leaks.
+    Check(Box<TasksCheckArgs>),
+    /// Split a task file into train, validation and test files with no question in two of
+    /// them: each row goes where its question's (or `--by` field's) seeded hash falls.
+    Split(TasksSplitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TasksCheckArgs {
+    /// The task file (NeMo Gym rows, one JSON object per line).
+    pub file: PathBuf,
+    /// Files the rows must not appear in (a test or validation split), by their question.
+    #[arg(long, value_name = "FILE")]
+    pub against: Vec<PathBuf>,
+    /// Print the findings and counts as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Fail (exit 1) on repeated rows too, not only on rows that cannot run or that leak.
+    #[arg(long)]
+    pub fail_on_duplicates: bool,
+    /// The environment and reward the rows are for, as `parley run` takes them.
+    #[command(flatten)]
+    pub run: RunOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct TasksSplitArgs {
+    /// The task file to split.
+    pub file: PathBuf,
+    /// Share of the rows to train on.
+    #[arg(long, default_value_t = 0.8)]
+    pub train: f64,
+    /// Share of the rows to tune on.
+    #[arg(long, default_value_t = 0.1)]
+    pub validation: f64,
+    /// Share of the rows held out.
+    #[arg(long, default_value_t = 0.1)]
+    pub test: f64,
+    /// Seed of the split; the same seed splits the same way.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Keep rows sharing this field's value in one part (a source document, a task family).
+    #[arg(long, value_name = "FIELD")]
+    pub by: Option<String>,
+    /// Where to write `train.jsonl`, `validation.jsonl` and `test.jsonl` [default: beside FILE].
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
 }

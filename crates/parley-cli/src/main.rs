@@ -59,7 +59,7 @@ fn main() -> ExitCode {
                 Command::Rescore(args) => commands::durable::rescore(args).await,
                 Command::Replay(args) => commands::durable::replay(args).await,
                 Command::Fork(args) => commands::durable::fork(args).await,
-                Command::Tasks(args) => commands::tasks::tasks(args),
+                Command::Tasks(args) => commands::tasks::tasks(args).await,
                 Command::Envs(args) => commands::envs::envs(args),
                 Command::View(args) => commands::view::view(args).await,
             }

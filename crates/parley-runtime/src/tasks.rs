@@ -140,12 +140,12 @@ impl TaskSource {
 
 /// The non-empty lines of a task file with their numbers (from 1), each parsed as JSON. A
 /// UTF-8 byte-order mark at the start is skipped, as editors on some systems write one.
-struct Rows {
+pub(crate) struct Rows {
     lines: std::iter::Enumerate<std::io::Lines<std::io::BufReader<std::fs::File>>>,
 }
 
 impl Rows {
-    fn open(path: &Path) -> Result<Rows, UsageError> {
+    pub(crate) fn open(path: &Path) -> Result<Rows, UsageError> {
         crate::settings::check_file("--tasks", path)?;
         let file = std::fs::File::open(path).map_err(|e| usage(format!("--tasks {}: {e}", path.display())))?;
         Ok(Rows { lines: std::io::BufReader::new(file).lines().enumerate() })
@@ -172,7 +172,7 @@ impl Iterator for Rows {
 }
 
 /// A row as a task; a multi-step row may declare only tools the environment can run.
-fn parse(index: usize, row: Value, multi_step: bool) -> Result<Task, String> {
+pub(crate) fn parse(index: usize, row: Value, multi_step: bool) -> Result<Task, String> {
     let task = task_from_row(index, row).map_err(|e| e.to_string())?;
     if multi_step {
         let known = environment_multi_step::tools();
