@@ -15,6 +15,7 @@ pub mod environment;
 pub mod message;
 pub mod model;
 pub mod nemo_gym;
+pub mod review;
 pub mod reward;
 pub mod rng;
 pub mod session;
