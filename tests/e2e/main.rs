@@ -31,5 +31,6 @@ mod tau2_user;
 mod tokens;
 mod tutorial;
 mod usage;
+mod user_review;
 mod users;
 mod view;

@@ -22,6 +22,18 @@ pub struct Cli {
     pub lease: Option<f64>,
 }
 
+/// A user fault of the stub: `MODE:RATE`.
+fn user_fault(text: &str) -> Result<(parley_stub::UserFaultMode, f64), String> {
+    let (mode, rate) = text.split_once(':').unwrap_or((text, "1"));
+    let known: Vec<&str> = parley_stub::UserFaultMode::ALL.iter().map(|m| m.as_str()).collect();
+    let mode = parley_stub::UserFaultMode::parse(mode)
+        .ok_or_else(|| format!("`{mode}` is not a user fault; the faults are {}", known.join(", ")))?;
+    match rate.parse::<f64>() {
+        Ok(rate) if (0.0..=1.0).contains(&rate) => Ok((mode, rate)),
+        _ => Err(format!("`{rate}` is not a rate between 0 and 1")),
+    }
+}
+
 /// A lease: a positive number of seconds up to a day.
 fn lease(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
@@ -587,6 +599,12 @@ pub struct StubArgs {
     /// answers with `###STOP###`.
     #[arg(long, default_value_t = 2)]
     pub user_turns: u32,
+    /// Make the simulated user fail on purpose in this share of the conversations, the same
+    /// ones for the same `--seed`: `repeats`, `speaks_as_agent`, `leaks_instructions`,
+    /// `ends_early` or `talks_after_stop`, as `MODE:RATE` (repeatable; the first that draws
+    /// wins). What each says is in the stub's documentation.
+    #[arg(long, value_name = "MODE:RATE", value_parser = user_fault)]
+    pub user_fault: Vec<(parley_stub::UserFaultMode, f64)>,
     /// Give every tool call the same id (`call_0000000000000000`), as some local model servers
     /// do, for clients that must pair calls with their results by position.
     #[arg(long)]

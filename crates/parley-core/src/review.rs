@@ -2,7 +2,7 @@
 //! not punish the policy for. Cheap (rules over the transcript, no model call), so it runs on
 //! every session of an LLM user. Each finding names the user's message and the rule it broke.
 //!
-//! The rules: the turn is **empty** or **repeats** the user's previous turn; the user
+//! The rules: the turn is **empty** or **repeats** the user's previous turn (six words or more); the user
 //! **speaks as the agent** (offers help, claims to have done the agent's action, calls tools it
 //! was not given); it **leaks its instructions** (ten words of its system prompt verbatim, "as
 //! an AI", a role label, a prompt tag); it **ends early** (stops, transfers or goes out of scope
@@ -75,6 +75,9 @@ pub struct Brief<'a> {
     pub has_tools: bool,
 }
 
+/// Words a message repeated word for word must have to be a fault.
+const REPEATED_WORDS: usize = 6;
+
 /// Words of the system prompt that, met in this order in a user message, are a quotation.
 const QUOTED_WORDS: usize = 10;
 
@@ -108,7 +111,9 @@ pub fn review(transcript: &[Message], brief: Brief<'_>) -> Vec<UserFault> {
             fault(Rule::Empty, "an empty message".into());
         }
         let normal = normalise(said);
-        if !normal.is_empty() && previous.as_deref() == Some(normal.as_str()) {
+        // A short acknowledgement ("yes, please go ahead") may come twice from any person.
+        let substantive = normal.split(' ').count() >= REPEATED_WORDS;
+        if substantive && previous.as_deref() == Some(normal.as_str()) {
             fault(Rule::Repeats, excerpt(said));
         }
         if let Some(phrase) = AGENT_PHRASES.iter().find(|p| normal.contains(*p)) {
@@ -226,9 +231,12 @@ mod tests {
             Message::assistant("Hello! How can I help you today?"),
             Message::user("Hi, I'd like to cancel my reservation ABC123."),
             Message::assistant("Done. Anything else?"),
+            Message::user("Yes, please go ahead."),
+            Message::assistant("Shall I also refund it?"),
+            Message::user("Yes, please go ahead."),
             Message::user("No, thanks. ###STOP###"),
         ];
-        assert_eq!(rules(&t, brief()), []);
+        assert_eq!(rules(&t, brief()), [], "a short acknowledgement twice is no fault");
     }
 
     #[test]
@@ -236,8 +244,8 @@ mod tests {
         let t = [
             Message::user("###STOP###"),
             Message::assistant("Hello, how can I help?"),
-            Message::user("Please cancel it."),
-            Message::user("please   cancel it"),
+            Message::user("Please cancel my flight to Boston tomorrow."),
+            Message::user("please   cancel my flight to boston tomorrow"),
             Message::user(""),
             Message::user("How can I help you with your booking?"),
             Message::user("As an AI, I cannot say."),

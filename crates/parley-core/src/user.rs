@@ -82,6 +82,13 @@ pub trait UserSimulator: Send + Sync {
     fn stopped_too_early(&self, messages: &[Message], writes: &[u32]) -> bool {
         confirmed_before_the_action(messages, writes)
     }
+
+    /// The simulator's own faults in a finished session's `transcript` (see
+    /// [`crate::review`]), which a trainer should not punish the policy for; `tools` are the
+    /// user's own. None by default: a script or a person is taken at its word.
+    fn review(&self, _task: &Task, _transcript: &[Message], _tools: &[ToolSpec]) -> Vec<crate::review::UserFault> {
+        Vec::new()
+    }
 }
 
 /// The default premature-stop rule (see [`UserSimulator::stopped_too_early`]), in English.

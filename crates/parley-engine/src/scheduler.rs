@@ -164,5 +164,6 @@ fn panicked(id: SessionId, task: Arc<Task>, trial: u32, why: String) -> SessionR
         usage: Default::default(),
         user_usage: Default::default(),
         taken_over: false,
+        user_faults: Vec::new(),
     }
 }

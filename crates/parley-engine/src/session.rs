@@ -86,6 +86,9 @@ pub struct SessionResult {
     /// Another owner claimed the session while this process drove it: it is theirs now, and
     /// nothing of this ending was recorded.
     pub taken_over: bool,
+    /// The simulated user's own faults, as its review found them (see
+    /// [`UserSimulator::review`](parley_core::UserSimulator::review)).
+    pub user_faults: Vec<parley_core::review::UserFault>,
 }
 
 /// The text with which an agent ends a conversation that has a user.
@@ -329,6 +332,7 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
 
     // Whether the trajectory was whole and only its scoring failed: then its last turn is kept.
     let mut scoring = false;
+    let mut user_faults = Vec::new();
     let (ended, reward) = match parties.environment.open(&task).await {
         Err(e) => {
             let error = format!("opening the environment: {e}");
@@ -375,6 +379,9 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
                     Err(e) => ended = Ended::environment(format!("scoring failed: {e}")),
                 }
             }
+            if let Some(user) = &parties.user {
+                user_faults = user.review(&task, &state.messages, env.user_tools());
+            }
             env.close().await;
             (ended, reward)
         }
@@ -410,7 +417,18 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         outcome: outcome.clone(),
     };
     let (usage, user_usage, transcript) = (state.usage, state.user_usage, state.messages);
-    let result = SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage, taken_over };
+    let result = SessionResult {
+        id,
+        task,
+        trial,
+        outcome,
+        transcript,
+        produced_from,
+        usage,
+        user_usage,
+        taken_over,
+        user_faults,
+    };
     (result, ending)
 }
 

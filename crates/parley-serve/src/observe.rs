@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use parley_core::review::UserFault;
 use parley_core::{
-    Agent, AgentFailure, AgentTurn, AgentView, Claim, Claimed, Owner, RunId, RunSpec, SessionId, SessionOutcome,
-    SessionSpec, SessionStore, StoreError, Task, TurnRecord, UserFailure, UserSimulator, UserTurn, UserView,
+    Agent, AgentFailure, AgentTurn, AgentView, Claim, Claimed, Message, Owner, RunId, RunSpec, SessionId,
+    SessionOutcome, SessionSpec, SessionStore, StoreError, Task, ToolSpec, TurnRecord, UserFailure, UserSimulator,
+    UserTurn, UserView,
 };
 use parley_engine::Parties;
 
@@ -80,6 +82,14 @@ impl UserSimulator for ObservedUser {
             Err(UserFailure::User { call, .. }) => observe(&self.metrics.user_calls, call.as_ref()),
         }
         turn
+    }
+
+    fn stopped_too_early(&self, messages: &[Message], writes: &[u32]) -> bool {
+        self.inner.stopped_too_early(messages, writes)
+    }
+
+    fn review(&self, task: &Task, transcript: &[Message], tools: &[ToolSpec]) -> Vec<UserFault> {
+        self.inner.review(task, transcript, tools)
     }
 }
 

@@ -26,6 +26,9 @@ pub struct StubConfig {
     pub final_text: Option<String>,
     /// Turns a simulated user takes before it stops (see the crate docs).
     pub user_turns: u32,
+    /// Faults the simulated user makes on purpose, each in this share of the conversations
+    /// (default: none).
+    pub user_faults: Vec<(crate::UserFaultMode, f64)>,
     /// The size of a `huge` fault's body, in bytes (default 32 MiB).
     pub huge_bytes: usize,
     /// Whether answers carry reasoning, and in which Chat Completions field (default: none).
@@ -89,6 +92,7 @@ impl Default for StubConfig {
             retry_after_secs: 1,
             final_text: None,
             user_turns: 2,
+            user_faults: Vec::new(),
             huge_bytes: 32 << 20,
             reasoning: None,
             answers: None,
@@ -106,6 +110,11 @@ impl StubConfig {
         for (name, fraction) in self.faults.named() {
             if !(0.0..=1.0).contains(&fraction) {
                 return Err(ConfigError::FractionOutOfRange { name, fraction });
+            }
+        }
+        for &(mode, fraction) in &self.user_faults {
+            if !(0.0..=1.0).contains(&fraction) {
+                return Err(ConfigError::FractionOutOfRange { name: mode.as_str(), fraction });
             }
         }
         let total = self.faults.total();

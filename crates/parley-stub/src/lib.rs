@@ -45,7 +45,9 @@
 //!    "json_schema", "schema": S}}`), the JSON document synthesized from S, serialized;
 //! 2. else, for a simulated user's request (its system text contains `###STOP###`), `Yes, please
 //!    go ahead.` while the request holds fewer than [`StubConfig::user_turns`] `assistant`
-//!    messages (the user's own earlier turns), then `Thank you, that is all. ###STOP###`;
+//!    messages (the user's own earlier turns), then `Thank you, that is all. ###STOP###` (unless
+//!    [`StubConfig::user_faults`] makes the conversation's user fail on purpose: see
+//!    [`UserFaultMode`]);
 //! 3. else, with [`StubConfig::judge`], a judge verdict for a prompt with `GOLD:` and
 //!    `CANDIDATE:` sections (see [`verdict`]);
 //! 4. else, when [`StubConfig::answers`] has a row whose first user text is the request's, that
@@ -176,9 +178,11 @@ mod stats;
 mod synth;
 mod token_ids;
 mod turn;
+mod user_faults;
 
 pub use answers::{AnswerKey, MALFORMED, verdict};
 pub use config::{ConfigError, Faults, StubConfig, StubReasoning};
 pub use server::{CallIds, router, serve, serve_with};
 pub use stats::{Stats, conversation_key};
 pub use token_ids::TokenMode;
+pub use user_faults::UserFaultMode;

@@ -115,7 +115,14 @@ impl<'a> Turn<'a> {
         let text = if let Some(schema) = self.json_schema {
             synthesize(schema).to_string()
         } else if let Some(turns) = self.user_turns {
-            if turns < config.user_turns as usize { USER_GOES_ON } else { USER_STOPS }.to_owned()
+            let stops_at = config.user_turns as usize;
+            let faulty = crate::user_faults::drawn(&config.user_faults, config.seed, self.conversation);
+            match faulty.and_then(|mode| mode.says(turns, stops_at)) {
+                Some(text) => text,
+                None if turns < stops_at => USER_GOES_ON,
+                None => USER_STOPS,
+            }
+            .to_owned()
         } else if let Some(verdict) =
             self.first_user.as_deref().filter(|_| config.judge).and_then(crate::answers::verdict)
         {

@@ -27,6 +27,7 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
         retry_after_secs: args.retry_after,
         final_text: args.final_text.clone(),
         user_turns: args.user_turns,
+        user_faults: args.user_fault.clone(),
         huge_bytes: args.huge_bytes,
         reasoning: args.reasoning,
         answers: answers(args)?,

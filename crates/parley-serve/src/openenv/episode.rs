@@ -99,6 +99,8 @@ struct End {
     termination: Termination,
     reward: Option<Reward>,
     error: Option<String>,
+    /// The simulated user's own faults: a trainer leaves the episode out of its loss.
+    user_faults: Vec<parley_core::review::UserFault>,
     at: Instant,
 }
 
@@ -245,13 +247,21 @@ impl Episode {
                     } else {
                         outcome.error
                     };
-                    (last, End { termination: outcome.termination, reward: outcome.reward, error, at: Instant::now() })
+                    let user_faults = result.user_faults;
+                    let at = Instant::now();
+                    (last, End { termination: outcome.termination, reward: outcome.reward, error, user_faults, at })
                 }
                 Err(e) => {
                     let error = Some(format!("the session panicked: {e}"));
                     (
                         Vec::new(),
-                        End { termination: Termination::InfrastructureError, reward: None, error, at: Instant::now() },
+                        End {
+                            termination: Termination::InfrastructureError,
+                            reward: None,
+                            error,
+                            user_faults: Vec::new(),
+                            at: Instant::now(),
+                        },
                     )
                 }
             },
@@ -261,6 +271,7 @@ impl Episode {
                     termination: Termination::InfrastructureError,
                     reward: None,
                     error: Some("the session's end was lost".into()),
+                    user_faults: Vec::new(),
                     at: Instant::now(),
                 }),
             ),
@@ -295,6 +306,11 @@ impl Episode {
                 observation["termination"] = json!(end.termination.as_str());
                 observation["reward_breakdown"] = end.reward.as_ref().map_or(Value::Null, |r| json!(r.breakdown));
                 observation["error"] = json!(end.error);
+                if !end.user_faults.is_empty() {
+                    // As `/run` marks it: the sample is the simulator's failure, masked from a loss.
+                    observation["user_faults"] = json!(end.user_faults);
+                    observation["mask_sample"] = json!(true);
+                }
                 (end.reward.as_ref().map_or(Value::Null, |r| json!(r.value)), true)
             }
         };
@@ -316,6 +332,7 @@ impl Episode {
             "done": end.is_some(),
             "termination": end.map(|e| e.termination.as_str()),
             "reward": end.and_then(|e| e.reward.as_ref()).map(|r| r.value),
+            "user_faults": end.map(|e| json!(e.user_faults)),
             "messages": self.transcript.iter().map(message_json).collect::<Vec<_>>(),
             "tools": tools_json(&self.tools),
         })
