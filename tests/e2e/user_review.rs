@@ -53,3 +53,32 @@ fn a_clean_users_sample_is_not_masked() {
         assert_ne!(answer["instance_config"]["mask_sample"], true, "{answer}");
     }
 }
+
+/// A `/run` row of tau2 naming its task by `id` alone plays that task: its simulated user is
+/// given the task's own scenario, as `parley run` gives it, not an empty one.
+#[test]
+fn a_tau2_row_named_by_id_gives_the_user_its_tasks_scenario() {
+    let work = Workdir::new();
+    let data = crate::harness::tau2_data_dir();
+    let tasks: Value =
+        serde_json::from_str(&std::fs::read_to_string(std::path::Path::new(&data).join("airline/tasks.json")).unwrap())
+            .unwrap();
+    let policy = Stub::start(&[]);
+    let user = crate::endpoint::Endpoint::start(|_, _| (200, crate::endpoint::completion("Thanks. ###STOP###")));
+    let serve = Serve::start(
+        &work,
+        &policy,
+        &["--env", "tau2:airline", "--data-dir", &data, "--user", "llm", "--user-base-url", &user.url],
+    );
+    for task in ["3", "21"] {
+        let (status, _, body) =
+            post_run(&serve.address, &format!(r#"{{"id": "{task}", "responses_create_params": {{"input": []}}}}"#));
+        assert_eq!(status, 200, "{body}");
+        let sent: Value = serde_json::from_str(user.take_bodies().first().expect("the user was asked")).unwrap();
+        let system = sent["messages"][0]["content"].as_str().unwrap();
+        let own = tasks.as_array().unwrap().iter().find(|t| t["id"] == task).unwrap();
+        let reason = own["user_scenario"]["instructions"]["reason_for_call"].as_str().unwrap();
+        let first_line = reason.lines().next().unwrap().trim();
+        assert!(system.contains(first_line), "task {task}: the user's prompt holds its reason for calling: {system}");
+    }
+}

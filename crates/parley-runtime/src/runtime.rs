@@ -160,6 +160,23 @@ impl Runtime {
         Ok(Arc::new(ToolCallingAgent::new(Arc::new(client), config.clone())))
     }
 
+    /// A task row a trainer sent, as the session it names: in an environment that brings its
+    /// own tasks (tau2's domains), a row naming one of them by `id` plays that task (its
+    /// opening, and its scenario for the simulated user), the row's own fields (its sampling,
+    /// NeMo Gym's indices) laid over the task's row.
+    pub fn served_task(&self, sent: parley_core::Task) -> parley_core::Task {
+        let Some(own) = self.environment_tasks().and_then(|tasks| tasks.iter().find(|t| t.id == sent.id)) else {
+            return sent;
+        };
+        let mut row = own.row.clone();
+        if let (Some(into), serde_json::Value::Object(from)) = (row.as_object_mut(), &sent.row) {
+            into.extend(from.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        let messages = if sent.messages.is_empty() { own.messages.clone() } else { sent.messages };
+        let tools = if sent.tools.is_empty() { Arc::clone(&own.tools) } else { sent.tools };
+        parley_core::Task { index: sent.index, id: sent.id, messages, tools, row }
+    }
+
     /// The tasks the environment brings (tau2's domains), when it brings its own.
     pub fn environment_tasks(&self) -> Option<&[Arc<parley_core::Task>]> {
         self.environments.tasks.as_deref()

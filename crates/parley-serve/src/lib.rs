@@ -198,7 +198,7 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
     let group = groups::key(&row);
     // Its index in the service run is given when it is recorded.
     let task = match task_from_row(0, row) {
-        Ok(task) => task,
+        Ok(task) => service.runtime.served_task(task),
         Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not a NeMo Gym task row: {e}")),
     };
     // A row that cannot be run or scored is the trainer's data, refused before any model call.

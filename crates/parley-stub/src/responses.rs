@@ -78,6 +78,7 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
         user_turns,
         model,
         conversation: conversation_hash(system.as_deref().unwrap_or(""), first_user.as_deref().unwrap_or("")),
+        instructions: crate::hash::fnv(system.as_deref().unwrap_or("").as_bytes()),
         first_user,
         messages: items.len(),
         tool_results,

@@ -20,6 +20,9 @@ pub(crate) struct Turn<'a> {
     pub(crate) model: &'a str,
     /// The conversation key's hash (see [`crate::conversation_key`]).
     pub(crate) conversation: u64,
+    /// The hash of the system text alone: the same at every turn of a simulated user, whose
+    /// first `user` message (the agent's latest words, when the agent did not open) may change.
+    pub(crate) instructions: u64,
     /// Messages (chat) or input items (responses) in the request.
     pub(crate) messages: usize,
     /// Tool results after the last user message: how many tool calls this turn has made.
@@ -116,7 +119,7 @@ impl<'a> Turn<'a> {
             synthesize(schema).to_string()
         } else if let Some(turns) = self.user_turns {
             let stops_at = config.user_turns as usize;
-            let faulty = crate::user_faults::drawn(&config.user_faults, config.seed, self.conversation);
+            let faulty = crate::user_faults::drawn(&config.user_faults, config.seed, self.instructions);
             match faulty.and_then(|mode| mode.says(turns, stops_at)) {
                 Some(text) => text,
                 None if turns < stops_at => USER_GOES_ON,

@@ -1,8 +1,8 @@
 //! A simulated user that fails on purpose: each mode makes one of the faults a user review
 //! looks for, in a share of the conversations, the same ones for the same seed.
 //!
-//! A conversation faults in mode *m* when the hash of (seed, conversation, *m*) falls below
-//! *m*'s rate; the first such mode of the list wins. Its user then says, at the turn where the
+//! A conversation faults in mode *m* when the hash of (seed, the user's system text, *m*) falls
+//! below *m*'s rate; the first such mode of the list wins. Its user then says, at the turn where the
 //! fault shows:
 //!
 //! - `repeats`: "I would like some help with my booking, please." at its first two turns;
@@ -13,7 +13,7 @@
 //! - `talks_after_stop`: "Thank you, that is all. ###STOP### One more thing: can you check my
 //!   seat?" where it would stop.
 
-use crate::hash::Fnv;
+use crate::hash::{Fnv, mix, unit};
 
 /// A fault the stub's simulated user can make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,9 +68,9 @@ impl UserFaultMode {
 }
 
 /// The mode, of `modes` (each with its rate), in which this conversation's user faults, if any.
-pub(crate) fn drawn(modes: &[(UserFaultMode, f64)], seed: u64, conversation: u64) -> Option<UserFaultMode> {
+pub(crate) fn drawn(modes: &[(UserFaultMode, f64)], seed: u64, instructions: u64) -> Option<UserFaultMode> {
     modes.iter().find_map(|&(mode, rate)| {
-        let draw = Fnv::new().u64(seed).u64(conversation).u64(mode as u64).finish();
-        ((draw as f64 / u64::MAX as f64) < rate).then_some(mode)
+        let draw = mix(Fnv::new().u64(seed).u64(instructions).u64(mode as u64).finish());
+        (unit(draw) < rate).then_some(mode)
     })
 }
