@@ -88,3 +88,26 @@ fn a_task_file_check_names_leaks_and_unscorable_rows_and_fails_on_them() {
     assert_eq!(json["counts"], serde_json::json!({"leaked": 1, "unrunnable": 1}), "{json}");
     assert_eq!((json["rows"].as_u64(), json["good"].as_u64()), (Some(3), Some(1)));
 }
+
+/// `parley tasks select` through the binary: a run's tasks by their stored pass rates, a band
+/// that is not one refused as usage (64), a run without scored sessions named.
+#[test]
+fn tasks_are_selected_by_their_stored_pass_rates() {
+    let work = Workdir::new();
+    work.tasks(6);
+    let stub = crate::harness::Stub::start(&[]);
+    crate::harness::ok(&crate::harness::run(&work, &stub, &["--trials", "2"]));
+    let out = work.parley(&["tasks", "select", "--run", "1", "--pass-between", "0", "1", "--out", "all.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows = std::fs::read_to_string(work.path("all.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), 6, "the whole band holds every scored task");
+    assert!(text(&out.stderr).contains("6 tasks in the band written"), "{}", text(&out.stderr));
+    let none = work.parley(&["tasks", "select", "--run", "1", "--pass-between", "0.4", "0.6"]);
+    assert!(
+        text(&none.stderr).contains("0 tasks in the band written"),
+        "the stub's trials agree: {}",
+        text(&none.stderr)
+    );
+    let bad = work.parley(&["tasks", "select", "--run", "1", "--pass-between", "0.9", "0.1"]);
+    assert_eq!(bad.status.code(), Some(64), "{}", text(&bad.stderr));
+}

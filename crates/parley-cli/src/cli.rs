@@ -680,6 +680,24 @@ pub enum TasksAction {
     /// Split a task file into train, validation and test files with no question in two of
     /// them: each row goes where its question's (or `--by` field's) seeded hash falls.
     Split(TasksSplitArgs),
+    /// Write the task rows of a run whose pass rate lies in a band (an offline curriculum): a
+    /// task whose rollouts all pass or all fail teaches a policy-gradient trainer nothing.
+    Select(TasksSelectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TasksSelectArgs {
+    /// The run whose stored outcomes give each task's pass rate.
+    #[arg(long)]
+    pub run: i64,
+    /// The band of pass rates kept, both ends included, e.g. `--pass-between 0.1 0.9`.
+    #[arg(long, num_args = 2, value_names = ["LOW", "HIGH"], required = true)]
+    pub pass_between: Vec<f64>,
+    /// Output file (stdout when absent).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub db: DbArg,
 }
 
 #[derive(Debug, Args)]

@@ -3,8 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use parley_core::Termination;
-use parley_scoring::training::{Shaped, TrainingAccumulator, TrainingMetrics};
+use parley_scoring::training::{TrainingAccumulator, TrainingMetrics};
 use parley_scoring::{Summary, percentile, summarize};
 use parley_store::{RunOutcomes, Store, TokenTotals};
 
@@ -58,26 +57,8 @@ impl Report {
             let page = store.session_shapes(self.run, after, 4096).await?;
             let Some(last) = page.last() else { break };
             after = last.id;
-            for s in page {
-                let infrastructure = s.failure.is_some()
-                    || Termination::parse(s.termination.as_deref().unwrap_or(""))
-                        .is_none_or(Termination::is_infrastructure);
-                let Some(reward) = s.reward.filter(|_| !infrastructure) else { continue };
-                let breakdown: serde_json::Value =
-                    s.breakdown.as_deref().and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default();
-                let components = breakdown
-                    .get("reward_components")
-                    .and_then(serde_json::Value::as_object)
-                    .map(|parts| parts.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
-                    .unwrap_or_default();
-                let success = breakdown.get("success").and_then(serde_json::Value::as_bool);
-                acc.add(&Shaped {
-                    task: s.task_index as usize,
-                    reward,
-                    steps: s.steps.max(0) as u64,
-                    components,
-                    success,
-                });
+            for shape in page.iter().filter_map(parley_runtime::curriculum::shaped) {
+                acc.add(&shape);
             }
         }
         self.training = acc.finish();

@@ -7,6 +7,7 @@
 //! this crate reports bad settings as [`UsageError`] and everything else as errors with context.
 
 pub mod catalogue;
+pub mod curriculum;
 pub mod datacheck;
 pub mod durable;
 pub mod environment;

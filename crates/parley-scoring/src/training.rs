@@ -21,6 +21,14 @@ pub struct Shaped {
     pub success: Option<bool>,
 }
 
+impl Shaped {
+    /// Whether the session succeeded: as the reward's deciding components say, else its
+    /// reward reached 1.
+    pub fn succeeded(&self) -> bool {
+        self.success.unwrap_or(self.reward >= SUCCESS)
+    }
+}
+
 /// The figures of a group of sessions (the run, or one task).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Figures {
@@ -60,7 +68,7 @@ impl Sums {
         self.n += 1;
         self.reward += s.reward;
         self.reward_sq += s.reward * s.reward;
-        self.successes += usize::from(s.success.unwrap_or(s.reward >= SUCCESS));
+        self.successes += usize::from(s.succeeded());
         self.steps += s.steps;
         for (name, value) in &s.components {
             *self.components.entry(name.clone()).or_default() += value;

@@ -9,7 +9,7 @@ use parley_runtime::settings::Need;
 use parley_runtime::{EnvKind, Environments};
 use serde_json::json;
 
-use crate::cli::{TasksAction, TasksArgs, TasksCheckArgs, TasksSplitArgs};
+use crate::cli::{TasksAction, TasksArgs, TasksCheckArgs, TasksSelectArgs, TasksSplitArgs};
 use crate::error::usage;
 
 /// `parley tasks`: generates a task file, or checks or splits one.
@@ -17,6 +17,7 @@ pub async fn tasks(args: TasksArgs) -> anyhow::Result<()> {
     match args.action {
         Some(TasksAction::Check(check_args)) => check(*check_args).await,
         Some(TasksAction::Split(split_args)) => split(split_args),
+        Some(TasksAction::Select(select_args)) => select(select_args).await,
         None => generate(args),
     }
 }
@@ -107,5 +108,25 @@ pub fn split(args: TasksSplitArgs) -> anyhow::Result<()> {
     if split.unreadable > 0 {
         eprintln!("left out {} unreadable rows (`parley tasks check` names them)", split.unreadable);
     }
+    Ok(())
+}
+
+/// `parley tasks select --run RUN --pass-between LOW HIGH`: the rows of the tasks worth
+/// practising, by their stored pass rates.
+pub async fn select(args: TasksSelectArgs) -> anyhow::Result<()> {
+    let band = parley_runtime::curriculum::Band::new(args.pass_between[0], args.pass_between[1])?;
+    let store = crate::commands::inspect::open(&args.db.db).await?;
+    let mut out: Box<dyn Write> = match &args.out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let selected = parley_runtime::curriculum::select(&store, args.run, band, &mut out).await?;
+    out.flush()?;
+    eprintln!(
+        "run {}: {} tasks in the band written; {} below it, {} above it, {} never scored",
+        args.run, selected.written, selected.below, selected.above, selected.unscored
+    );
     Ok(())
 }

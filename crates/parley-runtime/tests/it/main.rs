@@ -104,3 +104,51 @@ async fn a_page_claimed_before_the_claims_may_have_run_out_gives_only_the_sessio
     assert_eq!(rest, (first.id + 2..first.id + 20).collect::<Vec<_>>(), "every session but those taken, once");
     runtime.stop().await.unwrap();
 }
+
+/// An offline curriculum: from a run's stored outcomes, the rows of the tasks whose pass rate
+/// lies in the band, in task order; tasks that always or never pass, and unscored ones, left out.
+#[tokio::test]
+async fn a_selection_keeps_the_tasks_whose_pass_rate_lies_in_the_band() {
+    use parley_core::{Player, Reward, RunSpec, SessionOutcome, SessionSpec, SessionStore, Task, Termination};
+    use parley_runtime::curriculum::{Band, Selected, select};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("parley.db"), StoreOptions::default()).await.unwrap();
+    // Four tasks of four trials each; the rewards of each task's trials.
+    let rewards = [[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]];
+    let tasks: Vec<_> = (0..5)
+        .map(|i| {
+            std::sync::Arc::new(Task {
+                index: i,
+                id: format!("t{i}"),
+                messages: vec![],
+                tools: Default::default(),
+                row: serde_json::json!({"id": format!("t{i}")}),
+            })
+        })
+        .collect();
+    let specs: Vec<SessionSpec> = (0..4)
+        .flat_map(|t| (0..4).map(move |trial| SessionSpec { task_index: t, trial, seed: 0, player: Player::Run }))
+        .collect();
+    let spec = RunSpec { environment: "test".into(), config: serde_json::json!({}) };
+    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    for (id, s) in ids.iter().zip(&specs) {
+        let outcome = SessionOutcome {
+            termination: Termination::AgentStop,
+            reward: Some(Reward::new(rewards[s.task_index][s.trial as usize])),
+            error: None,
+            failure: None,
+            steps: 1,
+            retries: 0,
+            duration: std::time::Duration::ZERO,
+            token_contiguity: None,
+        };
+        store.finish_session(parley_core::Claim::unclaimed(*id), Default::default(), &outcome).await.unwrap();
+    }
+    let store = parley_store::Store::from(store);
+    let mut out = Vec::new();
+    let selected = select(&store, run, Band::new(0.1, 0.9).unwrap(), &mut out).await.unwrap();
+    assert_eq!(selected, Selected { written: 2, below: 1, above: 1, unscored: 1 });
+    let ids: Vec<String> = String::from_utf8(out).unwrap().lines().map(|l| l.to_owned()).collect();
+    assert_eq!(ids, [r#"{"id":"t1"}"#, r#"{"id":"t2"}"#]);
+    assert!(Band::new(0.9, 0.1).is_err() && Band::new(-0.1, 0.5).is_err());
+}
