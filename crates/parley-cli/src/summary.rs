@@ -37,7 +37,8 @@ impl Report {
         user_latencies.sort_by(f64::total_cmp);
         Ok(Report {
             run,
-            failures,
+            // By name, as the summary lists them.
+            failures: failures.into_iter().map(|(f, n)| (f.as_str().to_owned(), n)).collect(),
             retries,
             unfinished,
             summary: summarize(&outcomes, trials),
@@ -59,9 +60,7 @@ impl Report {
             let Some(last) = page.last() else { break };
             after = last.id;
             for s in page {
-                let infrastructure = s.failure.is_some()
-                    || Termination::parse(s.termination.as_deref().unwrap_or(""))
-                        .is_none_or(Termination::is_infrastructure);
+                let infrastructure = s.failure.is_some() || s.termination.is_none_or(Termination::is_infrastructure);
                 let Some(reward) = s.reward.filter(|_| !infrastructure) else { continue };
                 let breakdown: serde_json::Value =
                     s.breakdown.as_deref().and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default();

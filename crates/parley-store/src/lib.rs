@@ -19,8 +19,8 @@ mod judge;
 mod load;
 mod location;
 mod pg;
-#[macro_use]
 mod read;
+mod row;
 mod store;
 mod view;
 mod writer;
@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Claimed, Owner, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
-    TurnRecord, Unusable,
+    Claim, Claimed, Owner, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
+    Task, TurnRecord, Unusable,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, SqliteConnection, SqlitePool};
@@ -411,8 +411,7 @@ impl SessionStore for SqliteStore {
         self.writer.write(claim, last_turn, Some(outcome.clone())).await
     }
 
-    async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError> {
-        let status = status.to_owned();
+    async fn finish_run(&self, run: RunId, status: RunStatus) -> Result<(), StoreError> {
         let error = self.write_error();
         self.writer
             .exec(move |conn| {
@@ -420,7 +419,7 @@ impl SessionStore for SqliteStore {
                     sqlx::query(
                         "UPDATE runs SET status = ?, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
                     )
-                    .bind(status)
+                    .bind(status.as_str())
                     .bind(run)
                     .execute(conn)
                     .await

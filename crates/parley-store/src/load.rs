@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use parley_core::{
-    Message, Party, Role, RunId, Sampling, SessionId, StoreError, ToolCall, ToolCallRecord, Unusable, Usage,
+    Message, Party, Role, RunId, RunStatus, Sampling, SessionId, StoreError, ToolCall, ToolCallRecord, Unusable, Usage,
 };
 use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::{Sqlite, SqliteRow};
 
+use crate::row::{self, Unreadable, run_columns};
 use crate::{SqliteStore, unusable};
 
 /// Reads one column of a stored row, or says which table, session and column could not be read,
@@ -24,6 +25,12 @@ where
 {
     row.try_get(name)
         .map_err(|e| store.damaged(&format!("column `{name}` of table `{table}` for session {session}"), &e))
+}
+
+impl Unreadable for SqliteStore {
+    fn unreadable(&self, what: &str, error: &dyn std::fmt::Display) -> StoreError {
+        self.damaged(what, error)
+    }
 }
 
 impl SqliteStore {
@@ -59,7 +66,7 @@ pub struct RunRecord {
     pub created_at: String,
     pub environment: String,
     pub config: Value,
-    pub status: String,
+    pub status: RunStatus,
     pub finished_at: Option<String>,
 }
 
@@ -101,21 +108,21 @@ impl Transcript {
 
 impl SqliteStore {
     pub async fn run(&self, run: RunId) -> Result<RunRecord, StoreError> {
-        let row = sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs WHERE id = ?")
+        let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ?"))
             .bind(run)
             .fetch_optional(self.pool())
             .await
             .map_err(|e| self.read_error(e, &format!("run {run}")))?
             .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
-        self.run_record(&row)
+        row::run_record(self, &row)
     }
 
     pub async fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs ORDER BY id")
+        let rows = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs ORDER BY id"))
             .fetch_all(self.pool())
             .await
             .map_err(|e| self.read_error(e, "the table `runs`"))?;
-        rows.iter().map(|r| self.run_record(r)).collect()
+        rows.iter().map(|r| row::run_record(self, r)).collect()
     }
 
     /// The run's task rows in task order.
@@ -280,26 +287,5 @@ impl SqliteStore {
             });
         }
         Ok(Transcript { messages, tool_calls, calls })
-    }
-}
-
-impl SqliteStore {
-    fn run_record(&self, row: &SqliteRow) -> Result<RunRecord, StoreError> {
-        let id: RunId = row.try_get("id").map_err(|e| self.damaged("column `id` of table `runs`", &e))?;
-        let field = |name: &str| -> Result<String, StoreError> {
-            row.try_get(name).map_err(|e| self.damaged(&format!("column `{name}` of table `runs` for run {id}"), &e))
-        };
-        let config = field("config")?;
-        Ok(RunRecord {
-            id,
-            created_at: field("created_at")?,
-            environment: field("environment")?,
-            config: serde_json::from_str(&config)
-                .map_err(|e| self.damaged(&format!("column `config` of table `runs` for run {id}"), &e))?,
-            status: field("status")?,
-            finished_at: row
-                .try_get("finished_at")
-                .map_err(|e| self.damaged(&format!("column `finished_at` of table `runs` for run {id}"), &e))?,
-        })
     }
 }

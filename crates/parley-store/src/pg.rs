@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Claimed, Owner, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
-    TurnRecord, Unusable,
+    Claim, Claimed, Owner, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
+    Task, TurnRecord, Unusable,
 };
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
@@ -254,9 +254,9 @@ impl SessionStore for PgStore {
         self.writer.write(claim, last_turn, Some(outcome.clone())).await
     }
 
-    async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError> {
+    async fn finish_run(&self, run: RunId, status: RunStatus) -> Result<(), StoreError> {
         sqlx::query(concat!("UPDATE runs SET status = $1, finished_at = ", pg_now_text!(), " WHERE id = $2"))
-            .bind(status)
+            .bind(status.as_str())
             .bind(run)
             .execute(&self.pool)
             .await

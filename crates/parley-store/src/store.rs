@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Claimed, Owner, Player, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore,
-    StoreError, Task, TurnRecord,
+    Claim, Claimed, Owner, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
+    SessionStore, StoreError, Task, TurnRecord,
 };
 use serde_json::Value;
 
@@ -227,7 +227,7 @@ impl SessionStore for Store {
         self.seam().finish_session(claim, last_turn, outcome).await
     }
 
-    async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError> {
+    async fn finish_run(&self, run: RunId, status: RunStatus) -> Result<(), StoreError> {
         self.seam().finish_run(run, status).await
     }
 }

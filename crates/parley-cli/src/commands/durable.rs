@@ -15,8 +15,8 @@ use crate::commands::run::{Signals, execute};
 use crate::error::usage;
 
 /// How a stored session ended, for scorers that look at it.
-fn stored_termination(termination: Option<&str>) -> parley_core::Termination {
-    termination.and_then(parley_core::Termination::parse).unwrap_or(parley_core::Termination::AgentStop)
+fn stored_termination(termination: Option<parley_core::Termination>) -> parley_core::Termination {
+    termination.unwrap_or(parley_core::Termination::AgentStop)
 }
 
 /// Scores every scored session of a run again. The new scores land together, as one version
@@ -36,12 +36,12 @@ pub async fn rescore(args: RunRef) -> anyhow::Result<()> {
         let page = store.sessions_page(args.run, after, 500).await?;
         let Some(last) = page.last() else { break };
         after = last.id;
-        for session in page.iter().filter(|s| s.status == "finished" && s.reward.is_some()) {
+        for session in page.iter().filter(|s| s.status == parley_core::SessionStatus::Finished && s.reward.is_some()) {
             let transcript = store.transcript(session.id).await?;
             let task = tasks.get(session.task_index as usize).await?;
             let mut env_session = env.open(&task).await.map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
             let reward = env_session
-                .score(&transcript.messages, stored_termination(session.termination.as_deref()))
+                .score(&transcript.messages, stored_termination(session.termination))
                 .await
                 .map_err(|e| anyhow::anyhow!("session {}: {e}", session.id))?;
             env_session.close().await;
@@ -85,7 +85,13 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         }
         (None, Some(run)) => {
             settings_of(&store, run).await?;
-            let ids = store.sessions(run).await?.into_iter().filter(|s| s.status == "finished").map(|s| s.id).collect();
+            let ids = store
+                .sessions(run)
+                .await?
+                .into_iter()
+                .filter(|s| s.status == parley_core::SessionStatus::Finished)
+                .map(|s| s.id)
+                .collect();
             (run, ids)
         }
         (None, None) => return Err(usage("name a SESSION or --run RUN")),
@@ -106,7 +112,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
             &task,
             &transcript.messages,
             &transcript.tool_calls,
-            stored_termination(row.termination.as_deref()),
+            stored_termination(row.termination),
         )
         .await
         .map_err(|e| anyhow::anyhow!("session {id}: {e}"))?;

@@ -82,7 +82,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     parley_http::server::serve(listener, service.router(), limits, shutdown).await.context("serving")?;
     let ended = service.metrics.sessions_ended();
-    runtime.store.finish_run(run, "finished").await?;
+    runtime.store.finish_run(run, parley_core::RunStatus::Finished).await?;
     drop(service);
     runtime.stop().await?;
     eprintln!("parley serve: stopped after {ended} sessions (run {run})");

@@ -11,31 +11,35 @@ use sqlx::Row;
 use sqlx::postgres::{PgRow, Postgres};
 
 use super::PgStore;
+use crate::row::{self, Unreadable, run_columns, session_columns};
 use crate::{CallFigures, RunRecord, SessionRow, Transcript};
 
 /// Where a value was read: table, the session or run it belongs to, and column.
 type At<'a> = (&'a str, &'a str, &'a str);
 
+impl Unreadable for PgStore {
+    fn unreadable(&self, what: &str, error: &dyn std::fmt::Display) -> StoreError {
+        StoreError::Database(format!("{}: cannot read {what}: {error}", self.name))
+    }
+}
+
 impl PgStore {
     /// A value of `at` that could not be read or decoded.
-    fn unreadable(&self, (table, of, column): At<'_>, error: &dyn std::fmt::Display) -> StoreError {
-        StoreError::Database(format!(
-            "{}: cannot read column `{column}` of table `{table}` for {of}: {error}",
-            self.name
-        ))
+    fn unreadable_at(&self, (table, of, column): At<'_>, error: &dyn std::fmt::Display) -> StoreError {
+        Unreadable::unreadable(self, &format!("column `{column}` of table `{table}` for {of}"), error)
     }
 
     pub(super) fn column<'r, T>(&self, row: &'r PgRow, at: At<'_>) -> Result<T, StoreError>
     where
         T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
     {
-        row.try_get(at.2).map_err(|e| self.unreadable(at, &e))
+        row.try_get(at.2).map_err(|e| self.unreadable_at(at, &e))
     }
 
     /// A JSON column, `None` when NULL.
     fn json<T: DeserializeOwned>(&self, row: &PgRow, at: At<'_>) -> Result<Option<T>, StoreError> {
         match self.column::<Option<String>>(row, at)? {
-            Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| self.unreadable(at, &e)),
+            Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| self.unreadable_at(at, &e)),
             None => Ok(None),
         }
     }
@@ -43,7 +47,7 @@ impl PgStore {
     /// An integer column that must fit `T` (a seq, a count).
     fn number<T: TryFrom<i64>>(&self, row: &PgRow, at: At<'_>) -> Result<T, StoreError> {
         let n: i64 = self.column(row, at)?;
-        T::try_from(n).map_err(|_| self.unreadable(at, &format!("{n} is out of range")))
+        T::try_from(n).map_err(|_| self.unreadable_at(at, &format!("{n} is out of range")))
     }
 
     /// Every committed message, tool call and model call of one session, in order: the same
@@ -70,7 +74,7 @@ impl PgStore {
             let role: String = self.column(row, at("role"))?;
             messages.push(Message {
                 role: Role::parse(&role)
-                    .ok_or_else(|| self.unreadable(at("role"), &format!("unknown role {role:?}")))?,
+                    .ok_or_else(|| self.unreadable_at(at("role"), &format!("unknown role {role:?}")))?,
                 content: self.column(row, at("content"))?,
                 parts: self.json(row, at("parts"))?.unwrap_or_default(),
                 tool_calls: self.json::<Vec<ToolCall>>(row, at("tool_calls"))?.unwrap_or_default(),
@@ -136,11 +140,11 @@ impl PgStore {
 
     /// Sessions of a run with ids above `after`, in id order, at most `limit`.
     pub async fn sessions_page(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms,
-                    token_contiguity
-             FROM sessions WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+        ))
         .bind(run)
         .bind(after)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -149,29 +153,7 @@ impl PgStore {
         .map_err(
             self.error(&format!("reading a page of the sessions of run {run} after {after} (table `sessions`)")),
         )?;
-        rows.iter().map(|r| self.session_row(r)).collect()
-    }
-
-    /// A row of the session columns as a [`SessionRow`], a column that cannot be read named
-    /// with its session.
-    pub(super) fn session_row(&self, r: &PgRow) -> Result<SessionRow, StoreError> {
-        let id: i64 = self.column(r, ("sessions", "a session", "id"))?;
-        let of = format!("session {id}");
-        let at = |column| ("sessions", of.as_str(), column);
-        Ok(SessionRow {
-            id,
-            task_index: self.column(r, at("task_index"))?,
-            trial: self.column(r, at("trial"))?,
-            seed: self.column(r, at("seed"))?,
-            status: self.column(r, at("status"))?,
-            termination: self.column(r, at("termination"))?,
-            reward: self.column(r, at("reward"))?,
-            error: self.column(r, at("error"))?,
-            failure: self.column(r, at("failure"))?,
-            retries: self.column(r, at("retries"))?,
-            duration_ms: self.column(r, at("duration_ms"))?,
-            token_contiguity: self.column(r, at("token_contiguity"))?,
-        })
+        rows.iter().map(|r| row::session_row(self, r)).collect()
     }
 
     /// Every session of a run, in id order.
@@ -180,41 +162,22 @@ impl PgStore {
     }
 
     pub async fn run(&self, run: RunId) -> Result<RunRecord, StoreError> {
-        let row =
-            sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs WHERE id = $1")
-                .bind(run)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(self.error(&format!("reading run {run} (table `runs`)")))?
-                .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
-        self.run_record(&row, run)
+        let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1"))
+            .bind(run)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(self.error(&format!("reading run {run} (table `runs`)")))?
+            .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
+        row::run_record(self, &row)
     }
 
     /// Every run, in id order.
     pub async fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs ORDER BY id")
+        let rows = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs ORDER BY id"))
             .fetch_all(&self.pool)
             .await
             .map_err(self.error("reading the runs (table `runs`)"))?;
-        rows.iter()
-            .map(|row| {
-                let id: RunId = self.column(row, ("runs", "a run", "id"))?;
-                self.run_record(row, id)
-            })
-            .collect()
-    }
-
-    fn run_record(&self, row: &PgRow, run: RunId) -> Result<RunRecord, StoreError> {
-        let of = format!("run {run}");
-        let at = |column| ("runs", of.as_str(), column);
-        Ok(RunRecord {
-            id: self.column(row, at("id"))?,
-            created_at: self.column(row, at("created_at"))?,
-            environment: self.column(row, at("environment"))?,
-            config: self.json::<Value>(row, at("config"))?.unwrap_or_default(),
-            status: self.column(row, at("status"))?,
-            finished_at: self.column(row, at("finished_at"))?,
-        })
+        rows.iter().map(|row| row::run_record(self, row)).collect()
     }
 
     /// The run a session belongs to.
@@ -241,7 +204,7 @@ impl PgStore {
         rows.into_iter()
             .map(|(index, row)| {
                 let row = serde_json::from_str(&row)
-                    .map_err(|e| self.unreadable(("tasks", &format!("run {run}, task {index}"), "row"), &e))?;
+                    .map_err(|e| self.unreadable_at(("tasks", &format!("run {run}, task {index}"), "row"), &e))?;
                 Ok((index, row))
             })
             .collect()
@@ -259,7 +222,7 @@ impl PgStore {
         .map_err(self.error(&format!("reading the score of session {session} (table `scores`)")))?;
         row.map(|(value, breakdown)| {
             let breakdown = serde_json::from_str(&breakdown)
-                .map_err(|e| self.unreadable(("scores", &format!("session {session}"), "breakdown"), &e))?;
+                .map_err(|e| self.unreadable_at(("scores", &format!("session {session}"), "breakdown"), &e))?;
             Ok(Reward { value, breakdown })
         })
         .transpose()

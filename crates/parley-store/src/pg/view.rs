@@ -6,16 +6,9 @@ use parley_core::{RunId, SessionId, StoreError};
 use sqlx::{Postgres, QueryBuilder};
 
 use super::PgStore;
+use crate::row::{self, session_columns};
 use crate::view::push_filter;
 use crate::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo, SessionRow};
-
-/// The columns of a [`SessionRow`], as a macro so that statements stay literals.
-macro_rules! pg_session_columns {
-    () => {
-        "id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms, \
-         token_contiguity"
-    };
-}
 
 impl PgStore {
     /// Every run's session counts and mean reward, in one pass over the sessions.
@@ -53,7 +46,7 @@ impl PgStore {
         limit: usize,
     ) -> Result<Vec<SessionRow>, StoreError> {
         let mut query =
-            QueryBuilder::<Postgres>::new(concat!("SELECT ", pg_session_columns!(), " FROM sessions WHERE run_id = "));
+            QueryBuilder::<Postgres>::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE run_id = "));
         query.push_bind(run);
         push_filter(&mut query, filter);
         match at {
@@ -68,7 +61,7 @@ impl PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(self.error(&format!("reading a page of the sessions of run {run} (table `sessions`)")))?;
-        let mut page = rows.iter().map(|r| self.session_row(r)).collect::<Result<Vec<_>, _>>()?;
+        let mut page = rows.iter().map(|r| row::session_row(self, r)).collect::<Result<Vec<_>, _>>()?;
         if matches!(at, PageAt::Before(_)) {
             page.reverse();
         }
@@ -92,7 +85,7 @@ impl PgStore {
     pub async fn session_info(&self, session: SessionId) -> Result<SessionInfo, StoreError> {
         let row = sqlx::query(concat!(
             "SELECT ",
-            pg_session_columns!(),
+            session_columns!(),
             ", run_id, forked_from, fork_at, finished_at FROM sessions WHERE id = $1"
         ))
         .bind(session)
@@ -103,7 +96,7 @@ impl PgStore {
         let of = format!("session {session}");
         let at = |column| ("sessions", of.as_str(), column);
         Ok(SessionInfo {
-            row: self.session_row(&row)?,
+            row: row::session_row(self, &row)?,
             run: self.column(&row, at("run_id"))?,
             forked_from: self.column(&row, at("forked_from"))?,
             fork_at: self.column(&row, at("fork_at"))?,

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::{
-    Claim, FailureClass, Fence, Message, MessageRecord, Owner, Party, Player, Reward, RunSpec, SessionOutcome,
-    SessionSpec, SessionStore, StoreError, Task, Termination, TurnRecord,
+    Claim, FailureClass, Fence, Message, MessageRecord, Owner, Party, Player, Reward, RunSpec, RunStatus,
+    SessionOutcome, SessionSpec, SessionStatus, SessionStore, StoreError, Task, Termination, TurnRecord,
 };
 use serde_json::json;
 
@@ -105,14 +105,14 @@ pub async fn turns_and_outcomes_come_back_exactly(db: &Db) {
     let rows = store.sessions_page(run, 0, 10).await.unwrap();
     assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
     let (done, failed) = (&rows[0], &rows[1]);
-    assert_eq!((done.status.as_str(), done.termination.as_deref()), ("finished", Some("agent_stop")));
+    assert_eq!((done.status, done.termination), (SessionStatus::Finished, Some(Termination::AgentStop)));
     assert_eq!(done.reward.map(f64::to_bits), Some((0.1f64 + 0.2).to_bits()), "the reward, to the bit");
     let duration = Duration::from_micros(1_500_001).as_secs_f64() * 1e3;
     assert_eq!(done.duration_ms.map(f64::to_bits), Some(duration.to_bits()));
     assert_eq!(done.error.as_deref(), Some(format!("a \"quoted\" error {unicode}").as_str()));
     assert_eq!((done.retries, done.token_contiguity.as_deref()), (1, Some("not contiguous at 2")));
     assert_eq!((done.seed, failed.seed), (0, -1), "a u64 seed keeps its bits");
-    assert_eq!((failed.reward, failed.failure.as_deref()), (None, Some("timeout")));
+    assert_eq!((failed.reward, failed.failure), (None, Some(FailureClass::Timeout)));
     let score = store.latest_score(ids[0]).await.unwrap().unwrap();
     assert_eq!(score.value.to_bits(), (0.1f64 + 0.2).to_bits());
     assert_eq!(score.breakdown["part"].as_f64().map(f64::to_bits), Some(third.to_bits()));
@@ -136,8 +136,8 @@ pub async fn pages_of_sessions_come_in_id_order(db: &Db) {
         read.extend(page);
     }
     assert_eq!(read.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
-    let trials: Vec<(i64, i64, &str)> = read.iter().map(|r| (r.task_index, r.trial, r.status.as_str())).collect();
-    assert_eq!(trials, (0..10).map(|i| (0, i, "pending")).collect::<Vec<_>>());
+    let trials: Vec<(i64, i64, SessionStatus)> = read.iter().map(|r| (r.task_index, r.trial, r.status)).collect();
+    assert_eq!(trials, (0..10).map(|i| (0, i, SessionStatus::Pending)).collect::<Vec<_>>());
     store.close().await;
 }
 
@@ -212,7 +212,7 @@ pub async fn a_lease_holds_while_renewed_and_is_taken_over_once_it_expires(db: &
     assert_eq!(messages(&first, ids[0]).await, 0, "nothing of the refused turn is written");
     let refused = first.finish_session(claims[1], turn(0), &outcome()).await;
     assert!(matches!(refused, Err(StoreError::Fenced { .. })), "{refused:?}");
-    assert_eq!(first.session(run, ids[1]).await.status, "pending", "a fenced end is not recorded");
+    assert_eq!(first.session(run, ids[1]).await.status, SessionStatus::Pending, "a fenced end is not recorded");
     assert_eq!(messages(&first, ids[1]).await, 0);
     assert!(first.latest_score(ids[1]).await.unwrap().is_none());
     second.commit_turn(taken.claims[0], turn(0)).await.unwrap();
@@ -299,7 +299,7 @@ pub async fn a_finished_session_is_released_and_never_claimed_again(db: &Db) {
     assert_eq!(claimed.held_elsewhere, 0);
     let row = store.session(run, claims[1].session).await;
     assert_eq!((row.status.as_str(), row.reward), ("finished", Some(1.0)));
-    store.finish_run(run, "finished").await.unwrap();
+    store.finish_run(run, RunStatus::Finished).await.unwrap();
     store.close().await;
 }
 
@@ -364,7 +364,7 @@ pub async fn commits_renewals_and_claims_at_once_all_go_through(db: &Db) {
     renewing.await.unwrap();
     claiming.await.unwrap();
     let rows = owner_store.sessions_page(run, 0, 100).await.unwrap();
-    assert!(rows.iter().all(|r| r.status == "finished"), "every session finished");
+    assert!(rows.iter().all(|r| r.status == SessionStatus::Finished), "every session finished");
     for claim in &claims {
         assert_eq!(messages(&owner_store, claim.session).await, 20);
     }
@@ -438,8 +438,8 @@ pub async fn a_fork_shares_its_prefix_and_failed_sessions_reopen(db: &Db) {
     store.finish_session(Claim::unclaimed(ids[1]), TurnRecord::default(), &outcome()).await.unwrap();
     assert_eq!(store.reopen_failed(run).await.unwrap(), 1);
     let rows = store.sessions_by_id(&ids).await.unwrap();
-    assert_eq!((rows[0].status.as_str(), rows[0].failure.as_deref()), ("pending", None));
-    assert_eq!(rows[1].status, "finished");
+    assert_eq!((rows[0].status, rows[0].failure), (SessionStatus::Pending, None));
+    assert_eq!(rows[1].status, SessionStatus::Finished);
     assert_eq!(store.transcript(ids[0]).await.unwrap().messages, source.messages);
     assert_eq!(store.reopen_failed(run).await.unwrap(), 0);
 
