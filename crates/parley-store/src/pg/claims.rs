@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, SessionSpec, StoreError, Task};
+use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, StoreError, Task};
 
-use super::{PgStore, pg_now_ms};
+use super::{PgStore, pg_now_ms, pg_now_text};
 
 fn lease_ms(owner: &Owner) -> i64 {
     i64::try_from(owner.lease.as_millis()).unwrap_or(i64::MAX / 2)
@@ -215,5 +215,18 @@ impl PgStore {
         .await
         .map_err(self.error(&format!("releasing the claims of {} (table `sessions`)", owner.id)))?;
         Ok(released.rows_affected())
+    }
+}
+
+impl PgStore {
+    /// Marks the run ended, now.
+    pub(crate) async fn set_run_status(&self, run: RunId, status: RunStatus) -> Result<(), StoreError> {
+        sqlx::query(concat!("UPDATE runs SET status = $1, finished_at = ", pg_now_text!(), " WHERE id = $2"))
+            .bind(status.as_str())
+            .bind(run)
+            .execute(&self.pool)
+            .await
+            .map_err(self.error(&format!("finishing run {run} (table `runs`)")))?;
+        Ok(())
     }
 }
