@@ -22,24 +22,12 @@ macro_rules! now_ms {
     };
 }
 
-fn lease_ms(owner: &Owner) -> i64 {
+/// How long `owner`'s claims hold, in milliseconds, as both stores write leases.
+pub(crate) fn lease_ms(owner: &Owner) -> i64 {
     i64::try_from(owner.lease.as_millis()).unwrap_or(i64::MAX / 2)
 }
 
 impl SqliteStore {
-    /// Adds more tasks and their sessions to a run, in one transaction: a run over more tasks
-    /// than fit in memory is recorded a batch at a time. The sessions are claimed by `owner`
-    /// (fence 1) or unclaimed.
-    pub async fn extend_run(
-        &self,
-        run: RunId,
-        tasks: &[Arc<Task>],
-        sessions: &[SessionSpec],
-        owner: Option<&Owner>,
-    ) -> Result<Vec<Claim>, StoreError> {
-        Ok(self.insert_sessions(Ok(run), tasks, sessions, owner).await?.1)
-    }
-
     /// Inserts tasks and sessions into `run`, or into a new run made from the spec, in one
     /// transaction; the sessions are claimed by `owner` (fence 1) or unclaimed.
     pub(crate) async fn insert_sessions(

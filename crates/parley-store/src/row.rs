@@ -4,13 +4,17 @@
 //! server). The mappers from rows to the store's types are written once, here, over either row.
 
 use std::fmt::Display;
+use std::time::Duration;
 
-use parley_core::{FailureClass, RunStatus, SessionStatus, StoreError, Termination};
+use parley_core::{
+    FailureClass, Message, Party, Role, RunStatus, SessionId, SessionStatus, StoreError, Termination, ToolCallRecord,
+    Usage,
+};
 use serde::de::DeserializeOwned;
 use sqlx::postgres::{PgRow, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteRow};
 
-use crate::{RunRecord, SessionRow, SessionShape};
+use crate::{CallFigures, RunRecord, SessionInfo, SessionRow, SessionShape};
 
 /// A column type both stores decode.
 pub(crate) trait Value:
@@ -79,6 +83,12 @@ impl<'a, R: StoredRow> Columns<'a, R> {
         }
     }
 
+    /// An integer column that must fit `T` (a seq, a count).
+    pub fn number<T: TryFrom<i64>>(&self, column: &str) -> Result<T, StoreError> {
+        let n: i64 = self.get(column)?;
+        T::try_from(n).map_err(|_| self.unreadable(column, &format!("{n} is out of range")))
+    }
+
     /// A column holding one of a closed set of names, `None` when NULL; a name this build does
     /// not know is an error of the column.
     pub fn named<T>(&self, column: &str, parse: fn(&str) -> Option<T>) -> Result<Option<T>, StoreError> {
@@ -136,6 +146,20 @@ pub(crate) fn session_fields(store: &dyn Unreadable, row: &impl StoredRow, id: i
     })
 }
 
+/// A row of [`session_columns!`] and `run_id, forked_from, fork_at, finished_at` as a
+/// [`SessionInfo`].
+pub(crate) fn session_info(store: &dyn Unreadable, row: &impl StoredRow) -> Result<SessionInfo, StoreError> {
+    let row_of = session_row(store, row)?;
+    let c = Columns::new(store, row, "sessions", format!("session {}", row_of.id));
+    Ok(SessionInfo {
+        run: c.get("run_id")?,
+        forked_from: c.get("forked_from")?,
+        fork_at: c.get("fork_at")?,
+        finished_at: c.get("finished_at")?,
+        row: row_of,
+    })
+}
+
 /// The columns of a [`RunRecord`], as a macro so that statements stay literals.
 macro_rules! run_columns {
     () => {
@@ -171,5 +195,93 @@ pub(crate) fn session_shape(store: &dyn Unreadable, row: &impl StoredRow) -> Res
         reward: c.get("reward")?,
         steps: c.get("steps")?,
         breakdown: c.get("breakdown")?,
+    })
+}
+
+/// The columns of a transcript's messages, tool calls and model calls, in the order the rows
+/// are read (by seq), as macros so that statements stay literals.
+macro_rules! message_columns {
+    () => {
+        "seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens"
+    };
+}
+macro_rules! tool_call_columns {
+    () => {
+        "seq, party, call_id, name, arguments, output, is_error, is_write, malformed, truncated, duration_us"
+    };
+}
+macro_rules! call_figure_columns {
+    () => {
+        "seq, prompt_tokens, completion_tokens, latency_ms, attempts, party, finish_reason, sampling"
+    };
+}
+pub(crate) use {call_figure_columns, message_columns, tool_call_columns};
+
+/// A session's message rows (of [`message_columns!`], by seq) as its messages; a gap in the
+/// seqs is an error, as a transcript with one cannot be continued.
+pub(crate) fn messages(
+    store: &dyn Unreadable,
+    rows: &[impl StoredRow],
+    session: SessionId,
+) -> Result<Vec<Message>, StoreError> {
+    let mut messages = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        let seq: i64 = Columns::new(store, row, "messages", format!("session {session}")).get("seq")?;
+        if seq != i as i64 {
+            return Err(StoreError::Database(format!("session {session} has a gap in its messages at {i}")));
+        }
+        let c = Columns::new(store, row, "messages", format!("session {session} (seq {seq})"));
+        messages.push(Message {
+            role: c.required("role", Role::parse)?,
+            content: c.get("content")?,
+            parts: c.json("parts")?.unwrap_or_default(),
+            tool_calls: c.json("tool_calls")?.unwrap_or_default(),
+            tool_call_id: c.get("tool_call_id")?,
+            reasoning: c.json("reasoning")?,
+            tokens: c.json("tokens")?,
+        });
+    }
+    Ok(messages)
+}
+
+/// A row of [`tool_call_columns!`] as a [`ToolCallRecord`].
+pub(crate) fn tool_call(
+    store: &dyn Unreadable,
+    row: &impl StoredRow,
+    session: SessionId,
+) -> Result<ToolCallRecord, StoreError> {
+    let c = Columns::new(store, row, "tool_calls", format!("session {session}"));
+    Ok(ToolCallRecord {
+        seq: c.number("seq")?,
+        // A party this build does not know is the agent's, as calls stored before parties were.
+        party: c.get::<String>("party").map(|p| Party::parse(&p).unwrap_or_default())?,
+        call_id: c.get("call_id")?,
+        name: c.get("name")?,
+        arguments: c.get("arguments")?,
+        output: c.get("output")?,
+        is_error: c.get("is_error")?,
+        write: c.get("is_write")?,
+        malformed: c.get("malformed")?,
+        truncated: c.get("truncated")?,
+        duration: Duration::from_micros(c.number("duration_us")?),
+    })
+}
+
+/// A row of [`call_figure_columns!`] as a model call's [`CallFigures`].
+pub(crate) fn call_figures(
+    store: &dyn Unreadable,
+    row: &impl StoredRow,
+    session: SessionId,
+) -> Result<CallFigures, StoreError> {
+    let c = Columns::new(store, row, "model_calls", format!("session {session}"));
+    Ok(CallFigures {
+        seq: c.number("seq")?,
+        usage: Usage { prompt_tokens: c.number("prompt_tokens")?, completion_tokens: c.number("completion_tokens")? },
+        latency_ms: c.get("latency_ms")?,
+        attempts: c.number("attempts")?,
+        // Calls recorded before Parley kept their party have none.
+        party: c.get::<Option<String>>("party")?.as_deref().and_then(Party::parse),
+        finish_reason: c.get("finish_reason")?,
+        sampling: c.json("sampling")?,
     })
 }

@@ -6,7 +6,6 @@ use parley_core::{FailureClass, RunId, SessionId, SessionStatus, StoreError, Ter
 use sqlx::{QueryBuilder, Row, Sqlite};
 
 use crate::SqliteStore;
-use crate::load::column;
 use crate::read::SessionRow;
 use crate::row::{self, session_columns};
 
@@ -93,27 +92,12 @@ impl SqliteStore {
         at: PageAt,
         limit: usize,
     ) -> Result<Vec<SessionRow>, StoreError> {
-        let mut query =
-            QueryBuilder::<Sqlite>::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE run_id = "));
-        query.push_bind(run);
-        push_filter(&mut query, filter);
-        match at {
-            PageAt::First => query.push(" ORDER BY id"),
-            PageAt::After(id) => query.push(" AND id > ").push_bind(id).push(" ORDER BY id"),
-            // The page before is the nearest `limit` ids below, read backwards and turned round.
-            PageAt::Before(id) => query.push(" AND id < ").push_bind(id).push(" ORDER BY id DESC"),
-        };
-        query.push(" LIMIT ").push_bind(limit as i64);
-        let rows = query
+        let rows = filtered_page::<Sqlite>(run, filter, at, limit)
             .build()
             .fetch_all(self.pool())
             .await
             .map_err(|e| self.read_error(e, &format!("a page of the sessions of run {run} (table `sessions`)")))?;
-        let mut page = rows.iter().map(|r| row::session_row(self, r)).collect::<Result<Vec<_>, _>>()?;
-        if matches!(at, PageAt::Before(_)) {
-            page.reverse();
-        }
-        Ok(page)
+        in_id_order(at, rows.iter().map(|r| row::session_row(self, r)).collect())
     }
 
     /// How many sessions of a run pass `filter`.
@@ -141,14 +125,7 @@ impl SqliteStore {
         .await
         .map_err(|e| self.read_error(e, &format!("session {session} (table `sessions`)")))?
         .ok_or_else(|| StoreError::NotFound(format!("session {session}")))?;
-        let get = |name| (self, "sessions", session, name);
-        Ok(SessionInfo {
-            row: row::session_row(self, &row)?,
-            run: column(&row, get("run_id"))?,
-            forked_from: column(&row, get("forked_from"))?,
-            fork_at: column(&row, get("fork_at"))?,
-            finished_at: column(&row, get("finished_at"))?,
-        })
+        row::session_info(self, &row)
     }
 
     /// The other sessions of the same task in the same run (its other trials) and the sessions
@@ -179,6 +156,40 @@ impl SqliteStore {
             .await
             .map_err(|e| self.read_error(e, &format!("task {task_index} of run {run} (table `tasks`)")))
     }
+}
+
+/// The statement of a filtered keyset page of a run's sessions, one for both stores, whose pages
+/// differ only in their placeholders, which the builder writes. A page before `at` is the
+/// nearest `limit` ids below, read backwards: [`in_id_order`] turns it round.
+pub(crate) fn filtered_page<DB>(run: RunId, filter: &SessionFilter, at: PageAt, limit: usize) -> QueryBuilder<DB>
+where
+    DB: sqlx::Database,
+    for<'t> &'static str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> f64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    let mut query = QueryBuilder::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE run_id = "));
+    query.push_bind(run);
+    push_filter(&mut query, filter);
+    match at {
+        PageAt::First => query.push(" ORDER BY id"),
+        PageAt::After(id) => query.push(" AND id > ").push_bind(id).push(" ORDER BY id"),
+        PageAt::Before(id) => query.push(" AND id < ").push_bind(id).push(" ORDER BY id DESC"),
+    };
+    query.push(" LIMIT ").push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    query
+}
+
+/// A page read by [`filtered_page`], in id order.
+pub(crate) fn in_id_order(
+    at: PageAt,
+    page: Result<Vec<SessionRow>, StoreError>,
+) -> Result<Vec<SessionRow>, StoreError> {
+    let mut page = page?;
+    if matches!(at, PageAt::Before(_)) {
+        page.reverse();
+    }
+    Ok(page)
 }
 
 /// The filter's conditions, every value bound, never spliced into the statement; one for both
