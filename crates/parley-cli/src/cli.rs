@@ -268,11 +268,11 @@ pub enum Status {
     Finished,
 }
 
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::Finished => "finished",
+impl From<Status> for parley_core::SessionStatus {
+    fn from(status: Status) -> parley_core::SessionStatus {
+        match status {
+            Status::Pending => parley_core::SessionStatus::Pending,
+            Status::Finished => parley_core::SessionStatus::Finished,
         }
     }
 }

@@ -94,9 +94,8 @@ pub async fn export(
                 Err(e) => counts.unreadable.push(e.to_string()),
             }
         }
-        for session in readable.iter().filter(|s| s.status == "finished") {
-            let termination = session.termination.as_deref().and_then(Termination::parse);
-            if termination.is_none_or(Termination::is_infrastructure) {
+        for session in readable.iter().filter(|s| s.status == parley_core::SessionStatus::Finished) {
+            if session.termination.is_none_or(Termination::is_infrastructure) {
                 if let Some(w) = failures.as_deref_mut() {
                     let task = tasks.get(session.task_index as usize).await?;
                     write_line(w, &Failure::of_row(run, session).row(&task.row))?;
@@ -134,7 +133,7 @@ pub async fn export(
                         task: &task,
                         trial,
                         seed: session.seed as u64,
-                        termination: session.termination.as_deref().unwrap_or_default(),
+                        termination: session.termination.map_or("", Termination::as_str),
                         reward: reward.as_ref(),
                         messages: &messages,
                         tool_calls: &transcript.tool_calls,

@@ -36,7 +36,8 @@ impl Report {
         user_latencies.sort_by(f64::total_cmp);
         Ok(Report {
             run,
-            failures,
+            // By name, as the summary lists them.
+            failures: failures.into_iter().map(|(f, n)| (f.as_str().to_owned(), n)).collect(),
             retries,
             unfinished,
             summary: summarize(&outcomes, trials),

@@ -80,6 +80,69 @@ impl Player {
     }
 }
 
+/// Where a session stands: waiting to be driven (or being driven), or ended with a termination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionStatus {
+    Pending,
+    Finished,
+}
+
+impl SessionStatus {
+    pub const ALL: [SessionStatus; 2] = [SessionStatus::Pending, SessionStatus::Finished];
+
+    /// As stored in the `status` column of `sessions`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Pending => "pending",
+            SessionStatus::Finished => "finished",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SessionStatus> {
+        SessionStatus::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for SessionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`, so that a table's `{:<9}` lines it up.
+        f.pad(self.as_str())
+    }
+}
+
+/// Where a run stands: being recorded, ended with every session driven, or stopped early (a
+/// signal, a cancel) with sessions left for a resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunStatus {
+    Running,
+    Finished,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 3] = [RunStatus::Running, RunStatus::Finished, RunStatus::Interrupted];
+
+    /// As stored in the `status` column of `runs`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Finished => "finished",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`, so that a table's `{:<11}` lines it up.
+        f.pad(self.as_str())
+    }
+}
+
 /// One message with the model call that produced it, if any.
 #[derive(Debug, Clone)]
 pub struct MessageRecord {
@@ -316,6 +379,7 @@ pub trait SessionStore: Send + Sync {
         outcome: &SessionOutcome,
     ) -> Result<(), StoreError>;
 
-    /// Marks the run finished.
-    async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError>;
+    /// Marks the run ended: [`RunStatus::Finished`], or [`RunStatus::Interrupted`] when it stopped
+    /// with sessions left for a resume.
+    async fn finish_run(&self, run: RunId, status: RunStatus) -> Result<(), StoreError>;
 }

@@ -14,8 +14,7 @@ use crate::error::{UsageError, usage};
 /// A stored session as the training metrics see it; `None` when it has no reward to count (an
 /// infrastructure failure, or a session not scored).
 pub fn shaped(s: &SessionShape) -> Option<Shaped> {
-    let infrastructure = s.failure.is_some()
-        || Termination::parse(s.termination.as_deref().unwrap_or("")).is_none_or(Termination::is_infrastructure);
+    let infrastructure = s.failure.is_some() || s.termination.is_none_or(Termination::is_infrastructure);
     let reward = s.reward.filter(|_| !infrastructure)?;
     let breakdown: serde_json::Value =
         s.breakdown.as_deref().and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use parley_core::{Claim, Message, Player, Reward, Role, RunId, SessionId, SessionSpec, Termination};
+use parley_core::{Claim, Message, Player, Reward, Role, RunId, SessionId, SessionSpec, SessionStatus, Termination};
 use parley_engine::replay::Drift;
 use parley_engine::{Job, SessionResult, Stop};
 use parley_store::Store;
@@ -18,8 +18,8 @@ pub async fn stored_settings(store: &Store, run: RunId) -> anyhow::Result<RunSet
 }
 
 /// How a stored session ended, for scorers that look at it.
-fn stored_termination(termination: Option<&str>) -> Termination {
-    termination.and_then(Termination::parse).unwrap_or(Termination::AgentStop)
+fn stored_termination(termination: Option<Termination>) -> Termination {
+    termination.unwrap_or(Termination::AgentStop)
 }
 
 /// A run scored again.
@@ -66,12 +66,12 @@ async fn score_all(
         let page = store.sessions_page(run, after, 500).await?;
         let Some(last) = page.last() else { break };
         after = last.id;
-        for session in page.iter().filter(|s| s.status == "finished" && s.reward.is_some()) {
+        for session in page.iter().filter(|s| s.status == SessionStatus::Finished && s.reward.is_some()) {
             let transcript = store.transcript(session.id).await?;
             let task = tasks.get(session.task_index as usize).await?;
             let failed = |e: &dyn std::fmt::Display| anyhow::anyhow!("session {}: {e}", session.id);
             let mut scoring = env.open(&task).await.map_err(|e| failed(&e))?;
-            let termination = stored_termination(session.termination.as_deref());
+            let termination = stored_termination(session.termination);
             let reward = scoring.score(&transcript.messages, termination).await.map_err(|e| failed(&e));
             scoring.close().await;
             let reward = reward?;
@@ -109,7 +109,7 @@ pub async fn replay(store: Arc<Store>, run: RunId, sessions: &[SessionId]) -> an
         let Some(row) = rows.iter().find(|r| r.id == id) else { continue };
         let transcript = store.transcript(id).await?;
         let task = tasks.get(row.task_index as usize).await?;
-        let termination = stored_termination(row.termination.as_deref());
+        let termination = stored_termination(row.termination);
         let report = parley_engine::replay::replay(
             env.as_ref(),
             &task,
@@ -130,7 +130,7 @@ pub async fn replay(store: Arc<Store>, run: RunId, sessions: &[SessionId]) -> an
 /// The sessions of `run` a replay of the whole run takes: its finished ones.
 pub async fn finished_sessions(store: &Store, run: RunId) -> anyhow::Result<Vec<SessionId>> {
     stored_settings(store, run).await?;
-    Ok(store.sessions(run).await?.into_iter().filter(|s| s.status == "finished").map(|s| s.id).collect())
+    Ok(store.sessions(run).await?.into_iter().filter(|s| s.status == SessionStatus::Finished).map(|s| s.id).collect())
 }
 
 /// Whether a session's transcript may be forked after its first `at` messages: not before the

@@ -4,7 +4,7 @@
 
 use parley_core::nemo_gym::{response_object, rollout_row};
 use parley_core::tokens::first_discontiguous;
-use parley_core::{Message, Reward, RunId, Task, Usage};
+use parley_core::{FailureClass, Message, Reward, RunId, Task, Termination, Usage};
 use parley_engine::SessionResult;
 use parley_store::{SessionRow, Transcript};
 use serde_json::{Value, json};
@@ -122,8 +122,8 @@ impl Failure<'_> {
             session: session.id,
             task_index: session.task_index,
             trial: session.trial,
-            termination: session.termination.as_deref(),
-            class: session.failure.as_deref(),
+            termination: session.termination.map(Termination::as_str),
+            class: session.failure.map(FailureClass::as_str),
             error: session.error.as_deref(),
         }
     }

@@ -11,8 +11,8 @@ use agent_tool_calling::{ToolCallingAgent, ToolCallingConfig};
 use anyhow::Context;
 use futures::{Stream, StreamExt};
 use parley_core::{
-    Agent, Claim, Owner, Player, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
-    Termination, TurnRecord, UserSimulator, stable_seed,
+    Agent, Claim, Owner, Player, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec, SessionStore,
+    StoreError, Termination, TurnRecord, UserSimulator, stable_seed,
 };
 use parley_engine::{Job, Leases, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
 use parley_llm::{ChatClient, EndpointConfig};
@@ -327,7 +327,7 @@ impl Runtime {
 
     /// Marks the run's end: `interrupted` when it was stopped, else `finished`.
     pub async fn finish_run(&self, run: RunId, stopped: bool) -> anyhow::Result<()> {
-        self.store.finish_run(run, if stopped { "interrupted" } else { "finished" }).await?;
+        self.store.finish_run(run, if stopped { RunStatus::Interrupted } else { RunStatus::Finished }).await?;
         Ok(())
     }
 

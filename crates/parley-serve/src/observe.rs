@@ -154,7 +154,7 @@ impl SessionStore for ObservedStore {
         committed
     }
 
-    async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError> {
+    async fn finish_run(&self, run: RunId, status: parley_core::RunStatus) -> Result<(), StoreError> {
         self.inner.finish_run(run, status).await
     }
 }

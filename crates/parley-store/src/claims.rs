@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, SessionSpec, StoreError, Task};
+use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, StoreError, Task};
 use sqlx::{Connection, QueryBuilder};
 
 use crate::SqliteStore;
@@ -22,46 +22,24 @@ macro_rules! now_ms {
     };
 }
 
-fn lease_ms(owner: &Owner) -> i64 {
+/// How long `owner`'s claims hold, in milliseconds, as both stores write leases.
+pub(crate) fn lease_ms(owner: &Owner) -> i64 {
     i64::try_from(owner.lease.as_millis()).unwrap_or(i64::MAX / 2)
 }
 
 impl SqliteStore {
-    /// Creates a run, its tasks and its sessions in one transaction, the sessions claimed by
-    /// `owner` (fence 1) or unclaimed.
-    pub(crate) async fn insert_run(
+    /// Inserts tasks and sessions into `run`, or into a new run made from the spec, in one
+    /// transaction; the sessions are claimed by `owner` (fence 1) or unclaimed.
+    pub(crate) async fn insert_sessions(
         &self,
-        spec: &RunSpec,
-        tasks: &[Arc<Task>],
-        sessions: &[SessionSpec],
-        owner: Option<&Owner>,
-    ) -> Result<(RunId, Vec<Claim>), StoreError> {
-        self.insert_sessions(Err(spec.clone()), tasks, sessions, owner).await
-    }
-
-    /// Adds more tasks and their sessions to a run, in one transaction: a run over more tasks
-    /// than fit in memory is recorded a batch at a time. The sessions are claimed by `owner`
-    /// (fence 1) or unclaimed.
-    pub async fn extend_run(
-        &self,
-        run: RunId,
-        tasks: &[Arc<Task>],
-        sessions: &[SessionSpec],
-        owner: Option<&Owner>,
-    ) -> Result<Vec<Claim>, StoreError> {
-        Ok(self.insert_sessions(Ok(run), tasks, sessions, owner).await?.1)
-    }
-
-    /// Inserts tasks and sessions into `run`, or into a new run made from the spec.
-    async fn insert_sessions(
-        &self,
-        run: Result<RunId, RunSpec>,
+        run: Result<RunId, &RunSpec>,
         tasks: &[Arc<Task>],
         sessions: &[SessionSpec],
         owner: Option<&Owner>,
     ) -> Result<(RunId, Vec<Claim>), StoreError> {
         let tasks: Vec<(i64, String, String)> =
             tasks.iter().map(|t| (t.index as i64, t.id.clone(), t.row.to_string())).collect();
+        let run = run.map_err(RunSpec::clone);
         let sessions = sessions.to_vec();
         let owner = owner.map(|o| (o.id.clone(), lease_ms(o)));
         let error = self.write_error();
@@ -271,6 +249,28 @@ impl SqliteStore {
                         .await
                         .map_err(&error)?;
                     Ok(released.rows_affected())
+                })
+            })
+            .await
+    }
+}
+
+impl SqliteStore {
+    /// Marks the run ended, now.
+    pub(crate) async fn set_run_status(&self, run: RunId, status: RunStatus) -> Result<(), StoreError> {
+        let error = self.write_error();
+        self.writer
+            .exec(move |conn| {
+                Box::pin(async move {
+                    sqlx::query(
+                        "UPDATE runs SET status = ?, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
+                    )
+                    .bind(status.as_str())
+                    .bind(run)
+                    .execute(conn)
+                    .await
+                    .map_err(error)?;
+                    Ok(())
                 })
             })
             .await

@@ -15,12 +15,14 @@
 mod claims;
 mod delta;
 mod edit;
+mod handle;
 mod judge;
 mod load;
 mod location;
 mod pg;
-#[macro_use]
 mod read;
+mod row;
+mod seam;
 mod store;
 mod view;
 mod writer;
@@ -30,11 +32,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use parley_core::{
-    Claim, Claimed, Owner, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
-    TurnRecord, Unusable,
-};
+use parley_core::{StoreError, Unusable};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, SqliteConnection, SqlitePool};
 
@@ -357,77 +355,5 @@ impl SqliteStore {
         self.writer.close().await?;
         self.pool.close().await;
         Ok(())
-    }
-}
-
-#[async_trait]
-impl SessionStore for SqliteStore {
-    async fn create_run(
-        &self,
-        spec: &RunSpec,
-        tasks: &[Arc<Task>],
-        sessions: &[SessionSpec],
-    ) -> Result<(RunId, Vec<SessionId>), StoreError> {
-        let (run, claims) = self.insert_run(spec, tasks, sessions, None).await?;
-        Ok((run, claims.into_iter().map(|c| c.session).collect()))
-    }
-
-    async fn create_claimed_run(
-        &self,
-        spec: &RunSpec,
-        tasks: &[Arc<Task>],
-        sessions: &[SessionSpec],
-        owner: &Owner,
-    ) -> Result<(RunId, Vec<Claim>), StoreError> {
-        self.insert_run(spec, tasks, sessions, Some(owner)).await
-    }
-
-    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
-        self.claim(run, owner, limit).await
-    }
-
-    async fn renew_claims(&self, owner: &Owner) -> Result<u64, StoreError> {
-        self.renew(owner).await
-    }
-
-    async fn release_claims(&self, owner: &Owner) -> Result<u64, StoreError> {
-        self.release(owner).await
-    }
-
-    async fn release_claim(&self, claim: Claim) -> Result<(), StoreError> {
-        self.release_one(claim).await
-    }
-
-    async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError> {
-        self.writer.write(claim, turn, None).await
-    }
-
-    async fn finish_session(
-        &self,
-        claim: Claim,
-        last_turn: TurnRecord,
-        outcome: &SessionOutcome,
-    ) -> Result<(), StoreError> {
-        self.writer.write(claim, last_turn, Some(outcome.clone())).await
-    }
-
-    async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError> {
-        let status = status.to_owned();
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    sqlx::query(
-                        "UPDATE runs SET status = ?, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
-                    )
-                    .bind(status)
-                    .bind(run)
-                    .execute(conn)
-                    .await
-                    .map_err(error)?;
-                    Ok(())
-                })
-            })
-            .await
     }
 }

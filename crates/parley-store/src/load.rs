@@ -1,29 +1,18 @@
 //! Loading what was stored: runs, task rows, and sessions with their transcripts, for resume,
 //! inspection and export.
 
-use std::time::Duration;
-
 use parley_core::{
-    Message, Party, Role, RunId, Sampling, SessionId, StoreError, ToolCall, ToolCallRecord, Unusable, Usage,
+    Message, Party, Role, RunId, RunStatus, Sampling, SessionId, StoreError, ToolCallRecord, Unusable, Usage,
 };
 use serde_json::Value;
-use sqlx::Row;
-use sqlx::sqlite::{Sqlite, SqliteRow};
 
+use crate::row::{self, Unreadable, call_figure_columns, message_columns, run_columns, tool_call_columns};
 use crate::{SqliteStore, unusable};
 
-/// Reads one column of a stored row, or says which table, session and column could not be read,
-/// and how to recover the rest of the file: a decoding error (text that is not UTF-8) is how a
-/// damaged page usually shows.
-pub(crate) fn column<'r, T>(
-    row: &'r SqliteRow,
-    (store, table, session, name): (&SqliteStore, &str, SessionId, &str),
-) -> Result<T, StoreError>
-where
-    T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
-{
-    row.try_get(name)
-        .map_err(|e| store.damaged(&format!("column `{name}` of table `{table}` for session {session}"), &e))
+impl Unreadable for SqliteStore {
+    fn unreadable(&self, what: &str, error: &dyn std::fmt::Display) -> StoreError {
+        self.damaged(what, error)
+    }
 }
 
 impl SqliteStore {
@@ -59,7 +48,7 @@ pub struct RunRecord {
     pub created_at: String,
     pub environment: String,
     pub config: Value,
-    pub status: String,
+    pub status: RunStatus,
     pub finished_at: Option<String>,
 }
 
@@ -101,21 +90,21 @@ impl Transcript {
 
 impl SqliteStore {
     pub async fn run(&self, run: RunId) -> Result<RunRecord, StoreError> {
-        let row = sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs WHERE id = ?")
+        let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ?"))
             .bind(run)
             .fetch_optional(self.pool())
             .await
             .map_err(|e| self.read_error(e, &format!("run {run}")))?
             .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
-        self.run_record(&row)
+        row::run_record(self, &row)
     }
 
     pub async fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs ORDER BY id")
+        let rows = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs ORDER BY id"))
             .fetch_all(self.pool())
             .await
             .map_err(|e| self.read_error(e, "the table `runs`"))?;
-        rows.iter().map(|r| self.run_record(r)).collect()
+        rows.iter().map(|r| row::run_record(self, r)).collect()
     }
 
     /// The run's task rows in task order.
@@ -166,140 +155,30 @@ impl SqliteStore {
     /// Every committed message, tool call and model call of one session, in order. A row that
     /// cannot be read is an error naming its table, the session and the column.
     pub async fn transcript(&self, session: SessionId) -> Result<Transcript, StoreError> {
-        let pool = self.pool();
-        let at = |table| (self, table, session);
-        let rows = sqlx::query(
-            "SELECT seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens FROM messages
-             WHERE session_id = ? ORDER BY seq",
-        )
+        let rows =
+            sqlx::query(concat!("SELECT ", message_columns!(), " FROM messages WHERE session_id = ? ORDER BY seq"))
+                .bind(session)
+                .fetch_all(self.pool())
+                .await
+                .map_err(|e| self.read_error(e, &format!("the messages of session {session}")))?;
+        let messages = row::messages(self, &rows, session)?;
+        let rows =
+            sqlx::query(concat!("SELECT ", tool_call_columns!(), " FROM tool_calls WHERE session_id = ? ORDER BY seq"))
+                .bind(session)
+                .fetch_all(self.pool())
+                .await
+                .map_err(|e| self.read_error(e, &format!("the tool calls of session {session}")))?;
+        let tool_calls = rows.iter().map(|r| row::tool_call(self, r, session)).collect::<Result<_, _>>()?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            call_figure_columns!(),
+            " FROM model_calls WHERE session_id = ? ORDER BY seq"
+        ))
         .bind(session)
-        .fetch_all(pool)
-        .await
-        .map_err(|e| self.read_error(e, &format!("the messages of session {session}")))?;
-        let mut messages = Vec::with_capacity(rows.len());
-        for (i, row) in rows.iter().enumerate() {
-            let get = |name| (self, "messages", session, name);
-            let seq: i64 = column(row, get("seq"))?;
-            if seq != i as i64 {
-                return Err(StoreError::Database(format!("session {session} has a gap in its messages at {i}")));
-            }
-            let role: String = column(row, get("role"))?;
-            let calls: Option<String> = column(row, get("tool_calls"))?;
-            let tool_calls: Vec<ToolCall> = match calls {
-                Some(json) => serde_json::from_str(&json).map_err(|e| {
-                    self.damaged(
-                        &format!("column `tool_calls` of table `messages` for session {session} (seq {seq})"),
-                        &e,
-                    )
-                })?,
-                None => Vec::new(),
-            };
-            let damaged = |name: &str, e: serde_json::Error| {
-                self.damaged(&format!("column `{name}` of table `messages` for session {session} (seq {seq})"), &e)
-            };
-            let parts_json: Option<String> = column(row, get("parts"))?;
-            let reasoning_json: Option<String> = column(row, get("reasoning"))?;
-            let parts = match parts_json {
-                Some(json) => serde_json::from_str(&json).map_err(|e| damaged("parts", e))?,
-                None => Vec::new(),
-            };
-            let reasoning = match reasoning_json {
-                Some(json) => Some(serde_json::from_str(&json).map_err(|e| damaged("reasoning", e))?),
-                None => None,
-            };
-            let tokens = match column::<Option<String>>(row, get("tokens"))? {
-                Some(json) => Some(serde_json::from_str(&json).map_err(|e| damaged("tokens", e))?),
-                None => None,
-            };
-            messages.push(Message {
-                role: Role::parse(&role)
-                    .ok_or_else(|| StoreError::Database(format!("session {session} message {seq}: role {role}")))?,
-                content: column(row, get("content"))?,
-                parts,
-                tool_calls,
-                tool_call_id: column(row, get("tool_call_id"))?,
-                reasoning,
-                tokens,
-            });
-        }
-        let rows = sqlx::query(
-            "SELECT seq, party, call_id, name, arguments, output, is_error, is_write, malformed, truncated, duration_us
-             FROM tool_calls WHERE session_id = ? ORDER BY seq",
-        )
-        .bind(session)
-        .fetch_all(pool)
-        .await
-        .map_err(|e| self.read_error(e, &format!("the tool calls of session {session}")))?;
-        let mut tool_calls = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let (s, t, id) = at("tool_calls");
-            let get = |name| (s, t, id, name);
-            let party: String = column(r, get("party"))?;
-            tool_calls.push(ToolCallRecord {
-                seq: column::<i64>(r, get("seq"))? as u32,
-                party: Party::parse(&party).unwrap_or_default(),
-                call_id: column(r, get("call_id"))?,
-                name: column(r, get("name"))?,
-                arguments: column(r, get("arguments"))?,
-                output: column(r, get("output"))?,
-                is_error: column(r, get("is_error"))?,
-                write: column(r, get("is_write"))?,
-                malformed: column(r, get("malformed"))?,
-                truncated: column(r, get("truncated"))?,
-                duration: Duration::from_micros(column::<i64>(r, get("duration_us"))? as u64),
-            });
-        }
-        let rows = sqlx::query(
-            "SELECT seq, prompt_tokens, completion_tokens, latency_ms, attempts, party, finish_reason, sampling
-             FROM model_calls
-             WHERE session_id = ? ORDER BY seq",
-        )
-        .bind(session)
-        .fetch_all(pool)
+        .fetch_all(self.pool())
         .await
         .map_err(|e| self.read_error(e, &format!("the model calls of session {session}")))?;
-        let mut calls = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let get = |name| (self, "model_calls", session, name);
-            calls.push(CallFigures {
-                seq: column::<i64>(r, get("seq"))? as u32,
-                usage: Usage {
-                    prompt_tokens: column::<i64>(r, get("prompt_tokens"))? as u64,
-                    completion_tokens: column::<i64>(r, get("completion_tokens"))? as u64,
-                },
-                latency_ms: column(r, get("latency_ms"))?,
-                attempts: column::<i64>(r, get("attempts"))? as u32,
-                party: column::<Option<String>>(r, get("party"))?.as_deref().and_then(Party::parse),
-                finish_reason: column(r, get("finish_reason"))?,
-                sampling: match column::<Option<String>>(r, get("sampling"))? {
-                    Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
-                        self.damaged(&format!("column `sampling` of table `model_calls` for session {session}"), &e)
-                    })?),
-                    None => None,
-                },
-            });
-        }
+        let calls = rows.iter().map(|r| row::call_figures(self, r, session)).collect::<Result<_, _>>()?;
         Ok(Transcript { messages, tool_calls, calls })
-    }
-}
-
-impl SqliteStore {
-    fn run_record(&self, row: &SqliteRow) -> Result<RunRecord, StoreError> {
-        let id: RunId = row.try_get("id").map_err(|e| self.damaged("column `id` of table `runs`", &e))?;
-        let field = |name: &str| -> Result<String, StoreError> {
-            row.try_get(name).map_err(|e| self.damaged(&format!("column `{name}` of table `runs` for run {id}"), &e))
-        };
-        let config = field("config")?;
-        Ok(RunRecord {
-            id,
-            created_at: field("created_at")?,
-            environment: field("environment")?,
-            config: serde_json::from_str(&config)
-                .map_err(|e| self.damaged(&format!("column `config` of table `runs` for run {id}"), &e))?,
-            status: field("status")?,
-            finished_at: row
-                .try_get("finished_at")
-                .map_err(|e| self.damaged(&format!("column `finished_at` of table `runs` for run {id}"), &e))?,
-        })
     }
 }

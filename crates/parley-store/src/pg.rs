@@ -20,11 +20,7 @@ mod writer;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use parley_core::{
-    Claim, Claimed, Owner, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
-    TurnRecord, Unusable,
-};
+use parley_core::{StoreError, Unusable};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
@@ -71,7 +67,7 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
-    writer: PgWriter,
+    pub(crate) writer: PgWriter,
     /// The server and database without the password, named in errors.
     name: Arc<str>,
 }
@@ -135,7 +131,7 @@ impl PgStore {
             .map_err(|e| StoreError::Database(format!("migrating {name} (migrations/postgres): {e}")))?;
         let _ = conn.close().await;
         let pool = PgPoolOptions::new().max_connections(POOL_CONNECTIONS).connect_lazy_with(connect);
-        let writer = PgWriter::spawn(pool.clone(), Arc::clone(&name), options, crate::turns_persisted());
+        let writer = writer::spawn(pool.clone(), Arc::clone(&name), options, crate::turns_persisted());
         Ok(PgStore { pool, writer, name })
     }
 
@@ -200,67 +196,5 @@ async fn check_schema(conn: &mut PgConnection, name: &str) -> Result<(), StoreEr
             ),
         }),
         _ => Ok(()),
-    }
-}
-
-#[async_trait]
-impl SessionStore for PgStore {
-    async fn create_run(
-        &self,
-        spec: &RunSpec,
-        tasks: &[Arc<Task>],
-        sessions: &[SessionSpec],
-    ) -> Result<(RunId, Vec<SessionId>), StoreError> {
-        let (run, claims) = self.insert_sessions(Err(spec), tasks, sessions, None).await?;
-        Ok((run, claims.into_iter().map(|c| c.session).collect()))
-    }
-
-    async fn create_claimed_run(
-        &self,
-        spec: &RunSpec,
-        tasks: &[Arc<Task>],
-        sessions: &[SessionSpec],
-        owner: &Owner,
-    ) -> Result<(RunId, Vec<Claim>), StoreError> {
-        self.insert_sessions(Err(spec), tasks, sessions, Some(owner)).await
-    }
-
-    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
-        self.claim(run, owner, limit).await
-    }
-
-    async fn renew_claims(&self, owner: &Owner) -> Result<u64, StoreError> {
-        self.renew(owner).await
-    }
-
-    async fn release_claims(&self, owner: &Owner) -> Result<u64, StoreError> {
-        self.release(owner).await
-    }
-
-    async fn release_claim(&self, claim: Claim) -> Result<(), StoreError> {
-        self.release_one(claim).await
-    }
-
-    async fn commit_turn(&self, claim: Claim, turn: TurnRecord) -> Result<(), StoreError> {
-        self.writer.write(claim, turn, None).await
-    }
-
-    async fn finish_session(
-        &self,
-        claim: Claim,
-        last_turn: TurnRecord,
-        outcome: &SessionOutcome,
-    ) -> Result<(), StoreError> {
-        self.writer.write(claim, last_turn, Some(outcome.clone())).await
-    }
-
-    async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError> {
-        sqlx::query(concat!("UPDATE runs SET status = $1, finished_at = ", pg_now_text!(), " WHERE id = $2"))
-            .bind(status)
-            .bind(run)
-            .execute(&self.pool)
-            .await
-            .map_err(self.error(&format!("finishing run {run} (table `runs`)")))?;
-        Ok(())
     }
 }

@@ -2,12 +2,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use parley_core::{Player, RunId, SessionId, StoreError, Unusable};
-use sqlx::Row;
+use parley_core::{FailureClass, Player, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable};
 use sqlx::sqlite::SqliteRow;
 
 use crate::SqliteStore;
-use crate::load::column;
+use crate::row::{self, StoredRow, session_columns};
 
 /// One session of a page read past damage: its row, or why it cannot be read.
 #[derive(Debug)]
@@ -23,12 +22,12 @@ pub struct SessionRow {
     pub task_index: i64,
     pub trial: i64,
     pub seed: i64,
-    pub status: String,
-    pub termination: Option<String>,
+    pub status: SessionStatus,
+    pub termination: Option<Termination>,
     pub reward: Option<f64>,
     pub error: Option<String>,
     /// The failure class of a session that failed for a reason outside the agent.
-    pub failure: Option<String>,
+    pub failure: Option<FailureClass>,
     /// Model-call attempts beyond the first.
     pub retries: i64,
     pub duration_ms: Option<f64>,
@@ -53,16 +52,12 @@ pub struct TokenTotals {
 
 impl SqliteStore {
     pub async fn sessions(&self, run: RunId) -> Result<Vec<SessionRow>, StoreError> {
-        sqlx::query_as!(
-            SessionRow,
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms,
-                    token_contiguity
-             FROM sessions WHERE run_id = ? ORDER BY id",
-            run
-        )
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, &format!("the sessions of run {run} (table `sessions`)")))
+        let rows = sqlx::query(concat!("SELECT ", session_columns!(), " FROM sessions WHERE run_id = ? ORDER BY id"))
+            .bind(run)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("the sessions of run {run} (table `sessions`)")))?;
+        rows.iter().map(|r| row::session_row(self, r)).collect()
     }
 
     pub async fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError> {
@@ -116,7 +111,7 @@ impl SqliteStore {
 pub struct RunOutcomes {
     pub outcomes: Vec<parley_scoring::Outcome>,
     /// Finished sessions that failed outside the agent, by failure class.
-    pub failures: std::collections::BTreeMap<String, usize>,
+    pub failures: std::collections::BTreeMap<FailureClass, usize>,
     pub total: usize,
     pub unfinished: usize,
     /// Model-call retries over every session.
@@ -128,19 +123,17 @@ impl RunOutcomes {
     pub(crate) fn add(&mut self, s: SessionRow) {
         self.total += 1;
         self.retries += s.retries;
-        if s.status != "finished" {
+        if s.status != SessionStatus::Finished {
             self.unfinished += 1;
             return;
         }
         if let Some(failure) = s.failure {
             *self.failures.entry(failure).or_default() += 1;
         }
-        let termination = s.termination.unwrap_or_default();
         self.outcomes.push(parley_scoring::Outcome {
             task: s.task_index as usize,
-            infrastructure: parley_core::Termination::parse(&termination)
-                .is_none_or(parley_core::Termination::is_infrastructure),
-            termination,
+            infrastructure: s.termination.is_none_or(Termination::is_infrastructure),
+            termination: s.termination.map_or("", Termination::as_str).to_owned(),
             reward: s.reward,
             duration_ms: s.duration_ms.unwrap_or(0.0),
         });
@@ -187,21 +180,20 @@ impl SqliteStore {
 
     /// Sessions of a run with ids above `after`, in id order, at most `limit`.
     pub async fn sessions_page(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
-        let limit = limit as i64;
-        sqlx::query_as!(
-            SessionRow,
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms,
-                    token_contiguity
-             FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
-            run,
-            after,
-            limit
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"
+        ))
+        .bind(run)
+        .bind(after)
+        .bind(limit as i64)
         .fetch_all(self.pool())
         .await
         .map_err(|e| {
             self.read_error(e, &format!("a page of the sessions of run {run} after {after} (table `sessions`)"))
-        })
+        })?;
+        rows.iter().map(|r| row::session_row(self, r)).collect()
     }
 
     /// The newest score of a session by its environment's scorer.
@@ -219,14 +211,6 @@ impl SqliteStore {
             breakdown: serde_json::from_str(&r.breakdown).unwrap_or_default(),
         }))
     }
-}
-
-/// The columns of a [`SessionRow`], as a macro so that statements stay literals.
-macro_rules! session_columns {
-    () => {
-        "id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms, \
-         token_contiguity"
-    };
 }
 
 impl SqliteStore {
@@ -350,40 +334,20 @@ impl SqliteStore {
     }
 
     fn session_read(&self, r: &SqliteRow) -> SessionRead {
-        let id: i64 = r.try_get("id").unwrap_or_default();
-        SessionRead { id, row: self.session_fields(r, id) }
-    }
-
-    /// A row of [`session_columns!`] as a [`SessionRow`]; a column that cannot be read is named
-    /// with its table and the session `id`.
-    pub(crate) fn session_fields(&self, r: &SqliteRow, id: i64) -> Result<SessionRow, StoreError> {
-        let get = |name: &'static str| (self, "sessions", id, name);
-        Ok(SessionRow {
-            id,
-            task_index: column(r, get("task_index"))?,
-            trial: column(r, get("trial"))?,
-            seed: column(r, get("seed"))?,
-            status: column(r, get("status"))?,
-            termination: column(r, get("termination"))?,
-            reward: column(r, get("reward"))?,
-            error: column(r, get("error"))?,
-            failure: column(r, get("failure"))?,
-            retries: column(r, get("retries"))?,
-            duration_ms: column(r, get("duration_ms"))?,
-            token_contiguity: column(r, get("token_contiguity"))?,
-        })
+        let id: i64 = r.value("id").unwrap_or_default();
+        SessionRead { id, row: row::session_fields(self, r, id) }
     }
 }
 
 /// What the training metrics read of one finished session: its task, the agent's turns (its
 /// assistant messages), its reward and its newest score's breakdown (JSON text), whose
 /// `reward_components` hold a composite reward's parts.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionShape {
     pub id: i64,
     pub task_index: i64,
-    pub termination: Option<String>,
-    pub failure: Option<String>,
+    pub termination: Option<Termination>,
+    pub failure: Option<FailureClass>,
     pub reward: Option<f64>,
     pub steps: i64,
     pub breakdown: Option<String>,
@@ -394,7 +358,7 @@ impl SqliteStore {
     /// training metrics read them. One statement per page: the counts and the newest score come
     /// from the tables' primary keys.
     pub async fn session_shapes(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionShape>, StoreError> {
-        sqlx::query_as::<_, SessionShape>(
+        let rows = sqlx::query(
             "SELECT s.id, s.task_index, s.termination, s.failure, s.reward,
                     (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.role = 'assistant') AS steps,
                     (SELECT breakdown FROM scores c WHERE c.session_id = s.id AND c.scorer = 'environment'
@@ -406,6 +370,7 @@ impl SqliteStore {
         .bind(limit as i64)
         .fetch_all(self.pool())
         .await
-        .map_err(|e| self.read_error(e, &format!("the session shapes of run {run} after {after}")))
+        .map_err(|e| self.read_error(e, &format!("the session shapes of run {run} after {after}")))?;
+        rows.iter().map(|r| row::session_shape(self, r)).collect()
     }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Claimed, Owner, Player, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec, SessionStore,
-    StoreError, Task, TurnRecord,
+    Claim, Claimed, Owner, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
+    SessionStore, StoreError, Task, TurnRecord,
 };
 use serde_json::Value;
 
@@ -144,7 +144,9 @@ impl Store {
         fn close(&self) -> Result<(), StoreError>;
     }
 
-    /// Adds tasks and their sessions to a run, claimed by `owner` or unclaimed.
+    /// Adds more tasks and their sessions to a run, in one transaction: a run over more tasks
+    /// than fit in memory is recorded a batch at a time. The sessions are claimed by `owner`
+    /// (fence 1) or unclaimed.
     pub async fn extend_run(
         &self,
         run: RunId,
@@ -152,10 +154,11 @@ impl Store {
         sessions: &[SessionSpec],
         owner: Option<&Owner>,
     ) -> Result<Vec<Claim>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.extend_run(run, tasks, sessions, owner).await,
-            Store::Postgres(s) => s.extend_run(run, tasks, sessions, owner).await,
-        }
+        let added = match self {
+            Store::Sqlite(s) => s.insert_sessions(Ok(run), tasks, sessions, owner).await,
+            Store::Postgres(s) => s.insert_sessions(Ok(run), tasks, sessions, owner).await,
+        };
+        Ok(added?.1)
     }
 
     /// The newest run with a session not finished, if any.
@@ -227,7 +230,7 @@ impl SessionStore for Store {
         self.seam().finish_session(claim, last_turn, outcome).await
     }
 
-    async fn finish_run(&self, run: RunId, status: &str) -> Result<(), StoreError> {
+    async fn finish_run(&self, run: RunId, status: RunStatus) -> Result<(), StoreError> {
         self.seam().finish_run(run, status).await
     }
 }

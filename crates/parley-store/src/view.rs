@@ -2,13 +2,12 @@
 //! keyed by id (so a page costs the same at the start of a million sessions as at their end),
 //! and one session with its place among forks and trials. Never writes.
 
-use parley_core::{RunId, SessionId, StoreError};
-use sqlx::sqlite::SqliteRow;
+use parley_core::{FailureClass, RunId, SessionId, SessionStatus, StoreError, Termination};
 use sqlx::{QueryBuilder, Row, Sqlite};
 
 use crate::SqliteStore;
-use crate::load::column;
 use crate::read::SessionRow;
+use crate::row::{self, session_columns};
 
 /// One run's counts, as the list of runs shows them.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,9 +25,9 @@ pub struct RunCounts {
 /// Which sessions of a run a page holds. Every field narrows; `None` leaves it open.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionFilter {
-    pub status: Option<String>,
-    pub termination: Option<String>,
-    pub failure: Option<String>,
+    pub status: Option<SessionStatus>,
+    pub termination: Option<Termination>,
+    pub failure: Option<FailureClass>,
     pub reward_min: Option<f64>,
     pub reward_max: Option<f64>,
     pub task: Option<i64>,
@@ -93,27 +92,12 @@ impl SqliteStore {
         at: PageAt,
         limit: usize,
     ) -> Result<Vec<SessionRow>, StoreError> {
-        let mut query =
-            QueryBuilder::<Sqlite>::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE run_id = "));
-        query.push_bind(run);
-        push_filter(&mut query, filter);
-        match at {
-            PageAt::First => query.push(" ORDER BY id"),
-            PageAt::After(id) => query.push(" AND id > ").push_bind(id).push(" ORDER BY id"),
-            // The page before is the nearest `limit` ids below, read backwards and turned round.
-            PageAt::Before(id) => query.push(" AND id < ").push_bind(id).push(" ORDER BY id DESC"),
-        };
-        query.push(" LIMIT ").push_bind(limit as i64);
-        let rows = query
+        let rows = filtered_page::<Sqlite>(run, filter, at, limit)
             .build()
             .fetch_all(self.pool())
             .await
             .map_err(|e| self.read_error(e, &format!("a page of the sessions of run {run} (table `sessions`)")))?;
-        let mut page = rows.iter().map(|r| self.session_row(r)).collect::<Result<Vec<_>, _>>()?;
-        if matches!(at, PageAt::Before(_)) {
-            page.reverse();
-        }
-        Ok(page)
+        in_id_order(at, rows.iter().map(|r| row::session_row(self, r)).collect())
     }
 
     /// How many sessions of a run pass `filter`.
@@ -141,14 +125,7 @@ impl SqliteStore {
         .await
         .map_err(|e| self.read_error(e, &format!("session {session} (table `sessions`)")))?
         .ok_or_else(|| StoreError::NotFound(format!("session {session}")))?;
-        let get = |name| (self, "sessions", session, name);
-        Ok(SessionInfo {
-            row: self.session_row(&row)?,
-            run: column(&row, get("run_id"))?,
-            forked_from: column(&row, get("forked_from"))?,
-            fork_at: column(&row, get("fork_at"))?,
-            finished_at: column(&row, get("finished_at"))?,
-        })
+        row::session_info(self, &row)
     }
 
     /// The other sessions of the same task in the same run (its other trials) and the sessions
@@ -179,11 +156,40 @@ impl SqliteStore {
             .await
             .map_err(|e| self.read_error(e, &format!("task {task_index} of run {run} (table `tasks`)")))
     }
+}
 
-    fn session_row(&self, r: &SqliteRow) -> Result<SessionRow, StoreError> {
-        let id: i64 = r.try_get("id").map_err(|e| self.damaged("column `id` of table `sessions`", &e))?;
-        self.session_fields(r, id)
+/// The statement of a filtered keyset page of a run's sessions, one for both stores, whose pages
+/// differ only in their placeholders, which the builder writes. A page before `at` is the
+/// nearest `limit` ids below, read backwards: [`in_id_order`] turns it round.
+pub(crate) fn filtered_page<DB>(run: RunId, filter: &SessionFilter, at: PageAt, limit: usize) -> QueryBuilder<DB>
+where
+    DB: sqlx::Database,
+    for<'t> &'static str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> f64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    let mut query = QueryBuilder::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE run_id = "));
+    query.push_bind(run);
+    push_filter(&mut query, filter);
+    match at {
+        PageAt::First => query.push(" ORDER BY id"),
+        PageAt::After(id) => query.push(" AND id > ").push_bind(id).push(" ORDER BY id"),
+        PageAt::Before(id) => query.push(" AND id < ").push_bind(id).push(" ORDER BY id DESC"),
+    };
+    query.push(" LIMIT ").push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    query
+}
+
+/// A page read by [`filtered_page`], in id order.
+pub(crate) fn in_id_order(
+    at: PageAt,
+    page: Result<Vec<SessionRow>, StoreError>,
+) -> Result<Vec<SessionRow>, StoreError> {
+    let mut page = page?;
+    if matches!(at, PageAt::Before(_)) {
+        page.reverse();
     }
+    Ok(page)
 }
 
 /// The filter's conditions, every value bound, never spliced into the statement; one for both
@@ -191,18 +197,18 @@ impl SqliteStore {
 pub(crate) fn push_filter<DB>(query: &mut QueryBuilder<DB>, filter: &SessionFilter)
 where
     DB: sqlx::Database,
-    for<'t> String: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> &'static str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
     for<'t> f64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
     for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
 {
-    if let Some(status) = &filter.status {
-        query.push(" AND status = ").push_bind(status.clone());
+    if let Some(status) = filter.status {
+        query.push(" AND status = ").push_bind(status.as_str());
     }
-    if let Some(termination) = &filter.termination {
-        query.push(" AND termination = ").push_bind(termination.clone());
+    if let Some(termination) = filter.termination {
+        query.push(" AND termination = ").push_bind(termination.as_str());
     }
-    if let Some(failure) = &filter.failure {
-        query.push(" AND failure = ").push_bind(failure.clone());
+    if let Some(failure) = filter.failure {
+        query.push(" AND failure = ").push_bind(failure.as_str());
     }
     if let Some(min) = filter.reward_min {
         query.push(" AND reward >= ").push_bind(min);

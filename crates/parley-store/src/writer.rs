@@ -22,14 +22,13 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
 
-use parley_core::{Claim, Fence, Party, Role, SessionOutcome, StoreError, TurnRecord};
+use parley_core::{Fence, Party, Role, StoreError};
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
-use crate::delta::Deltas;
+use crate::handle::{self, Write};
 use crate::{StoreOptions, write_error};
 
 /// A future that borrows the writer's connection.
@@ -61,14 +60,7 @@ const COMMIT_BYTES: usize = 4 * 4096;
 /// What a row adds to the WAL besides its text: its keys, numbers and record header.
 const ROW_BYTES: usize = 64;
 
-struct Write {
-    claim: Claim,
-    turn: TurnRecord,
-    outcome: Option<SessionOutcome>,
-    done: oneshot::Sender<Result<(), StoreError>>,
-}
-
-enum Command {
+pub(crate) enum Command {
     Write(Write),
     /// Runs after the writes queued before it are committed.
     Exec(Exec),
@@ -76,14 +68,14 @@ enum Command {
     Close(oneshot::Sender<()>),
 }
 
-#[derive(Clone)]
-pub(crate) struct WriterHandle {
-    tx: mpsc::UnboundedSender<Command>,
-    /// `false` only in the benchmark mode without per-turn persistence (see `NO_TURNS_VARIABLE`).
-    turns: bool,
-    /// Raw requests become deltas against the session's previous call; `None` without raw bodies.
-    deltas: Option<Arc<Deltas>>,
+impl From<Write> for Command {
+    fn from(write: Write) -> Command {
+        Command::Write(write)
+    }
 }
+
+/// The SQLite store's handle on its writer: turns, and the store's other writes.
+pub(crate) type WriterHandle = handle::WriterHandle<Command>;
 
 pub(crate) struct Writer {
     conn: SqliteConnection,
@@ -107,13 +99,13 @@ impl Writer {
         turns: bool,
     ) -> WriterHandle {
         let (tx, rx) = mpsc::unbounded_channel();
-        let deltas = options.raw_model_calls.then(Arc::default);
+        let handle = WriterHandle::new(tx, &options, turns);
         let (checkpoints, woken) = mpsc::channel(1);
         let span = tracing::info_span!("store_checkpointer", db = %path.display());
         tokio::spawn(checkpoint_when_woken(checkpointer, woken).instrument(span));
         let span = tracing::info_span!("store_writer", db = %path.display());
         tokio::spawn(Writer { conn, path, options, unchecked: 0, checkpoints }.run(rx).instrument(span));
-        WriterHandle { tx, turns, deltas }
+        handle
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
@@ -387,37 +379,6 @@ fn shaped<T>(items: &[T], max_rows: usize) -> impl Iterator<Item = &[T]> {
 }
 
 impl WriterHandle {
-    pub(crate) async fn write(
-        &self,
-        claim: Claim,
-        turn: TurnRecord,
-        outcome: Option<SessionOutcome>,
-    ) -> Result<(), StoreError> {
-        let session = claim.session;
-        let mut turn = match (self.turns, outcome.is_some()) {
-            (true, _) => turn,
-            (false, false) => return Ok(()),
-            (false, true) => TurnRecord::default(),
-        };
-        // On the session's own task, so the writer does no more than write.
-        if let Some(deltas) = &self.deltas {
-            deltas.encode(session, &mut turn, outcome.is_some());
-        }
-        let (done, ack) = oneshot::channel();
-        self.tx
-            .send(Command::Write(Write { claim, turn, outcome, done }))
-            .map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
-        let result =
-            ack.await.unwrap_or_else(|_| Err(StoreError::WriterGone("the writer task ended before committing".into())));
-        if result.is_err()
-            && let Some(deltas) = &self.deltas
-        {
-            // A later delta must never name a call that was not stored.
-            deltas.forget(session);
-        }
-        result
-    }
-
     /// Runs `f` on the writer's connection, after every write sent before it, and returns its
     /// result. `f` opens its own transaction when it writes more than one statement.
     pub(crate) async fn exec<T, F>(&self, f: F) -> Result<T, StoreError>
@@ -431,7 +392,7 @@ impl WriterHandle {
                 let _ = done.send(f(conn).await);
             })
         });
-        self.tx.send(Command::Exec(task)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
+        self.send(Command::Exec(task))?;
         ack.await.unwrap_or_else(|_| Err(StoreError::WriterGone("the writer task ended before writing".into())))
     }
 
@@ -442,7 +403,7 @@ impl WriterHandle {
 
     async fn send_flush(&self, command: fn(oneshot::Sender<()>) -> Command) -> Result<(), StoreError> {
         let (done, ack) = oneshot::channel();
-        self.tx.send(command(done)).map_err(|_| StoreError::WriterGone("the writer task has ended".into()))?;
+        self.send(command(done))?;
         ack.await.map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
     }
 }

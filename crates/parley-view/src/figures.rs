@@ -89,7 +89,8 @@ async fn compute(store: &Store, run: i64, trials: usize) -> Result<RunFigures, P
     let rewards = outcomes.iter().filter(|o| !o.infrastructure).filter_map(|o| o.reward).collect();
     Ok(RunFigures {
         summary: summarize(&outcomes, trials),
-        failures,
+        // By name, as the summary lists them.
+        failures: failures.into_iter().map(|(f, n)| (f.as_str().to_owned(), n)).collect(),
         tasks,
         rewards,
         total,

@@ -8,7 +8,7 @@ pub mod session;
 pub mod sessions;
 
 use maud::{Markup, html};
-use parley_core::Message;
+use parley_core::{FailureClass, Message, Termination};
 use parley_store::RunRecord;
 
 /// The model the run's agent talked to, from its stored settings.
@@ -49,14 +49,14 @@ pub fn session_link(id: i64) -> Markup {
 }
 
 /// How a session ended: its termination, and the failure class when it failed.
-pub fn ending(termination: Option<&str>, failure: Option<&str>) -> Markup {
+pub fn ending(termination: Option<Termination>, failure: Option<FailureClass>) -> Markup {
     html! {
         @match termination {
-            Some(t) => span { (t) },
+            Some(t) => span { (t.as_str()) },
             None => span.muted { "unfinished" },
         }
         @if let Some(f) = failure {
-            " " span.badge.error title="failure class" { (f) }
+            " " span.badge.error title="failure class" { (f.as_str()) }
         }
     }
 }

@@ -62,12 +62,20 @@ impl Params {
             .transpose()
     }
 
-    /// A value that must be one of `choices`.
-    pub fn choice(&self, name: &str, choices: &[&str]) -> Result<Option<String>, PageError> {
-        match self.text(name) {
-            None => Ok(None),
-            Some(v) if choices.contains(&v) => Ok(Some(v.to_owned())),
-            Some(v) => Err(PageError::BadRequest(format!("{name} `{v}` is not one of: {}", choices.join(", ")))),
+    /// A value that must be one of `choices`, each known by its `name_of`.
+    pub fn choice<T: Copy>(
+        &self,
+        name: &str,
+        choices: &[T],
+        name_of: fn(T) -> &'static str,
+    ) -> Result<Option<T>, PageError> {
+        let Some(v) = self.text(name) else { return Ok(None) };
+        match choices.iter().copied().find(|&c| name_of(c) == v) {
+            Some(choice) => Ok(Some(choice)),
+            None => {
+                let names: Vec<&str> = choices.iter().map(|&c| name_of(c)).collect();
+                Err(PageError::BadRequest(format!("{name} `{v}` is not one of: {}", names.join(", "))))
+            }
         }
     }
 }

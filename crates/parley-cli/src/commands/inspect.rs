@@ -35,7 +35,7 @@ pub async fn runs(args: DbArg) -> anyhow::Result<()> {
     )?;
     for run in store.runs().await? {
         let sessions = store.sessions(run.id).await?;
-        let finished = sessions.iter().filter(|s| s.status == "finished").count();
+        let finished = sessions.iter().filter(|s| s.status == parley_core::SessionStatus::Finished).count();
         let rewards: Vec<f64> = sessions.iter().filter_map(|s| s.reward).collect();
         let reward = parley_scoring::mean(&rewards).map_or_else(|| "-".to_owned(), |m| format!("{:.3}", m.mean));
         writeln!(
@@ -54,18 +54,20 @@ pub async fn runs(args: DbArg) -> anyhow::Result<()> {
 }
 
 pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
-    if let Some(t) = &args.termination
-        && parley_core::Termination::parse(t).is_none()
-    {
-        let all: Vec<&str> = parley_core::Termination::ALL.iter().map(|t| t.as_str()).collect();
-        return Err(usage(format!("--termination `{t}` is not one of: {}", all.join(", "))));
-    }
-    if let Some(f) = &args.failure
-        && parley_core::FailureClass::parse(f).is_none()
-    {
-        let all: Vec<&str> = parley_core::FailureClass::ALL.iter().map(|c| c.as_str()).collect();
-        return Err(usage(format!("--failure `{f}` is not one of: {}", all.join(", "))));
-    }
+    let termination = args.termination.as_deref().map(|t| {
+        parley_core::Termination::parse(t).ok_or_else(|| {
+            let all: Vec<&str> = parley_core::Termination::ALL.iter().map(|t| t.as_str()).collect();
+            usage(format!("--termination `{t}` is not one of: {}", all.join(", ")))
+        })
+    });
+    let termination = termination.transpose()?;
+    let failure = args.failure.as_deref().map(|f| {
+        parley_core::FailureClass::parse(f).ok_or_else(|| {
+            let all: Vec<&str> = parley_core::FailureClass::ALL.iter().map(|c| c.as_str()).collect();
+            usage(format!("--failure `{f}` is not one of: {}", all.join(", ")))
+        })
+    });
+    let failure = failure.transpose()?;
     let store = open(&args.run.db.db).await?;
     store.run(args.run.run).await.map_err(|e| usage(format!("{e}; see `parley runs`")))?;
     let mut out = std::io::stdout().lock();
@@ -75,9 +77,9 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
         "session", "task", "trial", "status", "termination", "reward", "ms"
     )?;
     for s in store.sessions(args.run.run).await? {
-        if args.status.is_some_and(|st| st.as_str() != s.status)
-            || args.termination.as_ref().is_some_and(|t| Some(t) != s.termination.as_ref())
-            || args.failure.as_ref().is_some_and(|f| Some(f) != s.failure.as_ref())
+        if args.status.is_some_and(|st| parley_core::SessionStatus::from(st) != s.status)
+            || termination.is_some_and(|t| Some(t) != s.termination)
+            || failure.is_some_and(|f| Some(f) != s.failure)
         {
             continue;
         }
@@ -87,10 +89,10 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
             s.id,
             s.task_index,
             s.trial,
-            s.status,
-            match (&s.termination, &s.failure) {
+            s.status.as_str(),
+            match (s.termination, s.failure) {
                 (Some(t), Some(f)) => format!("{t} ({f})"),
-                (Some(t), None) => t.clone(),
+                (Some(t), None) => t.as_str().to_owned(),
                 (None, _) => "-".to_owned(),
             },
             s.reward.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}")),
@@ -197,7 +199,7 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
         }
     }
     writeln!(out)?;
-    writeln!(out, "termination  {}", row.termination.as_deref().unwrap_or("- (unfinished)"))?;
+    writeln!(out, "termination  {}", row.termination.map_or("- (unfinished)", parley_core::Termination::as_str))?;
     if let Some(failure) = &row.failure {
         writeln!(out, "failure      {failure}")?;
     }

@@ -248,7 +248,7 @@ impl SessionStore for MemoryStore {
         Ok(())
     }
 
-    async fn finish_run(&self, _run: RunId, _status: &str) -> Result<(), StoreError> {
+    async fn finish_run(&self, _run: RunId, _status: parley_core::RunStatus) -> Result<(), StoreError> {
         Ok(())
     }
 }

@@ -47,7 +47,7 @@ async fn a_run_is_recorded_in_batches_and_driven_from_the_store_once() {
     let again = runtime.pending(created.run, true).await.unwrap();
     assert_eq!(again.count, 0);
     let sessions = runtime.store.sessions(created.run).await.unwrap();
-    assert!(sessions.iter().all(|s| s.status == "finished"));
+    assert!(sessions.iter().all(|s| s.status == parley_core::SessionStatus::Finished));
     // Trials of a task are adjacent, in task order, as NeMo Gym orders them.
     let order: Vec<(i64, i64)> = sessions.iter().take(4).map(|s| (s.task_index, s.trial)).collect();
     assert_eq!(order, [(0, 0), (0, 1), (1, 0), (1, 1)]);

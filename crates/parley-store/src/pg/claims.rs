@@ -8,28 +8,12 @@
 
 use std::sync::Arc;
 
-use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, SessionSpec, StoreError, Task};
+use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, StoreError, Task};
 
-use super::{PgStore, pg_now_ms};
-
-fn lease_ms(owner: &Owner) -> i64 {
-    i64::try_from(owner.lease.as_millis()).unwrap_or(i64::MAX / 2)
-}
+use super::{PgStore, pg_now_ms, pg_now_text};
+use crate::claims::lease_ms;
 
 impl PgStore {
-    /// Adds more tasks and their sessions to a run, in one transaction: a run over more tasks
-    /// than fit in memory is recorded a batch at a time. The sessions are claimed by `owner`
-    /// (fence 1) or unclaimed.
-    pub async fn extend_run(
-        &self,
-        run: RunId,
-        tasks: &[Arc<Task>],
-        sessions: &[SessionSpec],
-        owner: Option<&Owner>,
-    ) -> Result<Vec<Claim>, StoreError> {
-        Ok(self.insert_sessions(Ok(run), tasks, sessions, owner).await?.1)
-    }
-
     /// Inserts tasks and sessions into `run`, or into a new run made from the spec, in one
     /// transaction; the sessions are claimed by `owner` (fence 1) or unclaimed.
     pub(crate) async fn insert_sessions(
@@ -215,5 +199,18 @@ impl PgStore {
         .await
         .map_err(self.error(&format!("releasing the claims of {} (table `sessions`)", owner.id)))?;
         Ok(released.rows_affected())
+    }
+}
+
+impl PgStore {
+    /// Marks the run ended, now.
+    pub(crate) async fn set_run_status(&self, run: RunId, status: RunStatus) -> Result<(), StoreError> {
+        sqlx::query(concat!("UPDATE runs SET status = $1, finished_at = ", pg_now_text!(), " WHERE id = $2"))
+            .bind(status.as_str())
+            .bind(run)
+            .execute(&self.pool)
+            .await
+            .map_err(self.error(&format!("finishing run {run} (table `runs`)")))?;
+        Ok(())
     }
 }

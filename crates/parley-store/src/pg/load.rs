@@ -2,145 +2,71 @@
 //! session's transcript for resume, pages of a run's sessions, a run, its task rows, a score.
 //! A value that cannot be read is an error naming its table, session (or run) and column.
 
-use std::time::Duration;
-
-use parley_core::{Message, Party, Reward, Role, RunId, SessionId, StoreError, ToolCall, ToolCallRecord, Usage};
-use serde::de::DeserializeOwned;
+use parley_core::{Reward, RunId, SessionId, StoreError};
 use serde_json::Value;
-use sqlx::Row;
-use sqlx::postgres::{PgRow, Postgres};
 
 use super::PgStore;
-use crate::{CallFigures, RunRecord, SessionRow, Transcript};
+use crate::row::{
+    self, Unreadable, call_figure_columns, message_columns, run_columns, session_columns, tool_call_columns,
+};
+use crate::{RunRecord, SessionRow, Transcript};
 
 /// Where a value was read: table, the session or run it belongs to, and column.
 type At<'a> = (&'a str, &'a str, &'a str);
 
+impl Unreadable for PgStore {
+    fn unreadable(&self, what: &str, error: &dyn std::fmt::Display) -> StoreError {
+        StoreError::Database(format!("{}: cannot read {what}: {error}", self.name))
+    }
+}
+
 impl PgStore {
     /// A value of `at` that could not be read or decoded.
-    fn unreadable(&self, (table, of, column): At<'_>, error: &dyn std::fmt::Display) -> StoreError {
-        StoreError::Database(format!(
-            "{}: cannot read column `{column}` of table `{table}` for {of}: {error}",
-            self.name
-        ))
-    }
-
-    pub(super) fn column<'r, T>(&self, row: &'r PgRow, at: At<'_>) -> Result<T, StoreError>
-    where
-        T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
-    {
-        row.try_get(at.2).map_err(|e| self.unreadable(at, &e))
-    }
-
-    /// A JSON column, `None` when NULL.
-    fn json<T: DeserializeOwned>(&self, row: &PgRow, at: At<'_>) -> Result<Option<T>, StoreError> {
-        match self.column::<Option<String>>(row, at)? {
-            Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| self.unreadable(at, &e)),
-            None => Ok(None),
-        }
-    }
-
-    /// An integer column that must fit `T` (a seq, a count).
-    fn number<T: TryFrom<i64>>(&self, row: &PgRow, at: At<'_>) -> Result<T, StoreError> {
-        let n: i64 = self.column(row, at)?;
-        T::try_from(n).map_err(|_| self.unreadable(at, &format!("{n} is out of range")))
+    fn unreadable_at(&self, (table, of, column): At<'_>, error: &dyn std::fmt::Display) -> StoreError {
+        Unreadable::unreadable(self, &format!("column `{column}` of table `{table}` for {of}"), error)
     }
 
     /// Every committed message, tool call and model call of one session, in order: the same
     /// [`Transcript`] as [`SqliteStore::transcript`](crate::SqliteStore::transcript).
     pub async fn transcript(&self, session: SessionId) -> Result<Transcript, StoreError> {
         let of = format!("session {session}");
-        let rows = sqlx::query(
-            "SELECT seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens FROM messages
-             WHERE session_id = $1 ORDER BY seq",
-        )
-        .bind(session)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.error(&format!("reading the messages of {of} (table `messages`)")))?;
-        let mut messages = Vec::with_capacity(rows.len());
-        for (i, row) in rows.iter().enumerate() {
-            let at = |column| ("messages", of.as_str(), column);
-            let seq: i64 = self.column(row, at("seq"))?;
-            if seq != i as i64 {
-                return Err(StoreError::Database(format!("{}: {of} has a gap in its messages at {i}", self.name)));
-            }
-            let of = format!("{of} (seq {seq})");
-            let at = |column| ("messages", of.as_str(), column);
-            let role: String = self.column(row, at("role"))?;
-            messages.push(Message {
-                role: Role::parse(&role)
-                    .ok_or_else(|| self.unreadable(at("role"), &format!("unknown role {role:?}")))?,
-                content: self.column(row, at("content"))?,
-                parts: self.json(row, at("parts"))?.unwrap_or_default(),
-                tool_calls: self.json::<Vec<ToolCall>>(row, at("tool_calls"))?.unwrap_or_default(),
-                tool_call_id: self.column(row, at("tool_call_id"))?,
-                reasoning: self.json(row, at("reasoning"))?,
-                tokens: self.json(row, at("tokens"))?,
-            });
-        }
-
-        let rows = sqlx::query(
-            "SELECT seq, party, call_id, name, arguments, output, is_error, is_write, malformed, truncated, duration_us
-             FROM tool_calls WHERE session_id = $1 ORDER BY seq",
-        )
+        let rows =
+            sqlx::query(concat!("SELECT ", message_columns!(), " FROM messages WHERE session_id = $1 ORDER BY seq"))
+                .bind(session)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(self.error(&format!("reading the messages of {of} (table `messages`)")))?;
+        let messages = row::messages(self, &rows, session)?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            tool_call_columns!(),
+            " FROM tool_calls WHERE session_id = $1 ORDER BY seq"
+        ))
         .bind(session)
         .fetch_all(&self.pool)
         .await
         .map_err(self.error(&format!("reading the tool calls of {of} (table `tool_calls`)")))?;
-        let mut tool_calls = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let at = |column| ("tool_calls", of.as_str(), column);
-            let party: String = self.column(r, at("party"))?;
-            tool_calls.push(ToolCallRecord {
-                seq: self.number(r, at("seq"))?,
-                party: Party::parse(&party).unwrap_or_default(),
-                call_id: self.column(r, at("call_id"))?,
-                name: self.column(r, at("name"))?,
-                arguments: self.column(r, at("arguments"))?,
-                output: self.column(r, at("output"))?,
-                is_error: self.column(r, at("is_error"))?,
-                write: self.column(r, at("is_write"))?,
-                malformed: self.column(r, at("malformed"))?,
-                truncated: self.column(r, at("truncated"))?,
-                duration: Duration::from_micros(self.number(r, at("duration_us"))?),
-            });
-        }
-
-        let rows = sqlx::query(
-            "SELECT seq, prompt_tokens, completion_tokens, latency_ms, attempts, party, finish_reason, sampling
-             FROM model_calls WHERE session_id = $1 ORDER BY seq",
-        )
+        let tool_calls = rows.iter().map(|r| row::tool_call(self, r, session)).collect::<Result<_, _>>()?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            call_figure_columns!(),
+            " FROM model_calls WHERE session_id = $1 ORDER BY seq"
+        ))
         .bind(session)
         .fetch_all(&self.pool)
         .await
         .map_err(self.error(&format!("reading the model calls of {of} (table `model_calls`)")))?;
-        let mut calls = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let at = |column| ("model_calls", of.as_str(), column);
-            calls.push(CallFigures {
-                seq: self.number(r, at("seq"))?,
-                usage: Usage {
-                    prompt_tokens: self.number(r, at("prompt_tokens"))?,
-                    completion_tokens: self.number(r, at("completion_tokens"))?,
-                },
-                latency_ms: self.column(r, at("latency_ms"))?,
-                attempts: self.number(r, at("attempts"))?,
-                party: self.column::<Option<String>>(r, at("party"))?.as_deref().and_then(Party::parse),
-                finish_reason: self.column(r, at("finish_reason"))?,
-                sampling: self.json(r, at("sampling"))?,
-            });
-        }
+        let calls = rows.iter().map(|r| row::call_figures(self, r, session)).collect::<Result<_, _>>()?;
         Ok(Transcript { messages, tool_calls, calls })
     }
 
     /// Sessions of a run with ids above `after`, in id order, at most `limit`.
     pub async fn sessions_page(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms,
-                    token_contiguity
-             FROM sessions WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+        ))
         .bind(run)
         .bind(after)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -149,29 +75,7 @@ impl PgStore {
         .map_err(
             self.error(&format!("reading a page of the sessions of run {run} after {after} (table `sessions`)")),
         )?;
-        rows.iter().map(|r| self.session_row(r)).collect()
-    }
-
-    /// A row of the session columns as a [`SessionRow`], a column that cannot be read named
-    /// with its session.
-    pub(super) fn session_row(&self, r: &PgRow) -> Result<SessionRow, StoreError> {
-        let id: i64 = self.column(r, ("sessions", "a session", "id"))?;
-        let of = format!("session {id}");
-        let at = |column| ("sessions", of.as_str(), column);
-        Ok(SessionRow {
-            id,
-            task_index: self.column(r, at("task_index"))?,
-            trial: self.column(r, at("trial"))?,
-            seed: self.column(r, at("seed"))?,
-            status: self.column(r, at("status"))?,
-            termination: self.column(r, at("termination"))?,
-            reward: self.column(r, at("reward"))?,
-            error: self.column(r, at("error"))?,
-            failure: self.column(r, at("failure"))?,
-            retries: self.column(r, at("retries"))?,
-            duration_ms: self.column(r, at("duration_ms"))?,
-            token_contiguity: self.column(r, at("token_contiguity"))?,
-        })
+        rows.iter().map(|r| row::session_row(self, r)).collect()
     }
 
     /// Every session of a run, in id order.
@@ -180,41 +84,22 @@ impl PgStore {
     }
 
     pub async fn run(&self, run: RunId) -> Result<RunRecord, StoreError> {
-        let row =
-            sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs WHERE id = $1")
-                .bind(run)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(self.error(&format!("reading run {run} (table `runs`)")))?
-                .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
-        self.run_record(&row, run)
+        let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1"))
+            .bind(run)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(self.error(&format!("reading run {run} (table `runs`)")))?
+            .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
+        row::run_record(self, &row)
     }
 
     /// Every run, in id order.
     pub async fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query("SELECT id, created_at, environment, config, status, finished_at FROM runs ORDER BY id")
+        let rows = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs ORDER BY id"))
             .fetch_all(&self.pool)
             .await
             .map_err(self.error("reading the runs (table `runs`)"))?;
-        rows.iter()
-            .map(|row| {
-                let id: RunId = self.column(row, ("runs", "a run", "id"))?;
-                self.run_record(row, id)
-            })
-            .collect()
-    }
-
-    fn run_record(&self, row: &PgRow, run: RunId) -> Result<RunRecord, StoreError> {
-        let of = format!("run {run}");
-        let at = |column| ("runs", of.as_str(), column);
-        Ok(RunRecord {
-            id: self.column(row, at("id"))?,
-            created_at: self.column(row, at("created_at"))?,
-            environment: self.column(row, at("environment"))?,
-            config: self.json::<Value>(row, at("config"))?.unwrap_or_default(),
-            status: self.column(row, at("status"))?,
-            finished_at: self.column(row, at("finished_at"))?,
-        })
+        rows.iter().map(|row| row::run_record(self, row)).collect()
     }
 
     /// The run a session belongs to.
@@ -241,7 +126,7 @@ impl PgStore {
         rows.into_iter()
             .map(|(index, row)| {
                 let row = serde_json::from_str(&row)
-                    .map_err(|e| self.unreadable(("tasks", &format!("run {run}, task {index}"), "row"), &e))?;
+                    .map_err(|e| self.unreadable_at(("tasks", &format!("run {run}, task {index}"), "row"), &e))?;
                 Ok((index, row))
             })
             .collect()
@@ -259,7 +144,7 @@ impl PgStore {
         .map_err(self.error(&format!("reading the score of session {session} (table `scores`)")))?;
         row.map(|(value, breakdown)| {
             let breakdown = serde_json::from_str(&breakdown)
-                .map_err(|e| self.unreadable(("scores", &format!("session {session}"), "breakdown"), &e))?;
+                .map_err(|e| self.unreadable_at(("scores", &format!("session {session}"), "breakdown"), &e))?;
             Ok(Reward { value, breakdown })
         })
         .transpose()

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use parley_core::{Player, RunId, SessionId, StoreError};
 
 use super::PgStore;
+use crate::row::{self, session_columns};
 use crate::{RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
 
 impl PgStore {
@@ -52,16 +53,12 @@ impl PgStore {
 
     /// The sessions with these ids, in id order (those that exist).
     pub async fn sessions_by_id(&self, ids: &[i64]) -> Result<Vec<SessionRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms,
-                    token_contiguity
-             FROM sessions WHERE id = ANY($1) ORDER BY id",
-        )
-        .bind(ids)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.error(&format!("reading {} sessions by id (table `sessions`)", ids.len())))?;
-        rows.iter().map(|r| self.session_row(r)).collect()
+        let rows = sqlx::query(concat!("SELECT ", session_columns!(), " FROM sessions WHERE id = ANY($1) ORDER BY id"))
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.error(&format!("reading {} sessions by id (table `sessions`)", ids.len())))?;
+        rows.iter().map(|r| row::session_row(self, r)).collect()
     }
 
     /// How many sessions the run has, and how many of them are finished.
@@ -126,7 +123,7 @@ impl PgStore {
     /// Finished sessions of a run with ids above `after`, in id order, at most `limit`, as the
     /// training metrics read them.
     pub async fn session_shapes(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionShape>, StoreError> {
-        sqlx::query_as::<_, SessionShape>(
+        let rows = sqlx::query(
             "SELECT s.id, s.task_index, s.termination, s.failure, s.reward,
                     (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.role = 'assistant') AS steps,
                     (SELECT breakdown FROM scores c WHERE c.session_id = s.id AND c.scorer = 'environment'
@@ -138,6 +135,7 @@ impl PgStore {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
-        .map_err(self.error(&format!("reading the session shapes of run {run} after {after} (table `sessions`)")))
+        .map_err(self.error(&format!("reading the session shapes of run {run} after {after} (table `sessions`)")))?;
+        rows.iter().map(|r| row::session_shape(self, r)).collect()
     }
 }

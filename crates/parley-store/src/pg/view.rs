@@ -6,16 +6,9 @@ use parley_core::{RunId, SessionId, StoreError};
 use sqlx::{Postgres, QueryBuilder};
 
 use super::PgStore;
-use crate::view::push_filter;
+use crate::row::{self, session_columns};
+use crate::view::{filtered_page, in_id_order, push_filter};
 use crate::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo, SessionRow};
-
-/// The columns of a [`SessionRow`], as a macro so that statements stay literals.
-macro_rules! pg_session_columns {
-    () => {
-        "id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms, \
-         token_contiguity"
-    };
-}
 
 impl PgStore {
     /// Every run's session counts and mean reward, in one pass over the sessions.
@@ -52,27 +45,12 @@ impl PgStore {
         at: PageAt,
         limit: usize,
     ) -> Result<Vec<SessionRow>, StoreError> {
-        let mut query =
-            QueryBuilder::<Postgres>::new(concat!("SELECT ", pg_session_columns!(), " FROM sessions WHERE run_id = "));
-        query.push_bind(run);
-        push_filter(&mut query, filter);
-        match at {
-            PageAt::First => query.push(" ORDER BY id"),
-            PageAt::After(id) => query.push(" AND id > ").push_bind(id).push(" ORDER BY id"),
-            // The page before is the nearest `limit` ids below, read backwards and turned round.
-            PageAt::Before(id) => query.push(" AND id < ").push_bind(id).push(" ORDER BY id DESC"),
-        };
-        query.push(" LIMIT ").push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        let rows = query
+        let rows = filtered_page::<Postgres>(run, filter, at, limit)
             .build()
             .fetch_all(&self.pool)
             .await
             .map_err(self.error(&format!("reading a page of the sessions of run {run} (table `sessions`)")))?;
-        let mut page = rows.iter().map(|r| self.session_row(r)).collect::<Result<Vec<_>, _>>()?;
-        if matches!(at, PageAt::Before(_)) {
-            page.reverse();
-        }
-        Ok(page)
+        in_id_order(at, rows.iter().map(|r| row::session_row(self, r)).collect())
     }
 
     /// How many sessions of a run pass `filter`.
@@ -92,7 +70,7 @@ impl PgStore {
     pub async fn session_info(&self, session: SessionId) -> Result<SessionInfo, StoreError> {
         let row = sqlx::query(concat!(
             "SELECT ",
-            pg_session_columns!(),
+            session_columns!(),
             ", run_id, forked_from, fork_at, finished_at FROM sessions WHERE id = $1"
         ))
         .bind(session)
@@ -100,15 +78,7 @@ impl PgStore {
         .await
         .map_err(self.error(&format!("reading session {session} (table `sessions`)")))?
         .ok_or_else(|| StoreError::NotFound(format!("session {session}")))?;
-        let of = format!("session {session}");
-        let at = |column| ("sessions", of.as_str(), column);
-        Ok(SessionInfo {
-            row: self.session_row(&row)?,
-            run: self.column(&row, at("run_id"))?,
-            forked_from: self.column(&row, at("forked_from"))?,
-            fork_at: self.column(&row, at("fork_at"))?,
-            finished_at: self.column(&row, at("finished_at"))?,
-        })
+        row::session_info(self, &row)
     }
 
     /// The other trials of the session's task in its run and the sessions forked from it, as

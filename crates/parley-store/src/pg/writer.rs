@@ -18,14 +18,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parley_core::{Claim, Fence, Party, Role, SessionId, SessionOutcome, StoreError, TurnRecord};
+use parley_core::{Fence, Party, Role, SessionId, SessionOutcome, StoreError};
 use sqlx::PgPool;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc};
 use tracing::Instrument;
 
 use super::pg_now_text;
 use crate::StoreOptions;
-use crate::delta::Deltas;
+use crate::handle::{Write, WriterHandle};
 
 /// Writer tasks sharing the queue. Two keep the server busy while a commit waits on its WAL
 /// flush; more only split the same turns into smaller batches.
@@ -41,64 +41,20 @@ const MAX_BATCH: usize = 1024;
 /// conflict (neither should happen, as rows are locked in id order; this is the server's word).
 const ATTEMPTS: usize = 3;
 
-struct Write {
-    claim: Claim,
-    turn: TurnRecord,
-    outcome: Option<SessionOutcome>,
-    done: oneshot::Sender<Result<(), StoreError>>,
-}
+/// The PostgreSQL store's handle on its writer tasks: turns alone (its other writes go to the
+/// pool).
+pub(crate) type PgWriter = WriterHandle<Write>;
 
-#[derive(Clone)]
-pub(crate) struct PgWriter {
-    tx: mpsc::UnboundedSender<Write>,
-    /// `false` only in the benchmark mode without per-turn persistence (see `NO_TURNS_VARIABLE`).
-    turns: bool,
-    /// Raw requests become deltas against the session's previous call; `None` without raw bodies.
-    deltas: Option<Arc<Deltas>>,
-}
-
-impl PgWriter {
-    pub(crate) fn spawn(pool: PgPool, name: Arc<str>, options: StoreOptions, turns: bool) -> PgWriter {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let rx = Arc::new(Mutex::new(rx));
-        for n in 0..WRITERS {
-            let span = tracing::info_span!("store_writer", db = %name, writer = n);
-            let task = Task { pool: pool.clone(), name: Arc::clone(&name), raw: options.raw_model_calls };
-            tokio::spawn(task.run(Arc::clone(&rx)).instrument(span));
-        }
-        PgWriter { tx, turns, deltas: options.raw_model_calls.then(Arc::default) }
+/// Starts the writer tasks on `pool`.
+pub(crate) fn spawn(pool: PgPool, name: Arc<str>, options: StoreOptions, turns: bool) -> PgWriter {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let rx = Arc::new(Mutex::new(rx));
+    for n in 0..WRITERS {
+        let span = tracing::info_span!("store_writer", db = %name, writer = n);
+        let task = Task { pool: pool.clone(), name: Arc::clone(&name), raw: options.raw_model_calls };
+        tokio::spawn(task.run(Arc::clone(&rx)).instrument(span));
     }
-
-    pub(crate) async fn write(
-        &self,
-        claim: Claim,
-        turn: TurnRecord,
-        outcome: Option<SessionOutcome>,
-    ) -> Result<(), StoreError> {
-        let session = claim.session;
-        let mut turn = match (self.turns, outcome.is_some()) {
-            (true, _) => turn,
-            (false, false) => return Ok(()),
-            (false, true) => TurnRecord::default(),
-        };
-        // On the session's own task, so the writer does no more than write.
-        if let Some(deltas) = &self.deltas {
-            deltas.encode(session, &mut turn, outcome.is_some());
-        }
-        let (done, ack) = oneshot::channel();
-        self.tx
-            .send(Write { claim, turn, outcome, done })
-            .map_err(|_| StoreError::WriterGone("the writer tasks have ended".into()))?;
-        let result =
-            ack.await.unwrap_or_else(|_| Err(StoreError::WriterGone("the writer task ended before committing".into())));
-        if result.is_err()
-            && let Some(deltas) = &self.deltas
-        {
-            // A later delta must never name a call that was not stored.
-            deltas.forget(session);
-        }
-        result
-    }
+    WriterHandle::new(tx, &options, turns)
 }
 
 struct Task {

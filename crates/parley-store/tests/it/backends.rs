@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use parley_core::{Reward, RunId, SessionId, SessionStore, StoreError};
-use parley_store::{PgStore, SessionRow, SqliteStore, StoreOptions, Transcript};
+use parley_core::{RunId, SessionId, SessionStore};
+use parley_store::{PgStore, SessionRow, SqliteStore, StoreOptions};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 /// The variable naming the PostgreSQL server of the tests, as a URL.
@@ -35,11 +35,8 @@ enum Place {
     Postgres { connect: Box<PgConnectOptions>, admin: PgPool, schema: String },
 }
 
-/// A store of either kind: the seam through `Deref`, and the reads both have.
-pub enum Store {
-    Sqlite(SqliteStore),
-    Postgres(PgStore),
-}
+/// A store of either kind, as the front ends hold it.
+pub use parley_store::Store;
 
 impl Db {
     /// A database of `backend`, or `None` for PostgreSQL when no server is named and none is
@@ -90,10 +87,10 @@ impl Db {
     pub async fn open(&self) -> Store {
         match &self.place {
             Place::Sqlite(dir) => {
-                Store::Sqlite(SqliteStore::open(&dir.path().join("parley.db"), StoreOptions::default()).await.unwrap())
+                SqliteStore::open(&dir.path().join("parley.db"), StoreOptions::default()).await.unwrap().into()
             }
             Place::Postgres { connect, .. } => {
-                Store::Postgres(PgStore::connect_with((**connect).clone(), StoreOptions::default()).await.unwrap())
+                PgStore::connect_with((**connect).clone(), StoreOptions::default()).await.unwrap().into()
             }
         }
     }
@@ -116,67 +113,15 @@ impl Db {
     }
 }
 
-impl std::ops::Deref for Store {
-    type Target = dyn SessionStore;
-
-    fn deref(&self) -> &(dyn SessionStore + 'static) {
-        match self {
-            Store::Sqlite(s) => s,
-            Store::Postgres(s) => s,
-        }
-    }
+/// The store as the runtime holds it.
+pub fn seam(store: &Store) -> Arc<dyn SessionStore> {
+    Arc::new(store.clone())
 }
 
-impl Store {
-    /// The store as the runtime holds it.
-    pub fn seam(&self) -> Arc<dyn SessionStore> {
-        match self {
-            Store::Sqlite(s) => Arc::new(s.clone()),
-            Store::Postgres(s) => Arc::new(s.clone()),
-        }
-    }
-
-    pub async fn transcript(&self, session: SessionId) -> Result<Transcript, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.transcript(session).await,
-            Store::Postgres(s) => s.transcript(session).await,
-        }
-    }
-
-    pub async fn sessions_page(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.sessions_page(run, after, limit).await,
-            Store::Postgres(s) => s.sessions_page(run, after, limit).await,
-        }
-    }
-
-    pub async fn latest_score(&self, session: SessionId) -> Result<Option<Reward>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.latest_score(session).await,
-            Store::Postgres(s) => s.latest_score(session).await,
-        }
-    }
-
-    /// One session's row.
-    pub async fn session(&self, run: RunId, session: SessionId) -> SessionRow {
-        let page = self.sessions_page(run, session - 1, 1).await.unwrap();
-        page.into_iter().find(|s| s.id == session).unwrap_or_else(|| panic!("session {session} of run {run}"))
-    }
-
-    /// The store as the front ends hold it, for the reads and edits only they use.
-    pub fn front(&self) -> parley_store::Store {
-        match self {
-            Store::Sqlite(s) => s.clone().into(),
-            Store::Postgres(s) => s.clone().into(),
-        }
-    }
-
-    pub async fn close(&self) {
-        match self {
-            Store::Sqlite(s) => s.close().await.unwrap(),
-            Store::Postgres(s) => s.close().await.unwrap(),
-        }
-    }
+/// One session's row.
+pub async fn session(store: &Store, run: RunId, session: SessionId) -> SessionRow {
+    let page = store.sessions_page(run, session - 1, 1).await.unwrap();
+    page.into_iter().find(|s| s.id == session).unwrap_or_else(|| panic!("session {session} of run {run}"))
 }
 
 /// Each case as two tests, `backends::sqlite::CASE` and `backends::postgres::CASE`.
@@ -237,7 +182,7 @@ async fn commit_rate() {
         let text = "word ".repeat(2048 / 5);
         let started = std::time::Instant::now();
         let sessions = ids.iter().map(|&id| {
-            let (store, text) = (store.seam(), text.clone());
+            let (store, text) = (seam(&store), text.clone());
             tokio::spawn(async move {
                 for seq in 0..TURNS {
                     let message = Message::assistant(text.clone());
@@ -257,7 +202,7 @@ async fn commit_rate() {
             elapsed.as_secs_f64(),
             commits / elapsed.as_secs_f64()
         );
-        store.close().await;
+        store.close().await.unwrap();
         db.remove().await;
     }
 }

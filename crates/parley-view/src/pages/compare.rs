@@ -62,7 +62,7 @@ pub async fn page(State(state): State<Arc<AppState>>, uri: Uri) -> Result<Markup
             @for info in [&left, &right] {
                 div.side {
                     strong { (session_link(info.row.id)) } " · run " (info.run) " · task " (info.row.task_index) " · trial " (info.row.trial)
-                    " · " (ending(info.row.termination.as_deref(), info.row.failure.as_deref())) " · reward " (reward(info.row.reward))
+                    " · " (ending(info.row.termination, info.row.failure)) " · reward " (reward(info.row.reward))
                     @if let (Some(source), Some(at)) = (info.forked_from, info.fork_at) { " · forked from #" (source) " at " (at) }
                 }
             }

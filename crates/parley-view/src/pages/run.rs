@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use maud::{Markup, html};
+use parley_core::RunStatus;
 use parley_scoring::percentile;
 
 use crate::AppState;
@@ -27,7 +28,7 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
     let record = store.run(id).await?;
     let trials = trials_of(&record);
 
-    let running = record.status == "running";
+    let running = record.status == RunStatus::Running;
     let figures = state.figures.get(store, id, trials, running).await?;
     let RunFigures {
         summary,
@@ -71,7 +72,7 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
         dl.facts {
             dt { "Environment" } dd { (record.environment) }
             dt { "Model" } dd { (model_of(&record)) }
-            dt { "Status" } dd #status { (record.status) }
+            dt { "Status" } dd #status { (record.status.as_str()) }
             dt { "Created" } dd { (record.created_at) }
             @if let Some(at) = &record.finished_at { dt { "Finished" } dd { (at) } }
             dt { "Sessions" } dd #progress {

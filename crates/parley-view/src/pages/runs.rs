@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use maud::{Markup, html};
+use parley_core::RunStatus;
 
 use crate::AppState;
 use crate::error::PageError;
@@ -15,8 +16,9 @@ use crate::pages::model_of;
 pub async fn page(State(state): State<Arc<AppState>>) -> Result<Markup, PageError> {
     let runs = state.store.runs().await?;
     let counts: HashMap<i64, _> = state.store.run_counts().await?.into_iter().map(|c| (c.run, c)).collect();
-    let running =
-        runs.iter().any(|r| r.status == "running" && counts.get(&r.id).is_some_and(|c| c.finished < c.sessions));
+    let running = runs
+        .iter()
+        .any(|r| r.status == RunStatus::Running && counts.get(&r.id).is_some_and(|c| c.finished < c.sessions));
     let body = html! {
         h1 { "Runs" }
         @if runs.is_empty() {
@@ -37,7 +39,7 @@ pub async fn page(State(state): State<Arc<AppState>>) -> Result<Markup, PageErro
                             td { (run.created_at) }
                             td { (run.environment) }
                             td { (model_of(run)) }
-                            td { (run.status) }
+                            td { (run.status.as_str()) }
                             td.num { a href=(format!("/runs/{}/sessions", run.id)) { (sessions) } }
                             td {
                                 (finished) " / " (sessions)

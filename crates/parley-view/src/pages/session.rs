@@ -40,8 +40,8 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(session): Path<String
                 @if let Some(task) = &task_id { " · id " code { (task) } }
                 " · trial " (row.trial) " · seed " (row.seed)
             }
-            dt { "Status" } dd { (row.status) }
-            dt { "Ending" } dd #ending { (ending(row.termination.as_deref(), row.failure.as_deref())) }
+            dt { "Status" } dd { (row.status.as_str()) }
+            dt { "Ending" } dd #ending { (ending(row.termination, row.failure)) }
             dt { "Reward" } dd #reward-value { (reward(score.as_ref().map(|s| s.value).or(row.reward))) }
             dt { "Duration" } dd { (ms(row.duration_ms)) @if row.retries > 0 { " · " (row.retries) " model-call retries" } }
             @if let Some(error) = &row.error { dt { "Error" } dd.error { pre { (clipped(error)) } } }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::Uri;
 use maud::{Markup, html};
-use parley_core::{FailureClass, Termination};
+use parley_core::{FailureClass, SessionStatus, Termination};
 use parley_store::{PageAt, SessionFilter};
 
 use crate::AppState;
@@ -24,12 +24,10 @@ const MAX_LIMIT: i64 = 1000;
 pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>, uri: Uri) -> Result<Markup, PageError> {
     let id = query::id(&run, "run")?;
     let params = Params::of(&uri, &KNOWN)?;
-    let terminations: Vec<&str> = Termination::ALL.iter().map(|t| t.as_str()).collect();
-    let failures: Vec<&str> = FailureClass::ALL.iter().map(|c| c.as_str()).collect();
     let filter = SessionFilter {
-        status: params.choice("status", &["pending", "finished"])?,
-        termination: params.choice("termination", &terminations)?,
-        failure: params.choice("failure", &failures)?,
+        status: params.choice("status", &SessionStatus::ALL, SessionStatus::as_str)?,
+        termination: params.choice("termination", &Termination::ALL, Termination::as_str)?,
+        failure: params.choice("failure", &FailureClass::ALL, FailureClass::as_str)?,
         reward_min: params.number("reward_min")?,
         reward_max: params.number("reward_max")?,
         task: params.int("task")?,
@@ -78,15 +76,15 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>, u
         form.filters method="get" action=(format!("/runs/{id}/sessions")) {
             label { "status" select name="status" {
                 option value="" { "any" }
-                @for s in ["pending", "finished"] { option value=(s) selected[filter.status.as_deref() == Some(s)] { (s) } }
+                @for s in SessionStatus::ALL { option value=(s.as_str()) selected[filter.status == Some(s)] { (s.as_str()) } }
             } }
             label { "termination" select name="termination" {
                 option value="" { "any" }
-                @for t in &terminations { option value=(t) selected[filter.termination.as_deref() == Some(*t)] { (t) } }
+                @for t in Termination::ALL { option value=(t.as_str()) selected[filter.termination == Some(t)] { (t.as_str()) } }
             } }
             label { "failure class" select name="failure" {
                 option value="" { "any" }
-                @for f in &failures { option value=(f) selected[filter.failure.as_deref() == Some(*f)] { (f) } }
+                @for f in FailureClass::ALL { option value=(f.as_str()) selected[filter.failure == Some(f)] { (f.as_str()) } }
             } }
             label { "reward ≥" input type="number" step="any" name="reward_min" value=[filter.reward_min]; }
             label { "reward ≤" input type="number" step="any" name="reward_max" value=[filter.reward_max]; }
@@ -108,8 +106,8 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>, u
                         td.num { (session_link(s.id)) }
                         td.num { a href=(link_task(id, s.task_index)) { (s.task_index) } }
                         td.num { (s.trial) }
-                        td { (s.status) }
-                        td { (ending(s.termination.as_deref(), s.failure.as_deref())) }
+                        td { (s.status.as_str()) }
+                        td { (ending(s.termination, s.failure)) }
                         td.num { (reward(s.reward)) }
                         td.num { (ms(s.duration_ms)) }
                         td.num { (s.retries) }

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::{
-    Claim, FailureClass, Fence, Message, MessageRecord, Owner, Party, Player, Reward, RunSpec, SessionOutcome,
-    SessionSpec, SessionStore, StoreError, Task, Termination, TurnRecord,
+    Claim, FailureClass, Fence, Message, MessageRecord, Owner, Party, Player, Reward, RunSpec, RunStatus,
+    SessionOutcome, SessionSpec, SessionStatus, SessionStore, StoreError, Task, Termination, TurnRecord,
 };
 use serde_json::json;
 
-use super::{Db, Store};
+use super::{Db, Store, seam, session};
 use crate::writer::turn;
 
 pub fn run_of(n: usize) -> (RunSpec, Vec<Arc<Task>>, Vec<SessionSpec>) {
@@ -105,19 +105,19 @@ pub async fn turns_and_outcomes_come_back_exactly(db: &Db) {
     let rows = store.sessions_page(run, 0, 10).await.unwrap();
     assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
     let (done, failed) = (&rows[0], &rows[1]);
-    assert_eq!((done.status.as_str(), done.termination.as_deref()), ("finished", Some("agent_stop")));
+    assert_eq!((done.status, done.termination), (SessionStatus::Finished, Some(Termination::AgentStop)));
     assert_eq!(done.reward.map(f64::to_bits), Some((0.1f64 + 0.2).to_bits()), "the reward, to the bit");
     let duration = Duration::from_micros(1_500_001).as_secs_f64() * 1e3;
     assert_eq!(done.duration_ms.map(f64::to_bits), Some(duration.to_bits()));
     assert_eq!(done.error.as_deref(), Some(format!("a \"quoted\" error {unicode}").as_str()));
     assert_eq!((done.retries, done.token_contiguity.as_deref()), (1, Some("not contiguous at 2")));
     assert_eq!((done.seed, failed.seed), (0, -1), "a u64 seed keeps its bits");
-    assert_eq!((failed.reward, failed.failure.as_deref()), (None, Some("timeout")));
+    assert_eq!((failed.reward, failed.failure), (None, Some(FailureClass::Timeout)));
     let score = store.latest_score(ids[0]).await.unwrap().unwrap();
     assert_eq!(score.value.to_bits(), (0.1f64 + 0.2).to_bits());
     assert_eq!(score.breakdown["part"].as_f64().map(f64::to_bits), Some(third.to_bits()));
     assert!(store.latest_score(ids[1]).await.unwrap().is_none(), "no reward, no score");
-    store.close().await;
+    store.close().await.unwrap();
 }
 
 pub async fn pages_of_sessions_come_in_id_order(db: &Db) {
@@ -136,9 +136,9 @@ pub async fn pages_of_sessions_come_in_id_order(db: &Db) {
         read.extend(page);
     }
     assert_eq!(read.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
-    let trials: Vec<(i64, i64, &str)> = read.iter().map(|r| (r.task_index, r.trial, r.status.as_str())).collect();
-    assert_eq!(trials, (0..10).map(|i| (0, i, "pending")).collect::<Vec<_>>());
-    store.close().await;
+    let trials: Vec<(i64, i64, SessionStatus)> = read.iter().map(|r| (r.task_index, r.trial, r.status)).collect();
+    assert_eq!(trials, (0..10).map(|i| (0, i, SessionStatus::Pending)).collect::<Vec<_>>());
+    store.close().await.unwrap();
 }
 
 pub async fn owners_claiming_at_once_never_get_the_same_session(db: &Db) {
@@ -147,7 +147,7 @@ pub async fn owners_claiming_at_once_never_get_the_same_session(db: &Db) {
     let (run, ids) = creator.create_run(&spec, &tasks, &specs).await.unwrap();
     let stores = [db.open().await, db.open().await, db.open().await];
     let claimers = stores.iter().map(|store| {
-        let store = store.seam();
+        let store = seam(store);
         let owner = Owner::new(Duration::from_secs(30));
         // Tasks of their own, so that the claims of a multi-connection store really overlap.
         tokio::spawn(async move {
@@ -172,7 +172,7 @@ pub async fn owners_claiming_at_once_never_get_the_same_session(db: &Db) {
     }
     assert_eq!(all.into_iter().collect::<Vec<_>>(), ids, "every session is claimed once");
     for store in stores.iter().chain([&creator]) {
-        store.close().await;
+        store.close().await.unwrap();
     }
 }
 
@@ -212,7 +212,7 @@ pub async fn a_lease_holds_while_renewed_and_is_taken_over_once_it_expires(db: &
     assert_eq!(messages(&first, ids[0]).await, 0, "nothing of the refused turn is written");
     let refused = first.finish_session(claims[1], turn(0), &outcome()).await;
     assert!(matches!(refused, Err(StoreError::Fenced { .. })), "{refused:?}");
-    assert_eq!(first.session(run, ids[1]).await.status, "pending", "a fenced end is not recorded");
+    assert_eq!(session(&first, run, ids[1]).await.status, SessionStatus::Pending, "a fenced end is not recorded");
     assert_eq!(messages(&first, ids[1]).await, 0);
     assert!(first.latest_score(ids[1]).await.unwrap().is_none());
     second.commit_turn(taken.claims[0], turn(0)).await.unwrap();
@@ -224,8 +224,8 @@ pub async fn a_lease_holds_while_renewed_and_is_taken_over_once_it_expires(db: &
     let c = Owner::new(Duration::from_secs(30));
     let again = first.claim_sessions(run, &c, usize::MAX).await.unwrap();
     assert_eq!(again.claims.iter().map(|c| c.fence).collect::<Vec<_>>(), [Fence(3); 3]);
-    first.close().await;
-    second.close().await;
+    first.close().await.unwrap();
+    second.close().await.unwrap();
 }
 
 pub async fn a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written(db: &Db) {
@@ -247,7 +247,7 @@ pub async fn a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written(
         assert_eq!(messages(&store, claim.session).await, 2);
     }
     assert_eq!(messages(&store, claims[0].session).await, 0);
-    store.close().await;
+    store.close().await.unwrap();
 }
 
 pub async fn who_plays_each_session_is_kept(db: &Db) {
@@ -256,13 +256,13 @@ pub async fn who_plays_each_session_is_kept(db: &Db) {
     specs[1].player = Player::Trainer;
     specs[2].player = Player::RowPolicy;
     let (run, ids) = store.create_run(&spec, &tasks, &specs[..2]).await.unwrap();
-    let more = store.front().extend_run(run, &[], &specs[2..], None).await.unwrap();
+    let more = store.extend_run(run, &[], &specs[2..], None).await.unwrap();
     let mut all = ids.clone();
     all.extend(more.iter().map(|c| c.session));
-    let played = store.front().played_elsewhere(&all).await.unwrap();
+    let played = store.played_elsewhere(&all).await.unwrap();
     let expected = std::collections::HashMap::from([(all[1], Player::Trainer), (all[2], Player::RowPolicy)]);
     assert_eq!(played, expected, "the run's own sessions are not listed");
-    store.close().await;
+    store.close().await.unwrap();
 }
 
 pub async fn one_released_claim_is_taken_at_once_and_a_stale_one_is_left_alone(db: &Db) {
@@ -281,7 +281,7 @@ pub async fn one_released_claim_is_taken_at_once_and_a_stale_one_is_left_alone(d
     let c = Owner::new(Duration::from_secs(30));
     let again = store.claim_sessions(run, &c, usize::MAX).await.unwrap();
     assert!(again.claims.is_empty(), "b's claim stands: {:?}", again.claims);
-    store.close().await;
+    store.close().await.unwrap();
 }
 
 pub async fn a_finished_session_is_released_and_never_claimed_again(db: &Db) {
@@ -297,10 +297,10 @@ pub async fn a_finished_session_is_released_and_never_claimed_again(db: &Db) {
     let sessions: Vec<i64> = claimed.claims.iter().map(|c| c.session).collect();
     assert_eq!(sessions, [claims[0].session, claims[2].session]);
     assert_eq!(claimed.held_elsewhere, 0);
-    let row = store.session(run, claims[1].session).await;
+    let row = session(&store, run, claims[1].session).await;
     assert_eq!((row.status.as_str(), row.reward), ("finished", Some(1.0)));
-    store.finish_run(run, "finished").await.unwrap();
-    store.close().await;
+    store.finish_run(run, RunStatus::Finished).await.unwrap();
+    store.close().await.unwrap();
 }
 
 pub async fn a_failed_batch_keeps_nothing_and_the_next_is_written(db: &Db) {
@@ -316,7 +316,7 @@ pub async fn a_failed_batch_keeps_nothing_and_the_next_is_written(db: &Db) {
     assert_eq!(counts, (2, 1, 1));
     store.commit_turn(Claim::unclaimed(ids[0]), turn(2)).await.unwrap();
     assert_eq!(messages(&store, ids[0]).await, 4, "the next batch is written");
-    store.close().await;
+    store.close().await.unwrap();
 }
 
 pub async fn commits_renewals_and_claims_at_once_all_go_through(db: &Db) {
@@ -324,7 +324,7 @@ pub async fn commits_renewals_and_claims_at_once_all_go_through(db: &Db) {
     let (spec, tasks, specs) = run_of(64);
     let owner = Owner::new(Duration::from_secs(30));
     let (run, claims) = owner_store.create_claimed_run(&spec, &tasks, &specs, &owner).await.unwrap();
-    let store = owner_store.seam();
+    let store = seam(&owner_store);
     let sessions = claims.iter().map(|&claim| {
         let store = Arc::clone(&store);
         tokio::spawn(async move {
@@ -347,7 +347,7 @@ pub async fn commits_renewals_and_claims_at_once_all_go_through(db: &Db) {
         })
     };
     let claiming = {
-        let (store, stop) = (claimer_store.seam(), Arc::clone(&stop));
+        let (store, stop) = (seam(&claimer_store), Arc::clone(&stop));
         let other = Owner::new(Duration::from_secs(30));
         tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -364,17 +364,17 @@ pub async fn commits_renewals_and_claims_at_once_all_go_through(db: &Db) {
     renewing.await.unwrap();
     claiming.await.unwrap();
     let rows = owner_store.sessions_page(run, 0, 100).await.unwrap();
-    assert!(rows.iter().all(|r| r.status == "finished"), "every session finished");
+    assert!(rows.iter().all(|r| r.status == SessionStatus::Finished), "every session finished");
     for claim in &claims {
         assert_eq!(messages(&owner_store, claim.session).await, 20);
     }
     assert_eq!(owner_store.renew_claims(&owner).await.unwrap(), 0, "finished sessions are released");
-    owner_store.close().await;
-    claimer_store.close().await;
+    owner_store.close().await.unwrap();
+    claimer_store.close().await.unwrap();
 }
 
 pub async fn a_rescore_lands_one_version_for_the_run_or_nothing(db: &Db) {
-    let store = db.open().await.front();
+    let store = db.open().await;
     let (spec, tasks, specs) = run_of(3);
     let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
     let (other, strays) = store.create_run(&spec, &tasks, &specs[..1]).await.unwrap();
@@ -405,7 +405,7 @@ pub async fn a_rescore_lands_one_version_for_the_run_or_nothing(db: &Db) {
 }
 
 pub async fn a_fork_shares_its_prefix_and_failed_sessions_reopen(db: &Db) {
-    let store = db.open().await.front();
+    let store = db.open().await;
     let (spec, tasks, specs) = run_of(2);
     let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
     store.commit_turn(Claim::unclaimed(ids[0]), turn(0)).await.unwrap();
@@ -438,8 +438,8 @@ pub async fn a_fork_shares_its_prefix_and_failed_sessions_reopen(db: &Db) {
     store.finish_session(Claim::unclaimed(ids[1]), TurnRecord::default(), &outcome()).await.unwrap();
     assert_eq!(store.reopen_failed(run).await.unwrap(), 1);
     let rows = store.sessions_by_id(&ids).await.unwrap();
-    assert_eq!((rows[0].status.as_str(), rows[0].failure.as_deref()), ("pending", None));
-    assert_eq!(rows[1].status, "finished");
+    assert_eq!((rows[0].status, rows[0].failure), (SessionStatus::Pending, None));
+    assert_eq!(rows[1].status, SessionStatus::Finished);
     assert_eq!(store.transcript(ids[0]).await.unwrap().messages, source.messages);
     assert_eq!(store.reopen_failed(run).await.unwrap(), 0);
 

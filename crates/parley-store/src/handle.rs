@@ -1,0 +1,83 @@
+//! The handle a store's sessions send their turns through, the same on both stores: it drops
+//! turns in the benchmark mode without per-turn persistence, rewrites raw requests as deltas on
+//! the session's own task (so the writer does no more than write), queues the turn for the
+//! store's writer, and waits for the commit. Only the writer behind the queue differs: one task
+//! on SQLite's only writing connection, a few tasks on PostgreSQL's pool.
+
+use std::sync::Arc;
+
+use parley_core::{Claim, SessionOutcome, StoreError, TurnRecord};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::StoreOptions;
+use crate::delta::Deltas;
+
+/// One turn (with the session's end, for its last) on its way to a writer, and who waits for
+/// its commit.
+pub(crate) struct Write {
+    pub claim: Claim,
+    pub turn: TurnRecord,
+    pub outcome: Option<SessionOutcome>,
+    pub done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The sending side of a writer's queue of `C`, a command the writer takes (a [`Write`], or
+/// an enum holding one beside the writer's other commands).
+pub(crate) struct WriterHandle<C> {
+    tx: mpsc::UnboundedSender<C>,
+    /// `false` only in the benchmark mode without per-turn persistence (see `NO_TURNS_VARIABLE`).
+    turns: bool,
+    /// Raw requests become deltas against the session's previous call; `None` without raw bodies.
+    deltas: Option<Arc<Deltas>>,
+}
+
+impl<C> Clone for WriterHandle<C> {
+    fn clone(&self) -> WriterHandle<C> {
+        WriterHandle { tx: self.tx.clone(), turns: self.turns, deltas: self.deltas.clone() }
+    }
+}
+
+/// The writer has ended, or ended before it answered.
+fn gone(what: &str) -> StoreError {
+    StoreError::WriterGone(what.into())
+}
+
+impl<C: From<Write>> WriterHandle<C> {
+    pub(crate) fn new(tx: mpsc::UnboundedSender<C>, options: &StoreOptions, turns: bool) -> WriterHandle<C> {
+        WriterHandle { tx, turns, deltas: options.raw_model_calls.then(Arc::default) }
+    }
+
+    /// Commits `turn` (and `outcome`, the session's end) under `claim`; returns once it is
+    /// committed, or refused.
+    pub(crate) async fn write(
+        &self,
+        claim: Claim,
+        turn: TurnRecord,
+        outcome: Option<SessionOutcome>,
+    ) -> Result<(), StoreError> {
+        let session = claim.session;
+        let mut turn = match (self.turns, outcome.is_some()) {
+            (true, _) => turn,
+            (false, false) => return Ok(()),
+            (false, true) => TurnRecord::default(),
+        };
+        if let Some(deltas) = &self.deltas {
+            deltas.encode(session, &mut turn, outcome.is_some());
+        }
+        let (done, ack) = oneshot::channel();
+        self.send(Write { claim, turn, outcome, done }.into())?;
+        let result = ack.await.unwrap_or_else(|_| Err(gone("the writer task ended before committing")));
+        if result.is_err()
+            && let Some(deltas) = &self.deltas
+        {
+            // A later delta must never name a call that was not stored.
+            deltas.forget(session);
+        }
+        result
+    }
+
+    /// Queues a command for the writer.
+    pub(crate) fn send(&self, command: C) -> Result<(), StoreError> {
+        self.tx.send(command).map_err(|_| gone("the writer task has ended"))
+    }
+}
