@@ -19,7 +19,7 @@
 //!   the recorded write calls are replayed against a fresh environment first, each output
 //!   checked against the record, so the environment is where the session left it.
 //! - **Malformed calls.** Arguments that are not JSON, an unknown tool or a schema violation
-//!   ([`schema`](crate::schema)) become a tool error in the transcript and count against
+//!   ([`schema`]) become a tool error in the transcript and count against
 //!   [`Limits::max_errors`]; never an `Err`. An environment that answers those itself
 //!   ([`EnvSession::answers_malformed_calls`], as tau2's tools do) gets them as ordinary calls.
 //! - **Premature stops.** A user stop right after the user agreed to an action no write call
@@ -31,6 +31,8 @@
 //! - **Ends.** A panic (contained by the caller), timeout or cancel ends one session with a
 //!   termination reason. A cancelled session is not marked finished, so its committed turns stay
 //!   resumable; a failure outside the agent drops the unfinished turn and records its class.
+//!   Before the environment is closed, the simulated user's turns are reviewed
+//!   ([`UserSimulator::review`]); its faults travel in [`SessionResult::user_faults`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
