@@ -1,6 +1,15 @@
 //! The `parley` binary: parses the command line, sets up logging, and runs one command.
-//! Bad usage or configuration exits with 64 before any work starts; a database that cannot be
-//! used exits with 65 (not Parley's, or newer), 73 (read-only) or 75 (locked).
+//!
+//! Three layers, as uv's CLI: clap definitions (`cli`, whose doc comments are the `--help`
+//! text; `RunOptions` is every run setting, declared once), settings (`settings`: `parley.toml`
+//! merged under the flags, then resolved into the runtime's `RunSettings`) and one module per
+//! group of commands (`commands`), each calling a library crate and printing what it returns.
+//!
+//! Exit codes: 64 for bad usage or configuration, before any work starts; 65 (not Parley's,
+//! newer, a directory, damaged), 73 (read-only), 74 (disk full) or 75 (locked) for a database
+//! that cannot be used ([`error::store_exit_code`]); 128 + the signal's number for a run that
+//! SIGINT or SIGTERM stopped before every session was finished; 1 for anything else, with its
+//! context chain. A reader that stops early (a broken pipe) is not an error.
 
 mod cli;
 mod commands;

@@ -3,10 +3,14 @@
 //! Everything the engine, the store, the model client, the agents, the environments and the
 //! simulators exchange is defined here: messages, tool calls, tool specs, tasks, termination
 //! reasons, rewards, and the object-safe traits [`Agent`], [`UserSimulator`], [`Environment`],
-//! [`ModelClient`] and [`SessionStore`].
+//! [`ModelClient`] and [`SessionStore`]. Beside them, plain data and rules that need no I/O:
+//! NeMo Gym's formats (`nemo_gym`), a session's [`Deadline`] (`deadline`), token ids and their
+//! contiguity check (`tokens`), who sees what (`view`), a rule-based review of a simulated
+//! user's turns (`review`) and a seeded generator (`rng`).
 //!
 //! Invariant: this crate depends on nothing heavy. No HTTP client, no database driver, no async
-//! runtime: a check in CI fails the build if it pulls in sqlx, axum, reqwest or async-openai.
+//! runtime: `.ci/core-deps` fails CI if sqlx, axum, reqwest, hyper, async-openai or tokio enter
+//! its dependency tree.
 
 pub mod agent;
 pub mod content;

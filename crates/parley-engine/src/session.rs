@@ -3,6 +3,36 @@
 //! to the environment and back to the agent; user tool calls (dual control) go to the
 //! environment and back to the user. [`Next`] names whose move it is; every step ends in a
 //! commit or in a termination reason.
+//!
+//! How a session goes, beyond that loop:
+//!
+//! - **Commits.** A finished turn is committed beside the next model call (`beside_commit`),
+//!   and the session waits for both before it acts on the reply or ends.
+//!   While the process's claims may have run out ([`Leases`]: a renewal late by more than
+//!   [`Leases::HOLD`] of a lease counts a lapse, as after a pause or a cut from the store), the
+//!   commit goes first (an empty one when there is nothing to commit) and the call is made only
+//!   once the store took it, so a session taken over spends no model call on a turn its new
+//!   owner committed. A commit refused as [`StoreError::Fenced`] (another owner claimed the
+//!   session) stops the session quietly: it is reported `cancelled` with `taken_over` set, and
+//!   nothing more of it is recorded.
+//! - **Resumes.** A [`Job`] with a [`Prior`] continues a session after its last committed turn:
+//!   the recorded write calls are replayed against a fresh environment first, each output
+//!   checked against the record, so the environment is where the session left it.
+//! - **Malformed calls.** Arguments that are not JSON, an unknown tool or a schema violation
+//!   ([`schema`]) become a tool error in the transcript and count against
+//!   [`Limits::max_errors`]; never an `Err`. An environment that answers those itself
+//!   ([`EnvSession::answers_malformed_calls`], as tau2's tools do) gets them as ordinary calls.
+//! - **Premature stops.** A user stop right after the user agreed to an action no write call
+//!   has carried out ([`UserSimulator::stopped_too_early`]) grants the agent
+//!   [`Limits::stop_grace`] more turns.
+//! - **Time.** The session's moves run under its [`Deadline`]. When its time runs out while a
+//!   client has a call open, it ends as `infrastructure_error` with that call's failure class and
+//!   retries; only time spent otherwise is the agent's `timeout`.
+//! - **Ends.** A panic (contained by the caller), timeout or cancel ends one session with a
+//!   termination reason. A cancelled session is not marked finished, so its committed turns stay
+//!   resumable; a failure outside the agent drops the unfinished turn and records its class.
+//!   Before the environment is closed, the simulated user's turns are reviewed
+//!   ([`UserSimulator::review`]); its faults travel in [`SessionResult::user_faults`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

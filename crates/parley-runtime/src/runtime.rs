@@ -1,6 +1,27 @@
 //! The assembly of a run: settings → endpoints → environment → agent → user → store →
 //! scheduler → results. Every front end starts its sessions here, so a session is driven the
 //! same way whoever asked for it.
+//!
+//! [`Runtime::start`] builds the parties (without a `--base-url` it starts the built-in stub
+//! and points the agent at it), takes an [`Owner`] for this process and spawns the renewal of
+//! its leases, which lives until [`Runtime::stop`] releases its claims. A run is recorded first
+//! ([`Runtime::create_run`], a batch of tasks per transaction) and then driven from the store:
+//! a new run and a resume go the same way, so memory does not grow with the number of tasks.
+//!
+//! [`Runtime::pending`] yields a run's unfinished sessions as jobs, claimed a page (twice the
+//! concurrency, within bounds) at a time as the scheduler takes them, each with its fence. Claims
+//! of a process of this host that is gone are expired first, so a resume after a crash takes its
+//! sessions at once; those a live owner holds are left to it. On a resume, one query per page
+//! says which claimed sessions have committed turns: only those have their transcripts read (as
+//! their [`Prior`]); the others start afresh. A session another policy played ([`Player`]: an
+//! OpenEnv trainer, a row's own policy URL) is closed where it stopped (`cancelled`, no turn
+//! added) rather than continued, so no trajectory holds two policies' turns. A page claimed
+//! before the process's leases may have lapsed ([`Leases::hold`]) is checked by an empty commit
+//! per session, and those refused as fenced are skipped.
+//!
+//! [`Runtime::drive`] runs jobs through the scheduler under the caller's [`Stop`];
+//! [`Runtime::spawn`] drives one session on a task of its own (a served row, an OpenEnv
+//! episode, a fork). Those two are the only ways a session is started.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

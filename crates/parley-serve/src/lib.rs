@@ -8,6 +8,28 @@
 //! the scorer's fields. Every served session is recorded turn by turn under one service run, so
 //! `parley show`, `export` and `resume` work on it as on any run.
 //!
+//! A `/run`, step by step:
+//!
+//! - **Admission** is two semaphores: `admitted` (concurrency + queue), taken at once or the
+//!   answer is 503 with `Retry-After`, before the body is read; `running` (concurrency), waited
+//!   for by admitted requests.
+//! - **The row** is checked before any model call: a `policy_base_url` is taken out of it
+//!   (`policy`); in an environment that brings its own tasks, a row naming one by `id` plays it
+//!   ([`Runtime::served_task`](parley_runtime::Runtime::served_task)); a row the environment
+//!   cannot run or score ([`Environment::check`](parley_core::Environment::check)) is a 400.
+//! - **Its place**: `groups` makes copies of one row sharing `_ng_task_index` trials of one
+//!   task; places are given and queued to the `recorder` under one lock, so a task's first
+//!   session is never recorded after a later one. The recorder records and claims it under the
+//!   runtime's owner in one store call.
+//! - **The session** is the runtime's ([`Runtime::spawn`](parley_runtime::Runtime::spawn)), on a
+//!   task of its own, with child tokens of the service's [`Stop`]. A drop guard in the handler
+//!   aborts it when the client goes away: it ends cancelled, its turns kept, resumable.
+//! - **The answer** is the runtime's [`Rollout`] row with the row's NeMo Gym indices as sent; a
+//!   session that failed outside the agent is a 502 carrying its failure row, except a verifier's
+//!   own failure (`verifier_failed`), which is a 200 masked with `instance_config.mask_sample`,
+//!   as is a session whose simulated user's review found faults (named in `user_faults`); a
+//!   session another process took over is a 409.
+//!
 //! Invariant: no command line and no terminal; the caller binds the listener, owns the stop
 //! signal and gives the runtime.
 

@@ -2,7 +2,8 @@
 //! (TRL, Unsloth, SkyRL, ART, Oumi, torchforge through `openenv-core`; NeMo RL's
 //! `EnvironmentInterface.step` has the same shape).
 //!
-//! Routes: `GET /health`, `/schema`, `/metadata`, `POST /reset`, `POST /step`, `GET /state`, and
+//! Routes: `GET /health`, `/schema`, `/metadata`, `/openapi.json`, `POST /reset`, `POST /step`,
+//! `GET /state`, `POST /mcp` (a JSON-RPC error saying tools are called within a session), and
 //! the WebSocket `/ws`, whose frames are `{type: reset|step|state|close, data}`, answered by
 //! `{type: observation|state|error, data}`. A WebSocket connection holds one session at a time;
 //! when it drops, its session is cancelled with its committed turns kept, and a reset naming
@@ -15,6 +16,13 @@
 //! number of tasks; the next in turn when it names none) and a `trial`, records the session
 //! under the service run and answers the first observation: the messages the agent sees and the
 //! tools. A step is one assistant message. Everything else is the engine's, as in a run.
+//!
+//! The tasks a reset picks from are read whole when the service starts ([`Hub`]). A WebSocket
+//! connection's frames are read on a task of their own, so pings are answered and a client that
+//! goes away is noticed mid-step; each frame carries the instant it was read, where a step's
+//! time in `/metrics` starts (it ends with the observation written). A connection that drops
+//! cancels its session (committed turns kept) and leaves it in `Hub::dropped`, from which a
+//! reset naming it continues it with the same `Prior` a resume uses.
 
 mod episode;
 mod wire;

@@ -1,6 +1,9 @@
 //! tau2's simulated user, as `tau2/user/user_simulator.py` prompts it: its template, the
 //! scenario written as `str(task.user_scenario)` writes it (Python's `textwrap.indent`
-//! included), and its default sampling. The guidelines are tau2's data, read by the caller.
+//! included), and its default sampling. The guidelines are tau2's data, read by the caller
+//! (the runtime gives tau2's domains this prompt, with `environment_tau2::user_guidelines`).
+//! `tests/e2e/tau2_user.rs` holds the first request for every task of the four domains to
+//! tau2's own.
 
 use serde_json::Value;
 
