@@ -20,6 +20,18 @@ pub struct Cli {
     /// [default: 30].
     #[arg(long, global = true, value_name = "SECS", env = "PARLEY_LEASE_SECS", value_parser = lease)]
     pub lease: Option<f64>,
+    /// Seconds a write to a SQLite store waits for another process's lock before it fails
+    /// [default: 30].
+    #[arg(long, global = true, value_name = "SECS", env = "PARLEY_BUSY_TIMEOUT", value_parser = busy_timeout)]
+    pub busy_timeout: Option<f64>,
+}
+
+/// A busy timeout: zero or more seconds, up to a day.
+fn busy_timeout(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(secs) if (0.0..=86_400.0).contains(&secs) => Ok(secs),
+        _ => Err(format!("`{text}` is not a number of seconds between 0 and 86400")),
+    }
 }
 
 /// A user fault of the stub: `MODE:RATE`.

@@ -46,6 +46,9 @@ fn main() -> ExitCode {
     if let Some(secs) = cli.lease {
         parley_runtime::set_lease(std::time::Duration::from_secs_f64(secs));
     }
+    if let Some(secs) = cli.busy_timeout {
+        parley_store::set_busy_timeout(std::time::Duration::from_secs_f64(secs));
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Command::Stub(args) = &cli.command
         && let Some(threads) = args.threads

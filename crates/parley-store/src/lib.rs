@@ -76,16 +76,18 @@ fn turns_persisted() -> bool {
     !off
 }
 
-/// How long a write waits for another process's lock before it fails: seconds in
-/// `PARLEY_BUSY_TIMEOUT`, 30 by default.
-pub const BUSY_TIMEOUT_VARIABLE: &str = "PARLEY_BUSY_TIMEOUT";
+/// How long a write waits for another process's lock before it fails, when the front end sets
+/// it (`--busy-timeout`, which reads `PARLEY_BUSY_TIMEOUT`); 30 s by default. Process-wide, as
+/// SQLite's lock is the file's whatever the store.
+static BUSY_TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+/// Sets the busy timeout, once, before any store opens.
+pub fn set_busy_timeout(timeout: Duration) {
+    let _ = BUSY_TIMEOUT.set(timeout);
+}
 
 fn busy_timeout() -> Duration {
-    std::env::var(BUSY_TIMEOUT_VARIABLE)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map_or(Duration::from_secs(30), Duration::from_secs_f64)
+    BUSY_TIMEOUT.get().copied().unwrap_or(Duration::from_secs(30))
 }
 
 enum CheckError {
@@ -211,7 +213,7 @@ fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
             Unusable::Locked,
             format!(
                 "{what} is locked by another process for more than {} s (another parley writing to it?); wait for \
-                 it to finish, raise {BUSY_TIMEOUT_VARIABLE}, or pass another --db",
+                 it to finish, raise --busy-timeout, or pass another --db",
                 busy_timeout().as_secs_f64()
             ),
         ),
