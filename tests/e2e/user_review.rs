@@ -82,3 +82,38 @@ fn a_tau2_row_named_by_id_gives_the_user_its_tasks_scenario() {
         assert!(system.contains(first_line), "task {task}: the user's prompt holds its reason for calling: {system}");
     }
 }
+
+/// A run's faulty sessions are recorded with their faults: the summary leaves them out of the
+/// rewards and pass figures and counts them apart (`--keep-user-faults` counts them in),
+/// `parley sessions --user-fault RULE` lists them, and `parley show` names each fault.
+#[test]
+fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
+    let work = Workdir::new();
+    let data = crate::harness::tau2_data_dir();
+    let policy = Stub::start(&[]);
+    let user = Stub::start(&["--user-turns", "3", "--tool-calls", "0", "--user-fault", "ends_early:0.5"]);
+    let out = work.parley(&[
+        "run", "--env", "tau2:airline", "--data-dir", &data, "--num-tasks", "20", "--base-url", &policy.url,
+        "--user", "llm", "--user-base-url", &user.url, "--db", "parley.db", "--out", "out.jsonl",
+    ]);
+    let said = crate::harness::ok(&out);
+    let line = said.lines().find(|l| l.starts_with("user faults")).unwrap_or_else(|| panic!("{said}"));
+    let faulty: usize = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!((3..=17).contains(&faulty), "about half of 20: {line}");
+    let listed = crate::harness::ok(&work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "ends_early"]));
+    let ids: Vec<&str> = listed.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(ids.len(), faulty, "{listed}");
+    let shown = crate::harness::ok(&work.parley(&["show", ids[0], "--db", "parley.db"]));
+    assert!(shown.contains("user fault") && shown.contains("ends_early"), "{shown}");
+    let metrics = |extra: &[&str]| -> Value {
+        let mut args = vec!["metrics", "1", "--db", "parley.db", "--json"];
+        args.extend(extra);
+        serde_json::from_str(&crate::harness::ok(&work.parley(&args))).unwrap()
+    };
+    let (apart, kept) = (metrics(&[]), metrics(&["--keep-user-faults"]));
+    assert_eq!(apart["user_faults"], faulty as u64);
+    assert_eq!(kept["user_faults"], 0);
+    assert_eq!(apart["reward"]["n"].as_u64().unwrap() + faulty as u64, kept["reward"]["n"].as_u64().unwrap());
+    let bad = work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "rude"]);
+    assert_eq!(bad.status.code(), Some(64));
+}

@@ -269,6 +269,9 @@ pub struct SessionsArgs {
     /// Only sessions that failed with this class, e.g. `rate_limited` or `timeout`.
     #[arg(long)]
     pub failure: Option<String>,
+    /// Only sessions whose simulated user broke this rule of its review, e.g. `ends_early`.
+    #[arg(long, value_name = "RULE")]
+    pub user_fault: Option<String>,
 }
 
 /// A session's status in the store.
@@ -304,6 +307,10 @@ pub struct MetricsArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Count the sessions whose simulated user failed its part in the rewards and pass figures
+    /// (by default they are left out and counted apart).
+    #[arg(long)]
+    pub keep_user_faults: bool,
 }
 
 #[derive(Debug, Args)]

@@ -28,8 +28,13 @@ pub struct Report {
 impl Report {
     /// The run's report, reading its sessions a page at a time: a run of a million sessions
     /// keeps only what the metrics need of each.
-    pub async fn load(store: &Store, run: i64, trials: usize) -> anyhow::Result<Report> {
-        let RunOutcomes { outcomes, failures, unfinished, retries, .. } = store.run_outcomes(run).await?;
+    /// Sessions whose simulated user failed its part are counted apart from the rewards and
+    /// pass figures, unless `keep_user_faults`.
+    pub async fn load(store: &Store, run: i64, trials: usize, keep_user_faults: bool) -> anyhow::Result<Report> {
+        let RunOutcomes { mut outcomes, failures, unfinished, retries, .. } = store.run_outcomes(run).await?;
+        if keep_user_faults {
+            outcomes.iter_mut().for_each(|o| o.user_fault = false);
+        }
         let mut latencies = store.call_latencies(run, "assistant").await?;
         latencies.sort_by(f64::total_cmp);
         let mut user_latencies = store.call_latencies(run, "user").await?;
@@ -88,6 +93,14 @@ impl Report {
         }
         if self.retries > 0 {
             writeln!(w, "retries        {} model-call retries", self.retries)?;
+        }
+        if s.user_faults > 0 {
+            writeln!(
+                w,
+                "user faults    {} sessions whose simulated user failed its part (excluded from rewards and pass; \
+                 --keep-user-faults counts them)",
+                s.user_faults
+            )?;
         }
         match s.reward {
             Some(m) => writeln!(w, "reward         {:.3} ± {:.3} (95% interval, n={})", m.mean, m.ci95, m.n)?,
@@ -183,6 +196,7 @@ impl Report {
             "terminations": s.terminations,
             "failures": self.failures,
             "retries": self.retries,
+            "user_faults": s.user_faults,
             "reward": s.reward,
             "pass": s.pass.iter().map(|(k, at, hat)| serde_json::json!({"k": k, "pass_at_k": at, "pass_hat_k": hat})).collect::<Vec<_>>(),
             "groups": s.groups,

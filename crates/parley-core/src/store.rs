@@ -201,6 +201,8 @@ pub struct SessionOutcome {
     /// Why the token ids of the messages the session produced are not one contiguous sequence,
     /// when they are not (see [`crate::tokens::first_discontiguous`]).
     pub token_contiguity: Option<String>,
+    /// The simulated user's own faults, as its review found them (see [`crate::review`]).
+    pub user_faults: Vec<crate::review::UserFault>,
 }
 
 /// The generation of a session's claim. Every claim raises it by one, so a write made under an

@@ -159,11 +159,11 @@ fn panicked(id: SessionId, task: Arc<Task>, trial: u32, why: String) -> SessionR
             retries: 0,
             duration: Default::default(),
             token_contiguity: None,
+            user_faults: Vec::new(),
         },
         produced_from,
         usage: Default::default(),
         user_usage: Default::default(),
         taken_over: false,
-        user_faults: Vec::new(),
     }
 }

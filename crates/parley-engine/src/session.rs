@@ -116,9 +116,6 @@ pub struct SessionResult {
     /// Another owner claimed the session while this process drove it: it is theirs now, and
     /// nothing of this ending was recorded.
     pub taken_over: bool,
-    /// The simulated user's own faults, as its review found them (see
-    /// [`UserSimulator::review`](parley_core::UserSimulator::review)).
-    pub user_faults: Vec<parley_core::review::UserFault>,
 }
 
 /// The text with which an agent ends a conversation that has a user.
@@ -437,6 +434,7 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         duration: started.elapsed(),
         token_contiguity: parley_core::tokens::first_discontiguous(&state.messages[produced_from..])
             .map(|(_, why)| why),
+        user_faults,
     };
     let ending = Ending {
         claim,
@@ -447,18 +445,7 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
         outcome: outcome.clone(),
     };
     let (usage, user_usage, transcript) = (state.usage, state.user_usage, state.messages);
-    let result = SessionResult {
-        id,
-        task,
-        trial,
-        outcome,
-        transcript,
-        produced_from,
-        usage,
-        user_usage,
-        taken_over,
-        user_faults,
-    };
+    let result = SessionResult { id, task, trial, outcome, transcript, produced_from, usage, user_usage, taken_over };
     (result, ending)
 }
 

@@ -504,6 +504,7 @@ impl JobCursor {
             retries: 0,
             duration: std::time::Duration::ZERO,
             token_contiguity: None,
+            user_faults: Vec::new(),
         };
         match self.store.finish_session(claim, TurnRecord::default(), &outcome).await {
             Ok(()) => {

@@ -23,6 +23,9 @@ pub struct Outcome {
     pub infrastructure: bool,
     pub reward: Option<f64>,
     pub duration_ms: f64,
+    /// The simulated user failed its part: the reward says more of the simulator than of the
+    /// agent, so rewards, pass@k and pass^k leave the session out (it is counted apart).
+    pub user_fault: bool,
 }
 
 /// A mean with the half-width of its 95% interval (normal approximation).
@@ -97,6 +100,8 @@ pub struct Summary {
     pub groups: Groups,
     pub session_ms_p50: Option<f64>,
     pub session_ms_p99: Option<f64>,
+    /// Sessions left out of the reward and pass figures because their simulated user failed.
+    pub user_faults: usize,
 }
 
 /// Tasks scored two or more times (prompt groups), and how many of them scored all alike: such
@@ -146,22 +151,26 @@ pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
     for o in outcomes {
         *terminations.entry(o.termination.clone()).or_insert(0) += 1;
     }
-    let rewards: Vec<f64> = outcomes.iter().filter(|o| !o.infrastructure).filter_map(|o| o.reward).collect();
     let mut durations: Vec<f64> = outcomes.iter().map(|o| o.duration_ms).collect();
     durations.sort_by(f64::total_cmp);
+    // A session whose simulated user failed its part says more of the simulator than of the
+    // agent: it is counted apart, not in the rewards or pass figures.
+    let counted: Vec<Outcome> = outcomes.iter().filter(|o| !o.user_fault).cloned().collect();
+    let rewards: Vec<f64> = counted.iter().filter(|o| !o.infrastructure).filter_map(|o| o.reward).collect();
     Summary {
         sessions: outcomes.len(),
         terminations,
         reward: mean(&rewards),
-        pass: (1..=trials.max(usual_group(outcomes)).max(1))
+        pass: (1..=trials.max(usual_group(&counted)).max(1))
             .map(|k| {
-                let (at, hat) = pass_at_k(outcomes, k);
+                let (at, hat) = pass_at_k(&counted, k);
                 (k, at, hat)
             })
             .collect(),
         session_ms_p50: percentile(&durations, 0.5),
         session_ms_p99: percentile(&durations, 0.99),
-        groups: Groups::of(outcomes),
+        groups: Groups::of(&counted),
+        user_faults: outcomes.len() - counted.len(),
     }
 }
 
@@ -176,7 +185,19 @@ mod tests {
             infrastructure,
             reward,
             duration_ms: 10.0 * (task + 1) as f64,
+            user_fault: false,
         }
+    }
+
+    #[test]
+    fn sessions_whose_user_failed_are_counted_apart_from_rewards_and_pass() {
+        let mut faulty = outcome(0, Some(0.0), false);
+        faulty.user_fault = true;
+        let outcomes = [outcome(0, Some(1.0), false), faulty, outcome(1, Some(1.0), false)];
+        let summary = summarize(&outcomes, 1);
+        assert_eq!((summary.sessions, summary.user_faults), (3, 1));
+        assert_eq!(summary.reward.map(|m| m.mean), Some(1.0), "the simulator's failure is not the agent's 0");
+        assert_eq!(summary.pass[0].1, Some(1.0));
     }
 
     #[test]

@@ -228,6 +228,7 @@ fn prompt_groups(scored: &[Rollout]) -> Map<String, Value> {
                 infrastructure: false,
                 reward: r.metrics.get("reward").copied(),
                 duration_ms: 0.0,
+                user_fault: false,
             }
         })
         .collect();

@@ -310,11 +310,11 @@ async fn drive(
             map.insert("failure_kind".into(), json!(FailureClass::VerifierFailed.as_str()));
             map.insert("failure_reason".into(), json!(outcome.error));
         }
-        if !result.user_faults.is_empty() {
+        if !outcome.user_faults.is_empty() {
             // The simulated user failed its part: its reward says more of the simulator than of
             // the policy, so the sample is masked from the loss, the faults named beside it.
             parley_core::nemo_gym::mask(map);
-            map.insert("user_faults".into(), json!(result.user_faults));
+            map.insert("user_faults".into(), json!(outcome.user_faults));
         }
         map.insert("_parley_run".into(), json!(service.run));
         map.insert("_parley_session".into(), json!(result.id));

@@ -33,6 +33,8 @@ pub struct SessionRow {
     pub duration_ms: Option<f64>,
     /// Why the agent's token ids are not one contiguous sequence, when they are not.
     pub token_contiguity: Option<String>,
+    /// The simulated user's own faults (see [`parley_core::review`]).
+    pub user_faults: Vec<parley_core::review::UserFault>,
 }
 
 /// Token and call totals of one party's model calls.
@@ -136,6 +138,7 @@ impl RunOutcomes {
             termination: s.termination.map_or("", Termination::as_str).to_owned(),
             reward: s.reward,
             duration_ms: s.duration_ms.unwrap_or(0.0),
+            user_fault: !s.user_faults.is_empty(),
         });
     }
 }

@@ -111,7 +111,7 @@ impl<'a, R: StoredRow> Columns<'a, R> {
 macro_rules! session_columns {
     () => {
         "id, task_index, trial, seed, status, termination, reward, error, failure, retries, duration_ms, \
-         token_contiguity"
+         token_contiguity, user_faults"
     };
 }
 pub(crate) use session_columns;
@@ -143,7 +143,13 @@ pub(crate) fn session_fields(store: &dyn Unreadable, row: &impl StoredRow, id: i
         retries: c.get("retries")?,
         duration_ms: c.get("duration_ms")?,
         token_contiguity: c.get("token_contiguity")?,
+        user_faults: c.named("user_faults", |text| serde_json::from_str(text).ok())?.unwrap_or_default(),
     })
+}
+
+/// A session's user faults as stored: a JSON list, or NULL for none.
+pub(crate) fn faults_text(faults: &[parley_core::review::UserFault]) -> Option<String> {
+    (!faults.is_empty()).then(|| serde_json::to_string(faults).unwrap_or_default())
 }
 
 /// A row of [`session_columns!`] and `run_id, forked_from, fork_at, finished_at` as a

@@ -302,10 +302,11 @@ impl Writer {
         }
 
         let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.claim.session, o))).collect();
-        for chunk in shaped(&finished, MAX_PARAMS / 9) {
+        for chunk in shaped(&finished, MAX_PARAMS / 10) {
             // One statement for all sessions that ended in this batch.
             let mut q = QueryBuilder::<Sqlite>::new(
-                "WITH v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity) AS (",
+                "WITH v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity, \
+                 user_faults) AS (",
             );
             q.push_values(chunk, |mut b, (session, o)| {
                 b.push_bind(*session)
@@ -316,12 +317,14 @@ impl Writer {
                     .push_bind(o.steps as i64)
                     .push_bind(o.retries as i64)
                     .push_bind(o.duration.as_secs_f64() * 1e3)
-                    .push_bind(o.token_contiguity.as_deref());
+                    .push_bind(o.token_contiguity.as_deref())
+                    .push_bind(crate::row::faults_text(&o.user_faults));
             });
             q.push(
                 ") UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward, \
                  error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries, \
-                 duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, owner = NULL, lease_until = NULL, \
+                 duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, user_faults = v.user_faults, \
+                 owner = NULL, lease_until = NULL, \
                  finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM v WHERE sessions.id = v.id",
             );
             q.build().execute(&mut *tx).await.map_err(db_error)?;

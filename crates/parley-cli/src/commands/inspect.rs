@@ -68,6 +68,13 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
         })
     });
     let failure = failure.transpose()?;
+    let user_fault = args.user_fault.as_deref().map(|r| {
+        parley_core::review::Rule::parse(r).ok_or_else(|| {
+            let all: Vec<&str> = parley_core::review::Rule::ALL.iter().map(|r| r.as_str()).collect();
+            usage(format!("--user-fault `{r}` is not one of: {}", all.join(", ")))
+        })
+    });
+    let user_fault = user_fault.transpose()?;
     let store = open(&args.run.db.db).await?;
     store.run(args.run.run).await.map_err(|e| usage(format!("{e}; see `parley runs`")))?;
     let mut out = std::io::stdout().lock();
@@ -80,6 +87,7 @@ pub async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
         if args.status.is_some_and(|st| parley_core::SessionStatus::from(st) != s.status)
             || termination.is_some_and(|t| Some(t) != s.termination)
             || failure.is_some_and(|f| Some(f) != s.failure)
+            || user_fault.is_some_and(|rule| !s.user_faults.iter().any(|f| f.rule == rule))
         {
             continue;
         }
@@ -138,6 +146,9 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
     let paint = Paint::detect();
     let mut out = std::io::stdout().lock();
     writeln!(out, "session {} · run {run} · task {} · trial {} · {}", row.id, row.task_index, row.trial, row.status)?;
+    for fault in &row.user_faults {
+        writeln!(out, "user fault     [{}] {}: {}", fault.seq, fault.rule, fault.detail)?;
+    }
     for (seq, m) in transcript.messages.iter().enumerate() {
         let figures = transcript.calls.iter().find(|c| c.seq as usize == seq);
         let note = figures.map_or_else(String::new, |c| {
@@ -224,7 +235,8 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
 pub async fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
     let store = open(&args.run.db.db).await?;
     let settings = stored_settings(&store, args.run.run).await?;
-    let report = Report::load(&store, args.run.run, settings.trials as usize).await?.with_training(&store).await?;
+    let trials = settings.trials as usize;
+    let report = Report::load(&store, args.run.run, trials, args.keep_user_faults).await?.with_training(&store).await?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report.to_json())?;

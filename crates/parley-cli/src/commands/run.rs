@@ -401,7 +401,7 @@ async fn report(
     written: usize,
     failed: usize,
 ) -> anyhow::Result<()> {
-    let report = summary::Report::load(&runtime.store, run, settings.trials as usize).await?;
+    let report = summary::Report::load(&runtime.store, run, settings.trials as usize, false).await?;
     let mut stdout = std::io::stdout().lock();
     report.print(&mut stdout, executed.timed.then_some(executed.elapsed))?;
     writeln!(

@@ -141,6 +141,7 @@ async fn a_selection_keeps_the_tasks_whose_pass_rate_lies_in_the_band() {
             retries: 0,
             duration: std::time::Duration::ZERO,
             token_contiguity: None,
+            user_faults: Vec::new(),
         };
         store.finish_session(parley_core::Claim::unclaimed(*id), Default::default(), &outcome).await.unwrap();
     }

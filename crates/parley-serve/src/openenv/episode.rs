@@ -247,9 +247,9 @@ impl Episode {
                     } else {
                         outcome.error
                     };
-                    let user_faults = result.user_faults;
                     let at = Instant::now();
-                    (last, End { termination: outcome.termination, reward: outcome.reward, error, user_faults, at })
+                    let (termination, reward, user_faults) = (outcome.termination, outcome.reward, outcome.user_faults);
+                    (last, End { termination, reward, error, user_faults, at })
                 }
                 Err(e) => {
                     let error = Some(format!("the session panicked: {e}"));

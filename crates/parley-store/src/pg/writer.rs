@@ -205,6 +205,7 @@ impl Task {
             .bind(&s.session)
             .bind(&s.value)
             .bind(&s.breakdown)
+            .bind(&e.user_faults)
             .fetch_all(&self.pool)
             .await
             .map_err(Failed::from)?;
@@ -272,13 +273,15 @@ const BATCH: &str = concat!(
          -- A session's end releases its claim.
          UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward,
                 error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries,
-                duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, owner = NULL,
+                duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, user_faults = v.user_faults,
+                owner = NULL,
                 lease_until = NULL, finished_at = ",
     pg_now_text!(),
     "
          FROM UNNEST($37::bigint[], $38::text[], $39::float8[], $40::text[], $41::text[], $42::bigint[],
-                     $43::bigint[], $44::float8[], $45::text[])
-              AS v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity)
+                     $43::bigint[], $44::float8[], $45::text[], $49::text[])
+              AS v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity,
+                    user_faults)
          WHERE sessions.id = v.id AND v.id IN (SELECT id FROM live)
      ),
      s AS (
@@ -492,6 +495,7 @@ struct EndRows<'a> {
     retries: Vec<i64>,
     duration_ms: Vec<f64>,
     token_contiguity: Vec<Option<&'a str>>,
+    user_faults: Vec<Option<String>>,
 }
 
 impl<'a> EndRows<'a> {
@@ -505,6 +509,7 @@ impl<'a> EndRows<'a> {
         self.retries.push(i64::from(o.retries));
         self.duration_ms.push(o.duration.as_secs_f64() * 1e3);
         self.token_contiguity.push(o.token_contiguity.as_deref());
+        self.user_faults.push(crate::row::faults_text(&o.user_faults));
     }
 }
 

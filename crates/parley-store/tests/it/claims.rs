@@ -43,6 +43,7 @@ fn outcome() -> SessionOutcome {
         retries: 0,
         duration: Duration::from_millis(5),
         token_contiguity: None,
+        user_faults: Vec::new(),
     }
 }
 

@@ -33,6 +33,7 @@ async fn a_rescore_lands_one_version_for_the_whole_run_or_nothing() {
         retries: 0,
         duration: Duration::from_millis(1),
         token_contiguity: None,
+        user_faults: Vec::new(),
     };
     for &id in &ids {
         store.finish_session(Claim::unclaimed(id), TurnRecord::default(), &outcome).await.unwrap();

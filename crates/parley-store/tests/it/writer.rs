@@ -89,6 +89,7 @@ async fn turns_and_outcomes_come_back_exactly() {
         retries: 1,
         duration: Duration::from_millis(1500),
         token_contiguity: Some("not contiguous at 2".into()),
+        user_faults: Vec::new(),
     };
     store.finish_session(Claim::unclaimed(ids[0]), turn(2), &outcome(Some(reward), None)).await.unwrap();
     store

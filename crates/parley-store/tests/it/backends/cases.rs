@@ -43,6 +43,7 @@ fn outcome() -> SessionOutcome {
         retries: 0,
         duration: Duration::from_millis(5),
         token_contiguity: None,
+        user_faults: Vec::new(),
     }
 }
 
@@ -75,6 +76,11 @@ pub async fn turns_and_outcomes_come_back_exactly(db: &Db) {
         retries: 1,
         duration: Duration::from_micros(1_500_001),
         token_contiguity: Some("not contiguous at 2".into()),
+        user_faults: vec![parley_core::review::UserFault {
+            seq: 3,
+            rule: parley_core::review::Rule::TalksAfterStop,
+            detail: format!("\"more {unicode}\""),
+        }],
     };
     store.finish_session(Claim::unclaimed(ids[0]), turn(3), &ended(Some(reward), None)).await.unwrap();
     let failed = ended(None, Some(FailureClass::Timeout));
@@ -113,6 +119,9 @@ pub async fn turns_and_outcomes_come_back_exactly(db: &Db) {
     assert_eq!((done.retries, done.token_contiguity.as_deref()), (1, Some("not contiguous at 2")));
     assert_eq!((done.seed, failed.seed), (0, -1), "a u64 seed keeps its bits");
     assert_eq!((failed.reward, failed.failure), (None, Some(FailureClass::Timeout)));
+    assert_eq!(done.user_faults.len(), 1, "the user's faults come back");
+    assert_eq!(done.user_faults[0].detail, format!("\"more {unicode}\""));
+    assert_eq!(done.user_faults[0].rule, parley_core::review::Rule::TalksAfterStop);
     let score = store.latest_score(ids[0]).await.unwrap().unwrap();
     assert_eq!(score.value.to_bits(), (0.1f64 + 0.2).to_bits());
     assert_eq!(score.breakdown["part"].as_f64().map(f64::to_bits), Some(third.to_bits()));
