@@ -93,14 +93,30 @@ fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
     let policy = Stub::start(&[]);
     let user = Stub::start(&["--user-turns", "3", "--tool-calls", "0", "--user-fault", "ends_early:0.5"]);
     let out = work.parley(&[
-        "run", "--env", "tau2:airline", "--data-dir", &data, "--num-tasks", "20", "--base-url", &policy.url,
-        "--user", "llm", "--user-base-url", &user.url, "--db", "parley.db", "--out", "out.jsonl",
+        "run",
+        "--env",
+        "tau2:airline",
+        "--data-dir",
+        &data,
+        "--num-tasks",
+        "20",
+        "--base-url",
+        &policy.url,
+        "--user",
+        "llm",
+        "--user-base-url",
+        &user.url,
+        "--db",
+        "parley.db",
+        "--out",
+        "out.jsonl",
     ]);
     let said = crate::harness::ok(&out);
     let line = said.lines().find(|l| l.starts_with("user faults")).unwrap_or_else(|| panic!("{said}"));
     let faulty: usize = line.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert!((3..=17).contains(&faulty), "about half of 20: {line}");
-    let listed = crate::harness::ok(&work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "ends_early"]));
+    let listed =
+        crate::harness::ok(&work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "ends_early"]));
     let ids: Vec<&str> = listed.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
     assert_eq!(ids.len(), faulty, "{listed}");
     let shown = crate::harness::ok(&work.parley(&["show", ids[0], "--db", "parley.db"]));
@@ -116,4 +132,9 @@ fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
     assert_eq!(apart["reward"]["n"].as_u64().unwrap() + faulty as u64, kept["reward"]["n"].as_u64().unwrap());
     let bad = work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "rude"]);
     assert_eq!(bad.status.code(), Some(64));
+    // The viewer's session page names them too.
+    let view = crate::view::View::start_on(&work, "parley.db", &[], &[]);
+    let (status, _, page) = view.get(&format!("/sessions/{}", ids[0]), &[]);
+    assert_eq!(status, 200);
+    assert!(page.contains("id=\"user-faults\"") && page.contains("ends_early"), "{page}");
 }

@@ -45,6 +45,16 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(session): Path<String
             dt { "Reward" } dd #reward-value { (reward(score.as_ref().map(|s| s.value).or(row.reward))) }
             dt { "Duration" } dd { (ms(row.duration_ms)) @if row.retries > 0 { " · " (row.retries) " model-call retries" } }
             @if let Some(error) = &row.error { dt { "Error" } dd.error { pre { (clipped(error)) } } }
+            @if !row.user_faults.is_empty() {
+                dt { "User faults" } dd #user-faults {
+                    "the simulated user failed its part (left out of the run's rewards):"
+                    ul {
+                        @for fault in &row.user_faults {
+                            li { "message " (fault.seq) " · " code { (fault.rule.as_str()) } " · " (fault.detail) }
+                        }
+                    }
+                }
+            }
             @if let Some(source) = info.forked_from {
                 dt { "Forked from" } dd {
                     (session_link(source)) " at message " (info.fork_at.unwrap_or(0)) " · "
