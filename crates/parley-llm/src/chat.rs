@@ -12,7 +12,8 @@ use async_openai::error::OpenAIError;
 use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use async_trait::async_trait;
 use parley_core::{
-    ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningReplay,
+    ChatForm, ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningField,
+    ReasoningReplay,
 };
 use parley_http::{
     Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, error_chain, excerpt, excerpt_bytes,
@@ -24,7 +25,7 @@ use tokio::sync::Semaphore;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
-use crate::wire::{self, Dialect};
+use crate::wire;
 
 /// How to reach one endpoint.
 #[derive(Debug, Clone)]
@@ -80,7 +81,7 @@ pub enum ClientConfigError {
 pub struct ChatClient {
     client: Client<OpenAIConfig>,
     endpoint: Arc<str>,
-    dialect: Dialect,
+    form: ChatForm,
 }
 
 impl std::fmt::Debug for ChatClient {
@@ -117,8 +118,8 @@ impl ChatClient {
             .layer(WholeBodyLayer { limit: config.max_response_bytes })
             .service(ReqwestService::new(http.clone()));
         let client = Client::build(http, openai).with_http_service(service);
-        let dialect = Dialect { reasoning: config.reasoning, token_ids: config.token_ids };
-        Ok(ChatClient { client, endpoint: base.into(), dialect })
+        let form = ChatForm { reasoning: ReasoningField::replayed(config.reasoning), tokens: config.token_ids };
+        Ok(ChatClient { client, endpoint: base.into(), form })
     }
 
     /// Sends the body's bytes as they are and takes the answer as text: the stack checks that it
@@ -136,7 +137,7 @@ impl ModelClient for ChatClient {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
-        let body = wire::request_body(&request, self.dialect);
+        let body = wire::request_body(&request, self.form);
         let started = Instant::now();
         // Every kind of failed attempt, a 200 that is not a completion included, is retried by
         // the one policy inside the stack, within one budget.
@@ -153,7 +154,7 @@ impl ModelClient for ChatClient {
             // malformed answer like any other.
             Ok(raw) => match serde_json::from_str::<Value>(raw.get())
                 .map_err(|e| e.to_string())
-                .and_then(|v| wire::parse_reply(&v, self.dialect.token_ids))
+                .and_then(|v| wire::parse_reply(&v, self.form.tokens))
             {
                 Ok((message, finish_reason, usage)) => {
                     call.usage = usage;
