@@ -243,7 +243,7 @@ fn composite(settings: &RunSettings, store: Option<&Store>, out: &mut Environmen
     let t = &settings.tau2;
     let mut endpoints = Endpoints {
         judge_model: t.judge_model.clone().unwrap_or_else(|| settings.model.clone()),
-        timeout: settings.endpoint(String::new(), None).timeout,
+        limits: settings.endpoint(String::new(), None).limits(),
         ..Endpoints::default()
     };
     let needs_judge = settings.reward.components.iter().any(|c| c.scorer == ScorerKind::Judge);
