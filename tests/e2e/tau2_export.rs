@@ -7,9 +7,6 @@
 //! network. Without `.venv-tau2` or the data the test says so loudly and skips, or fails under
 //! `PARLEY_REQUIRE_PEERS=1`.
 
-#[path = "../../crates/parley-cli/src/export/tau2.rs"]
-mod writer;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -18,10 +15,10 @@ use std::time::Instant;
 use agent_oracle::{closing_message, gold_script};
 use environment_tau2::{DomainOptions, load};
 use parley_core::{EnvSession, Environment, Message, Party, Reward, Role, Task, Termination, ToolCall, ToolCallRecord};
+use parley_export::tau2::{ResultsWriter, Session};
 use serde_json::{Value, json};
 
 use crate::harness::{root, text};
-use writer::{ResultsWriter, Session};
 
 /// Airline tasks the oracle plays as they are: reads only, reads and writes, a booking, a
 /// communicated figure, and a task with no gold action at all.

@@ -319,7 +319,7 @@ pub struct ExportArgs {
     pub run: RunRef,
     /// The row format.
     #[arg(long, value_enum)]
-    pub format: crate::export::Format,
+    pub format: parley_export::Format,
     /// Output file (stdout when absent).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,

@@ -14,7 +14,6 @@
 mod cli;
 mod commands;
 mod error;
-mod export;
 mod progress;
 mod settings;
 mod summary;

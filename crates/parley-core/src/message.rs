@@ -1,12 +1,16 @@
 //! Messages, tool calls and tool specs, in the shape of OpenAI Chat Completions, with the two
 //! things models and datasets write beside plain text: content parts (images, audio, and parts
-//! of types Parley does not know) and the model's reasoning.
+//! of types Parley does not know) and the model's reasoning. `chat` writes them in the Chat
+//! Completions form, the one writer of that form.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod chat;
+
+pub use self::chat::{ChatForm, ChatMessage, ChatTool, ReasoningField};
 pub use crate::content::{Part, Reasoning, ReasoningSpelling};
 
 /// Who wrote a message.
@@ -167,19 +171,6 @@ fn empty_object_schema() -> Value {
 }
 
 impl ToolSpec {
-    /// The Chat Completions form: `{"type": "function", "function": {...}}`.
-    pub fn to_chat_json(&self) -> Value {
-        let mut function = serde_json::json!({
-            "name": self.name,
-            "description": self.description,
-            "parameters": self.parameters,
-        });
-        if self.strict {
-            function["strict"] = Value::Bool(true);
-        }
-        serde_json::json!({"type": "function", "function": function})
-    }
-
     /// Reads either the Chat Completions form or the flat Responses form
     /// (`{"type": "function", "name": ..., "parameters": ...}`).
     pub fn from_openai_json(value: &Value) -> Option<ToolSpec> {

@@ -1,7 +1,10 @@
-//! What every HTTP client of Parley shares: the Chat Completions client of `parley-llm` and the
-//! remote servers and Responses client of `parley-remote`; and what its servers (`parley serve`,
-//! `parley view`) check of a request, [`guard`], and how they hold connections, [`server`].
+//! What every HTTP client of Parley shares: the Chat Completions client of `parley-llm`, the
+//! remote servers and Responses client of `parley-remote` and the reward model of
+//! `parley-rewards`; and what its servers (`parley serve`, `parley view`) check of a request,
+//! [`guard`], and how they hold connections, [`server`].
 //!
+//! - [`client`]: the one stack every remote call goes through ([`client::stack`], under
+//!   [`client::Limits`]), the connection pools, and [`Client`], a server behind it.
 //! - [`RetryPolicy`]: the one retry policy, a [`tower::retry::Policy`] over [`Answer`]s, with
 //!   the one backoff; it gives up at once when its next wait would outlast the session's
 //!   [`Deadline`](parley_core::Deadline), and it retries a 2xx that the request does not
@@ -16,6 +19,7 @@
 //! or log line here quotes more than a bounded prefix of a body.
 
 mod body;
+pub mod client;
 mod excerpt;
 pub mod guard;
 mod retry;
@@ -23,5 +27,6 @@ pub mod secrets;
 pub mod server;
 
 pub use body::{Answer, TooLarge, WholeBody, WholeBodyLayer};
+pub use client::{Accept, Client, ClientError, Failure};
 pub use excerpt::{error_chain, excerpt, excerpt_bytes};
 pub use retry::{Attempt, GaveUp, Retry, RetryPolicy, Unaccepted, backoff, class_of_error, track};

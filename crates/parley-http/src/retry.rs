@@ -33,6 +33,12 @@ pub enum Retry {
 
 /// A request the policy can send again.
 pub trait Attempt: Sized {
+    /// What the service under the policy sends.
+    type Request;
+
+    /// The request to send, once the policy has kept what it needs to send it again.
+    fn into_request(self) -> Self::Request;
+
     /// A copy to send again, or `None` when the request cannot be copied (a streamed body).
     fn resend(&self) -> Option<Self>;
 
@@ -212,6 +218,12 @@ mod tests {
     struct Ask;
 
     impl Attempt for Ask {
+        type Request = Ask;
+
+        fn into_request(self) -> Ask {
+            self
+        }
+
         fn resend(&self) -> Option<Ask> {
             Some(Ask)
         }

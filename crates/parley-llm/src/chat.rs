@@ -1,9 +1,8 @@
-//! The Chat Completions client: one async-openai client per endpoint behind a tower stack of
-//! retry (`parley_http::RetryPolicy`), concurrency limit, per-attempt timeout and bounded body
-//! read (`parley_http::WholeBodyLayer`).
+//! The Chat Completions client: one async-openai client per endpoint, its transport inside the
+//! one client stack of every remote call (`parley_http::client::stack`: retries, concurrency
+//! limit, per-attempt timeout and bounded body read).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_openai::Client;
@@ -12,19 +11,16 @@ use async_openai::error::OpenAIError;
 use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use async_trait::async_trait;
 use parley_core::{
-    ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningReplay,
+    ChatForm, ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningField,
+    ReasoningReplay,
 };
-use parley_http::{
-    Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, error_chain, excerpt, excerpt_bytes,
-    secrets,
-};
+use parley_http::client::{Limits, pool, stack};
+use parley_http::{Answer, Attempt, Failure, excerpt, excerpt_bytes, secrets};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tokio::sync::Semaphore;
-use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
-use crate::wire::{self, Dialect};
+use crate::wire;
 
 /// How to reach one endpoint.
 #[derive(Debug, Clone)]
@@ -63,6 +59,19 @@ impl Default for EndpointConfig {
     }
 }
 
+impl EndpointConfig {
+    /// The limits of the one client stack for this endpoint (the first backoff is the stack's).
+    pub fn limits(&self) -> Limits {
+        Limits {
+            timeout: self.timeout,
+            max_retries: self.max_retries,
+            max_concurrency: self.max_concurrency,
+            max_response_bytes: self.max_response_bytes,
+            ..Limits::default()
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClientConfigError {
     #[error(
@@ -80,7 +89,7 @@ pub enum ClientConfigError {
 pub struct ChatClient {
     client: Client<OpenAIConfig>,
     endpoint: Arc<str>,
-    dialect: Dialect,
+    form: ChatForm,
 }
 
 impl std::fmt::Debug for ChatClient {
@@ -105,20 +114,15 @@ impl ChatClient {
             }
             None => openai.with_api_key(""),
         };
-        let http = shared_http(base, config.max_concurrency)?;
+        let http = pool(base, config.max_concurrency).map_err(|e| ClientConfigError::Http(e.to_string()))?;
         let token_ids = config.token_ids;
         let service = ServiceBuilder::new()
             .map_result(hand_over)
             .map_request(move |request| Completion(request, token_ids))
-            .retry(RetryPolicy::new(config.max_retries, Duration::from_millis(200), Duration::from_secs(10)))
-            .map_request(|completion: Completion| completion.0)
-            .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::new(Semaphore::new(config.max_concurrency.max(1)))))
-            .timeout(config.timeout)
-            .layer(WholeBodyLayer { limit: config.max_response_bytes })
-            .service(ReqwestService::new(http.clone()));
+            .service(stack(&config.limits(), ReqwestService::new(http.clone())));
         let client = Client::build(http, openai).with_http_service(service);
-        let dialect = Dialect { reasoning: config.reasoning, token_ids: config.token_ids };
-        Ok(ChatClient { client, endpoint: base.into(), dialect })
+        let form = ChatForm { reasoning: ReasoningField::replayed(config.reasoning), tokens: config.token_ids };
+        Ok(ChatClient { client, endpoint: base.into(), form })
     }
 
     /// Sends the body's bytes as they are and takes the answer as text: the stack checks that it
@@ -136,7 +140,7 @@ impl ModelClient for ChatClient {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
-        let body = wire::request_body(&request, self.dialect);
+        let body = wire::request_body(&request, self.form);
         let started = Instant::now();
         // Every kind of failed attempt, a 200 that is not a completion included, is retried by
         // the one policy inside the stack, within one budget.
@@ -153,7 +157,7 @@ impl ModelClient for ChatClient {
             // malformed answer like any other.
             Ok(raw) => match serde_json::from_str::<Value>(raw.get())
                 .map_err(|e| e.to_string())
-                .and_then(|v| wire::parse_reply(&v, self.dialect.token_ids))
+                .and_then(|v| wire::parse_reply(&v, self.form.tokens))
             {
                 Ok((message, finish_reason, usage)) => {
                     call.usage = usage;
@@ -189,6 +193,12 @@ impl ModelClient for ChatClient {
 struct Completion(HttpRequestFactory, bool);
 
 impl Attempt for Completion {
+    type Request = HttpRequestFactory;
+
+    fn into_request(self) -> HttpRequestFactory {
+        self.0
+    }
+
     fn resend(&self) -> Option<Completion> {
         Some(self.clone())
     }
@@ -222,25 +232,6 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-/// One connection pool per endpoint for the whole process. The agent and a simulated user served
-/// by the same endpoint then share connections: a session uses one at a time, so separate pools
-/// would hold twice the sockets and buffers (about half the memory of a run at 10,000 sessions).
-/// Keys travel in request headers, never in the pool, so sharing it shares no credentials.
-fn shared_http(base: &str, max_concurrency: usize) -> Result<reqwest::Client, ClientConfigError> {
-    static POOLS: OnceLock<Mutex<HashMap<String, reqwest::Client>>> = OnceLock::new();
-    let mut pools = POOLS.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(http) = pools.get(base) {
-        return Ok(http.clone());
-    }
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(max_concurrency.max(1))
-        .tcp_nodelay(true)
-        .build()
-        .map_err(|e| ClientConfigError::Http(e.to_string()))?;
-    pools.insert(base.to_owned(), http.clone());
-    Ok(http)
-}
-
 /// The kind of a failed call, its message (quoting at most a bounded prefix of any body), and the
 /// body to record when it is JSON.
 fn classify(error: OpenAIError) -> (ModelFailureKind, String, Option<RawJson>) {
@@ -249,36 +240,42 @@ fn classify(error: OpenAIError) -> (ModelFailureKind, String, Option<RawJson>) {
         // completions that parsed.
         return (ModelFailureKind::Transport, excerpt(&secrets::redact(&error.to_string())), None);
     };
-    let error: BoxError = match error.downcast::<GaveUp>() {
-        Ok(gave_up) => gave_up.source,
+    // A non-2xx answer left by the retries is handed over outside the stack, so nothing wraps it.
+    let error = match error.downcast::<Refused>() {
+        Ok(refused) => {
+            let Refused(answer) = *refused;
+            return refused_answer(answer);
+        }
         Err(error) => error,
     };
-    if let Some(Refused(answer)) = error.downcast_ref::<Refused>() {
-        let text = answer.text();
-        let response = RawJson::from_string(text.clone()).ok();
-        let reported: Option<Value> = serde_json::from_str(&text).ok();
-        let api = reported.as_ref().and_then(|v| v.get("error"));
-        let message = api.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or_default().to_lowercase();
-        let code = api.and_then(|e| e.get("code")).and_then(Value::as_str).unwrap_or_default();
-        let kind = if code == "context_length_exceeded"
-            || message.contains("context length")
-            || message.contains("context window")
-        {
-            ModelFailureKind::ContextWindowExceeded
-        } else {
-            ModelFailureKind::Status(answer.status)
-        };
-        return (kind, format!("HTTP {}: {}", answer.status, excerpt(&text)), response);
+    match Failure::of(error) {
+        Failure::Unaccepted(unaccepted) => {
+            let response = RawJson::from_string(String::from_utf8_lossy(&unaccepted.body).into_owned()).ok();
+            (ModelFailureKind::MalformedResponse, unaccepted.why, response)
+        }
+        Failure::Timeout => (ModelFailureKind::Timeout, Failure::Timeout.to_string(), None),
+        too_large @ Failure::TooLarge(_) => (ModelFailureKind::MalformedResponse, too_large.to_string(), None),
+        other @ (Failure::Unsendable(_) | Failure::Connect(_) | Failure::Transport(_)) => {
+            (ModelFailureKind::Transport, other.to_string(), None)
+        }
     }
-    if let Some(unaccepted) = error.downcast_ref::<Unaccepted>() {
-        let response = RawJson::from_string(String::from_utf8_lossy(&unaccepted.body).into_owned()).ok();
-        return (ModelFailureKind::MalformedResponse, unaccepted.why.clone(), response);
-    }
-    if error.is::<tower::timeout::error::Elapsed>() {
-        return (ModelFailureKind::Timeout, "no answer within the per-call timeout".into(), None);
-    }
-    if error.is::<TooLarge>() {
-        return (ModelFailureKind::MalformedResponse, error.to_string(), None);
-    }
-    (ModelFailureKind::Transport, error_chain(error.as_ref()), None)
+}
+
+/// A non-2xx answer: the endpoint's own report of an exceeded context window, or its status.
+fn refused_answer(answer: Answer) -> (ModelFailureKind, String, Option<RawJson>) {
+    let text = answer.text();
+    let response = RawJson::from_string(text.clone()).ok();
+    let reported: Option<Value> = serde_json::from_str(&text).ok();
+    let api = reported.as_ref().and_then(|v| v.get("error"));
+    let message = api.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or_default().to_lowercase();
+    let code = api.and_then(|e| e.get("code")).and_then(Value::as_str).unwrap_or_default();
+    let kind = if code == "context_length_exceeded"
+        || message.contains("context length")
+        || message.contains("context window")
+    {
+        ModelFailureKind::ContextWindowExceeded
+    } else {
+        ModelFailureKind::Status(answer.status)
+    };
+    (kind, format!("HTTP {}: {}", answer.status, excerpt(&text)), response)
 }

@@ -1,53 +1,42 @@
-//! The Chat Completions wire format: requests built from borrowed transcripts, replies read
-//! from whatever the endpoint sent.
+//! The Chat Completions wire format: requests built from borrowed transcripts (each message in
+//! the form `parley_core`'s one writer gives it), replies read from whatever the endpoint sent.
 
 use std::sync::Arc;
 
 use parley_core::{
-    ChatRequest, Message, Part, RawJson, Reasoning, ReasoningReplay, Role, TokenIds, ToolCall, ToolSpec, Usage,
+    ChatForm, ChatRequest, Message, Part, RawJson, Reasoning, Role, TokenIds, ToolCall, ToolSpec, Usage,
 };
 use serde::Serialize;
-use serde::ser::{SerializeMap, Serializer};
+use serde::ser::Serializer;
 use serde_json::Value;
 
 /// The request body, serialized once, straight from the borrowed transcript: no JSON tree is
 /// built. Keys are written in sorted order, as a `serde_json::Value` would write them, so the
 /// bytes (and a stub's answers that depend on them) are what they have always been.
 ///
-/// `dialect` decides whether earlier assistant turns carry their reasoning, and whether the
-/// call asks for token ids (and sends earlier turns' ids back). Each message is written the same
-/// way on every turn, so a request is the previous one plus its new messages, which the store's
+/// `form` decides whether earlier assistant turns carry their reasoning, and whether the call
+/// asks for token ids (and sends earlier turns' ids back). Each message is written the same way
+/// on every turn, so a request is the previous one plus its new messages, which the store's
 /// request deltas rely on.
-pub(crate) fn request_body(request: &ChatRequest<'_>, dialect: Dialect) -> RawJson {
+pub(crate) fn request_body(request: &ChatRequest<'_>, form: ChatForm) -> RawJson {
     let sampling = request.sampling;
-    let tokens = dialect.token_ids.then_some(true);
+    let tokens = form.tokens.then_some(true);
     let body = Body {
         logprobs: tokens,
         max_tokens: sampling.max_tokens,
-        messages: Messages(request.messages, dialect),
+        messages: Messages(request.messages, form),
         model: request.model,
         response_format: request.response_format,
         return_tokens_as_token_ids: tokens,
         seed: sampling.seed,
         temperature: sampling.temperature,
-        tools: (!request.tools.is_empty()).then_some(Seq(request.tools)),
+        tools: (!request.tools.is_empty()).then_some(Tools(request.tools)),
         // Only the chosen token's log-prob: a server computes none without a number here.
-        top_logprobs: dialect.token_ids.then_some(0),
+        top_logprobs: form.tokens.then_some(0),
         top_p: sampling.top_p,
     };
     // Every field is a string, a number, a borrowed `Value` or a list of them: this cannot fail.
     RawJson::to_raw(&body).expect("a chat request serializes")
-}
-
-/// How a client writes its requests and reads its replies.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Dialect {
-    /// Whether earlier turns' reasoning goes back to the endpoint.
-    pub reasoning: ReasoningReplay,
-    /// Whether calls ask for token ids and log-probs, in the form of vLLM servers that serve RL
-    /// trainers (`logprobs`, `top_logprobs: 0`, `return_tokens_as_token_ids`), and earlier
-    /// turns go back with theirs.
-    pub token_ids: bool,
 }
 
 #[derive(Serialize)]
@@ -67,112 +56,28 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<Seq<'a, ToolSpec>>,
+    tools: Option<Tools<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_logprobs: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
 }
 
-/// A borrowed slice written as a JSON array, each item in its wire form.
-struct Seq<'a, T>(&'a [T]);
-
-impl<T> Serialize for Seq<'_, T>
-where
-    for<'b> Wire<'b, T>: Serialize,
-{
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(Wire))
-    }
-}
-
-/// One item in its Chat Completions form.
-struct Wire<'a, T>(&'a T);
-
-/// The transcript, each message with or without its reasoning and tokens as the dialect says.
-struct Messages<'a>(&'a [Message], Dialect);
+/// The transcript, each message in the form the client asks for.
+struct Messages<'a>(&'a [Message], ChatForm);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|m| ChatMessage(m, self.1)))
+        serializer.collect_seq(self.0.iter().map(|m| m.chat(self.1)))
     }
 }
 
-struct ChatMessage<'a>(&'a Message, Dialect);
+/// The tools in their Chat Completions form.
+struct Tools<'a>(&'a [ToolSpec]);
 
-/// A message's content parts in their Chat Completions form.
-struct Parts<'a>(&'a [Part]);
-
-impl Serialize for Parts<'_> {
+impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(Part::to_chat_json))
-    }
-}
-
-impl Serialize for ChatMessage<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let ChatMessage(m, dialect) = *self;
-        let mut map = serializer.serialize_map(None)?;
-        if m.parts.is_empty() {
-            map.serialize_entry("content", &m.content)?;
-        } else {
-            map.serialize_entry("content", &Parts(&m.parts))?;
-        }
-        // Keys stay in sorted order. A turn's tokens go back unchanged, so a server that splices
-        // them in never re-renders what its model generated.
-        let tokens = m.tokens.as_deref().filter(|_| dialect.token_ids && m.role == Role::Assistant);
-        if let Some(tokens) = tokens {
-            map.serialize_entry("generation_log_probs", &tokens.log_probs)?;
-            map.serialize_entry("generation_token_ids", &tokens.generation)?;
-            map.serialize_entry("prompt_token_ids", &tokens.prompt)?;
-        }
-        if let Some(reasoning) = m.reasoning.as_ref().filter(|r| dialect.reasoning.sends(r, false)) {
-            map.serialize_entry(reasoning.spelling.chat_field(), &reasoning.text)?;
-        }
-        map.serialize_entry("role", m.role.as_str())?;
-        if let Some(id) = &m.tool_call_id {
-            map.serialize_entry("tool_call_id", id)?;
-        }
-        if !m.tool_calls.is_empty() {
-            map.serialize_entry("tool_calls", &Seq(&m.tool_calls))?;
-        }
-        map.end()
-    }
-}
-
-impl Serialize for Wire<'_, ToolCall> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Function<'a> {
-            arguments: &'a str,
-            name: &'a str,
-        }
-        let c = self.0;
-        let mut map = serializer.serialize_map(Some(3))?;
-        map.serialize_entry("function", &Function { arguments: &c.arguments, name: &c.name })?;
-        map.serialize_entry("id", &c.id)?;
-        map.serialize_entry("type", "function")?;
-        map.end()
-    }
-}
-
-impl Serialize for Wire<'_, ToolSpec> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Function<'a> {
-            description: &'a str,
-            name: &'a str,
-            parameters: &'a Value,
-            #[serde(skip_serializing_if = "std::ops::Not::not")]
-            strict: bool,
-        }
-        let t = self.0;
-        let function =
-            Function { description: &t.description, name: &t.name, parameters: &t.parameters, strict: t.strict };
-        let mut map = serializer.serialize_map(Some(2))?;
-        map.serialize_entry("function", &function)?;
-        map.serialize_entry("type", "function")?;
-        map.end()
+        serializer.collect_seq(self.0.iter().map(ToolSpec::chat))
     }
 }
 
@@ -286,7 +191,7 @@ fn token_ids_of(body: &Value, choice: &Value, message: &Value) -> Result<Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parley_core::Sampling;
+    use parley_core::{ReasoningField, ReasoningReplay, Sampling};
     use serde_json::{Map, json};
 
     /// The request as a `Value` tree, the way it was built before bodies were serialized once:
@@ -371,7 +276,7 @@ mod tests {
                 response_format: format,
                 session: None,
             };
-            assert_eq!(request_body(&request, Dialect::default()).get(), request_json(&request).to_string());
+            assert_eq!(request_body(&request, ChatForm::default()).get(), request_json(&request).to_string());
         }
     }
 
@@ -393,7 +298,7 @@ mod tests {
                 response_format: None,
                 session: None,
             },
-            Dialect::default(),
+            ChatForm::default(),
         )
         .to_value();
         assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["name"], "f");
@@ -482,7 +387,8 @@ mod tests {
                 session: None,
             };
             let sent = |replay| {
-                request_body(&request, Dialect { reasoning: replay, token_ids: false }).to_value()["messages"][1]
+                request_body(&request, ChatForm { reasoning: ReasoningField::replayed(replay), tokens: false })
+                    .to_value()["messages"][1]
                     .clone()
             };
             assert_eq!(sent(ReasoningReplay::Keep)[field], "2 + 2", "{field}");
@@ -514,7 +420,7 @@ mod tests {
             response_format: None,
             session: None,
         };
-        let body = request_body(&request, Dialect::default()).to_value();
+        let body = request_body(&request, ChatForm::default()).to_value();
         assert_eq!(
             body["messages"][0]["content"],
             json!([{"type": "text", "text": "what is this?"},
@@ -583,7 +489,7 @@ mod tests {
             response_format: None,
             session: None,
         };
-        let capturing = request_body(&request, Dialect { token_ids: true, ..Dialect::default() }).to_value();
+        let capturing = request_body(&request, ChatForm { tokens: true, ..ChatForm::default() }).to_value();
         assert_eq!(capturing["logprobs"], true);
         assert_eq!(capturing["top_logprobs"], 0);
         assert_eq!(capturing["return_tokens_as_token_ids"], true);
@@ -591,10 +497,10 @@ mod tests {
         assert_eq!(capturing["messages"][1]["generation_token_ids"], json!([3]));
         assert_eq!(capturing["messages"][1]["generation_log_probs"], json!([-0.5]));
         // The bytes are those of the same tree: keys in sorted order.
-        let body = request_body(&request, Dialect { token_ids: true, ..Dialect::default() });
+        let body = request_body(&request, ChatForm { tokens: true, ..ChatForm::default() });
         assert_eq!(body.get(), capturing.to_string());
         // Another client (a simulated user's, a judge's) neither asks nor sends them.
-        let plain = request_body(&request, Dialect::default()).to_value();
+        let plain = request_body(&request, ChatForm::default()).to_value();
         assert!(plain.get("logprobs").is_none() && plain.get("return_tokens_as_token_ids").is_none());
         assert!(plain["messages"][1].get("prompt_token_ids").is_none());
     }

@@ -1,81 +1,29 @@
-//! One remote HTTP server behind a tower stack: bounded retries (`parley_http::RetryPolicy`, the
-//! policy every HTTP client of Parley shares), a concurrency limit shared by every session of the
-//! server, a timeout on each attempt, and a bounded body read under it
-//! (`parley_http::WholeBodyLayer`, which also redacts every key Parley holds).
+//! One remote HTTP server behind the one client stack of every remote call
+//! (`parley_http::Client`: bounded retries under the policy every HTTP client of Parley shares, a
+//! concurrency limit shared by every session of the server, a timeout on each attempt, and a
+//! bounded body read under it, which also redacts every key Parley holds).
 //!
-//! Owns: how bytes go to a server and come back. Never interprets a body: the callers
-//! (NeMo Gym, Gymnasium, the Responses client) decide what a status or a body means, and may
-//! say which 2xx bodies they accept, so that others are retried within the same budget.
+//! Owns: how bytes go to a server and come back, its cookies, and its errors as
+//! [`RemoteError`]s naming it. Never interprets a body: the callers (NeMo Gym, Gymnasium, the
+//! Responses client) decide what a status or a body means, and may say which 2xx bodies they
+//! accept, so that others are retried within the same budget.
 
 pub mod cookies;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use parley_http::{Answer, Attempt, GaveUp, RetryPolicy, TooLarge, Unaccepted, WholeBodyLayer, excerpt, secrets};
-use reqwest::header::{CONTENT_TYPE, COOKIE, SET_COOKIE};
+use parley_http::client::Limits;
+use parley_http::{Accept, Answer, Client, Failure, excerpt, secrets};
+use reqwest::header::{COOKIE, HeaderMap, HeaderValue, SET_COOKIE};
 use serde_json::Value;
-use tokio::sync::Semaphore;
-use tower::limit::GlobalConcurrencyLimitLayer;
-use tower::util::BoxCloneSyncService;
-use tower::{BoxError, ServiceBuilder, ServiceExt};
 
 use crate::error::RemoteError;
 pub use cookies::CookieJar;
 pub use parley_http::Retry;
 
-/// Limits for every call to one server.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerOptions {
-    /// Limit for each attempt, body included.
-    pub timeout: Duration,
-    /// Retries after the first attempt (see [`Retry`] for which failures are retried).
-    pub max_retries: u32,
-    /// The first backoff; it doubles on each retry.
-    pub backoff: Duration,
-    /// Calls in flight to this server at once, over all sessions.
-    pub max_concurrency: usize,
-    /// Bytes of one answer's body read at most; a larger answer fails the call.
-    pub max_response_bytes: usize,
-}
-
-impl Default for ServerOptions {
-    fn default() -> ServerOptions {
-        ServerOptions {
-            timeout: Duration::from_secs(120),
-            max_retries: 3,
-            backoff: Duration::from_millis(100),
-            max_concurrency: 64,
-            max_response_bytes: 16 << 20,
-        }
-    }
-}
-
-/// Which 2xx bodies a call accepts; see [`Attempt::accept`].
-pub type Accept = fn(&str) -> Result<(), String>;
-
-/// One request through the stack, which failures it may be retried after, and which 2xx bodies
-/// it accepts.
-#[derive(Debug)]
-pub(crate) struct Call {
-    pub request: reqwest::Request,
-    pub retry: Retry,
-    pub accept: Option<Accept>,
-}
-
-impl Attempt for Call {
-    fn resend(&self) -> Option<Call> {
-        Some(Call { request: self.request.try_clone()?, retry: self.retry, accept: self.accept })
-    }
-
-    fn retry(&self) -> Retry {
-        self.retry
-    }
-
-    fn accept(&self, answer: &Answer) -> Result<(), String> {
-        self.accept.map_or(Ok(()), |accept| accept(&answer.text()))
-    }
-}
+/// Limits for every call to one server: the one client stack's.
+pub type ServerOptions = Limits;
 
 /// A whole answer: status, `Set-Cookie` values and the body text.
 #[derive(Debug, Clone, Default)]
@@ -121,16 +69,12 @@ impl Exchange {
 #[derive(Clone)]
 pub struct HttpServer {
     name: Arc<str>,
-    base: Arc<str>,
-    client: reqwest::Client,
-    service: BoxCloneSyncService<Call, Exchange, BoxError>,
-    timeout: Duration,
-    limit: usize,
+    client: Client,
 }
 
 impl std::fmt::Debug for HttpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpServer").field("name", &self.name).field("base", &self.base).finish_non_exhaustive()
+        f.debug_struct("HttpServer").field("name", &self.name).field("base", &self.base_url()).finish_non_exhaustive()
     }
 }
 
@@ -141,51 +85,23 @@ impl HttpServer {
     }
 
     /// Like [`new`](Self::new), with `Authorization: Bearer <key>` on every request. The key
-    /// lives only in the client's default headers, marked sensitive.
+    /// lives only in the header it is sent in, marked sensitive.
     pub fn with_bearer(
         name: &str,
         base_url: &str,
         options: &ServerOptions,
         key: Option<&str>,
     ) -> Result<HttpServer, RemoteError> {
-        let base = base_url.trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(RemoteError::Config(format!("`{base_url}` is not an http(s) URL for server `{name}`")));
-        }
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(key) = key.filter(|k| !k.is_empty()) {
-            secrets::register(key);
-            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
-                .map_err(|_| RemoteError::Config(format!("the API key for `{name}` is not a valid header value")))?;
-            value.set_sensitive(true);
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-        }
-        let client = reqwest::Client::builder()
-            .default_headers(headers)
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(options.max_concurrency.max(1))
-            .build()
-            .map_err(|e| RemoteError::Config(format!("could not build an HTTP client: {e}")))?;
-        let execute_client = client.clone();
-        let execute = tower::service_fn(move |request: reqwest::Request| execute_client.execute(request));
-        let service = ServiceBuilder::new()
-            .map_response(Exchange::from)
-            .retry(RetryPolicy::new(options.max_retries, options.backoff, Duration::from_secs(5)))
-            .map_request(|call: Call| call.request)
-            .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::new(Semaphore::new(
-                options.max_concurrency.max(1),
-            ))))
-            .timeout(options.timeout)
-            .layer(WholeBodyLayer { limit: options.max_response_bytes })
-            .service(execute);
-        Ok(HttpServer {
-            name: name.into(),
-            base: base.into(),
-            client,
-            service: BoxCloneSyncService::new(service),
-            timeout: options.timeout,
-            limit: options.max_response_bytes,
-        })
+        let client = Client::new(base_url, options, key).map_err(|e| match e {
+            parley_http::ClientError::BadUrl(_) => {
+                RemoteError::Config(format!("`{base_url}` is not an http(s) URL for server `{name}`"))
+            }
+            parley_http::ClientError::BadKey => {
+                RemoteError::Config(format!("the API key for `{name}` is not a valid header value"))
+            }
+            other => RemoteError::Config(other.to_string()),
+        })?;
+        Ok(HttpServer { name: name.into(), client })
     }
 
     pub fn name(&self) -> &str {
@@ -193,12 +109,12 @@ impl HttpServer {
     }
 
     pub fn base_url(&self) -> &str {
-        &self.base
+        self.client.base_url()
     }
 
     /// How errors name this server: its name and URL.
     pub fn label(&self) -> String {
-        format!("server `{}` at {}", self.name, self.base)
+        format!("server `{}` at {}", self.name, self.base_url())
     }
 
     /// Posts `body` as JSON to `path`, sending the jar's cookies and merging the answer's
@@ -223,79 +139,58 @@ impl HttpServer {
         retry: Retry,
         accept: Option<Accept>,
     ) -> (Result<Exchange, RemoteError>, u32) {
-        let (result, attempts) = parley_http::track(self.send(path, body, jar, retry, accept)).await;
-        (result.map_err(|(call, error)| self.classify(&call, error, attempts)), attempts)
-    }
-
-    async fn send(
-        &self,
-        path: &str,
-        body: &Value,
-        jar: Option<&mut CookieJar>,
-        retry: Retry,
-        accept: Option<Accept>,
-    ) -> Result<Exchange, (String, BoxError)> {
         let call = format!("POST {path}");
-        let bytes = serde_json::to_vec(body)
-            .map_err(|e| (call.clone(), Unsendable(format!("the body is not serializable: {e}")).into()))?;
-        let mut builder = self.client.post(format!("{}{path}", self.base)).header(CONTENT_TYPE, "application/json");
+        let bytes = match serde_json::to_vec(body) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let cause = format!("the body is not serializable: {e}");
+                return (Err(RemoteError::Protocol { server: self.label(), call, cause }), 0);
+            }
+        };
+        let mut headers = HeaderMap::new();
         if let Some(cookie) = jar.as_deref().and_then(CookieJar::header) {
-            builder = builder.header(COOKIE, cookie);
+            match HeaderValue::from_str(&cookie) {
+                Ok(value) => headers.insert(COOKIE, value),
+                Err(e) => {
+                    let cause = format!("the session's cookies are not a header value: {e}");
+                    return (Err(RemoteError::Protocol { server: self.label(), call, cause }), 0);
+                }
+            };
         }
-        let request = builder
-            .body(bytes)
-            .build()
-            .map_err(|e| (call.clone(), Unsendable(format!("could not build the request: {e}")).into()))?;
-        let result = self.service.clone().oneshot(Call { request, retry, accept }).await;
-        let exchange = result.map_err(|e| (call, e))?;
+        let (result, attempts) = self.client.post_json(path, bytes, headers, retry, accept).await;
+        let exchange = match result {
+            Ok(answer) => Exchange::from(answer),
+            Err(failure) => return (Err(self.classify(call, failure, attempts)), attempts),
+        };
         if let Some(jar) = jar {
             jar.merge(exchange.set_cookies.iter().map(String::as_str));
         }
-        Ok(exchange)
+        (Ok(exchange), attempts)
     }
 
     /// Whether the server answers `GET path` with a 2xx (one attempt, for readiness polls).
     pub async fn is_up(&self, path: &str) -> bool {
-        let url = format!("{}{path}", self.base);
-        matches!(
-            tokio::time::timeout(Duration::from_secs(2), self.client.get(url).send()).await,
-            Ok(Ok(response)) if response.status().is_success()
-        )
+        self.client.is_up(path).await
     }
 
-    fn classify(&self, call: &str, error: BoxError, attempts: u32) -> RemoteError {
-        let error = match error.downcast::<GaveUp>() {
-            Ok(gave_up) => gave_up.source,
-            Err(error) => error,
-        };
-        let (server, call) = (self.label(), call.to_owned());
-        if let Some(Unsendable(cause)) = error.downcast_ref::<Unsendable>() {
-            return RemoteError::Protocol { server, call, cause: cause.clone() };
-        }
-        if error.is::<tower::timeout::error::Elapsed>() {
-            return RemoteError::Timeout { server, call, timeout: self.timeout, attempts };
-        }
-        if error.is::<TooLarge>() {
-            let cause = format!("the body is larger than the limit of {} bytes", self.limit);
-            return RemoteError::Malformed { server, call, cause, body: String::new() };
-        }
-        if let Some(unaccepted) = error.downcast_ref::<Unaccepted>() {
-            let body = excerpt(&String::from_utf8_lossy(&unaccepted.body));
-            return RemoteError::Malformed { server, call, cause: unaccepted.why.clone(), body };
-        }
-        let cause = parley_http::error_chain(error.as_ref());
-        match error.downcast_ref::<reqwest::Error>() {
-            Some(e) if e.is_connect() => RemoteError::Connect { server, call, attempts, cause },
-            Some(_) => RemoteError::Transport { server, call, attempts, cause },
-            None => RemoteError::Transport { server, call, attempts, cause },
+    fn classify(&self, call: String, failure: Failure, attempts: u32) -> RemoteError {
+        let server = self.label();
+        match failure {
+            Failure::Unsendable(cause) => RemoteError::Protocol { server, call, cause },
+            Failure::Timeout => RemoteError::Timeout { server, call, timeout: self.client.limits().timeout, attempts },
+            Failure::TooLarge(too_large) => {
+                let cause = format!("the body is larger than the limit of {} bytes", too_large.limit);
+                RemoteError::Malformed { server, call, cause, body: String::new() }
+            }
+            Failure::Unaccepted(unaccepted) => {
+                let body = excerpt(&String::from_utf8_lossy(&unaccepted.body));
+                RemoteError::Malformed { server, call, cause: unaccepted.why, body }
+            }
+            Failure::Connect(cause) => RemoteError::Connect { server, call, attempts, cause },
+            Failure::Transport(cause) => RemoteError::Transport { server, call, attempts, cause },
         }
     }
 }
-
-/// A request that could not be built, so was never sent.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Unsendable(String);
 
 impl From<Answer> for Exchange {
     fn from(answer: Answer) -> Exchange {

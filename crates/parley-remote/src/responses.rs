@@ -3,10 +3,10 @@
 //! speak. For Chat Completions endpoints (vLLM, llama.cpp) use `parley-llm`'s `ChatClient`.
 //!
 //! Owns: the translation of Parley messages and tools to Responses input items and back
-//! ([`wire`]), and the HTTP calls, through the same tower stack as every remote call here
-//! (timeout per attempt, bounded retries of transport errors, 408, 429 and 5xx honouring
-//! `Retry-After`, a concurrency limit per endpoint). Invariant: the API key lives only in the
-//! HTTP client's headers; it never reaches a [`ModelCall`], a log line or an error.
+//! ([`wire`]), and the HTTP calls, through the one client stack of every remote call (timeout
+//! per attempt, bounded retries of transport errors, 408, 429 and 5xx honouring `Retry-After`, a
+//! concurrency limit per endpoint). Invariant: the API key lives only in the header it is sent
+//! in; it never reaches a [`ModelCall`], a log line or an error.
 
 pub mod wire;
 
@@ -69,7 +69,6 @@ impl ResponsesClient {
         let options = ServerOptions {
             timeout: config.timeout,
             max_retries: config.max_retries,
-            backoff: Duration::from_millis(200),
             max_concurrency: config.max_concurrency,
             ..ServerOptions::default()
         };
@@ -137,8 +136,8 @@ impl ModelClient for ResponsesClient {
 }
 
 /// Whether a 2xx body is a Responses object.
-fn accept_response(body: &str) -> Result<(), String> {
-    let response: Value = serde_json::from_str(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+fn accept_response(body: &[u8]) -> Result<(), String> {
+    let response: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
     wire::parse_reply(&response).map(drop).map_err(|why| format!("not a Responses object: {why}"))
 }
 

@@ -8,9 +8,10 @@
 //! the second time with the answers swapped), [`reward_model`] (a reward model behind vLLM's
 //! pooling API) and [`shaped`] (steps or tokens against a budget, a format check).
 //!
-//! Invariant: this crate knows the seams of `parley-core` only. It never touches the engine, the
-//! store or the command line; the judge is any [`parley_core::ModelClient`] its caller hands in
-//! (the runtime wraps it in the store's verdict cache). Bad input (a row without the field, a
+//! Invariant: this crate knows the seams of `parley-core` and, for the reward model's calls, the
+//! client stack of `parley-http` only. It never touches the engine, the store or the command
+//! line; the judge is any [`parley_core::ModelClient`] its caller hands in (the runtime wraps it
+//! in the store's verdict cache). Bad input (a row without the field, a
 //! malformed answer, a regex that does not compile) is a score of 0 with a reason or a
 //! [`ScoreError`], never a panic.
 

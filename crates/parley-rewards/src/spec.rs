@@ -5,9 +5,9 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parley_core::ModelClient;
+use parley_http::client::Limits;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -109,8 +109,11 @@ pub struct ScorerOptions {
     pub reward_if_swap_fails: Option<f64>,
     /// judge, reward-model: the model name [default: the run's judge model].
     pub model: Option<String>,
-    /// reward-model: the endpoint [default: the run's judge endpoint].
+    /// reward-model: the server, whose `/pooling` is called (`http://host:port`).
     pub base_url: Option<String>,
+    /// reward-model: the environment variable that holds the server's API key, sent as a bearer
+    /// token; the key itself is never stored.
+    pub api_key_env: Option<String>,
     /// steps, tokens: the budget.
     pub budget: Option<f64>,
 }
@@ -221,11 +224,21 @@ impl RewardSpec {
                 Arc::new(judge)
             }
             ScorerKind::RewardModel => {
-                let base = o.base_url.clone().or_else(|| endpoints.reward_model_url.clone()).ok_or_else(|| {
-                    ScoreError::Invalid(format!("reward `{}`: the reward-model scorer needs base_url", self.name()))
+                let name = self.name();
+                let base = o.base_url.as_deref().ok_or_else(|| {
+                    ScoreError::Invalid(format!("reward `{name}`: the reward-model scorer needs base_url"))
                 })?;
+                let key = match &o.api_key_env {
+                    Some(var) => Some(std::env::var(var).map_err(|_| {
+                        ScoreError::Invalid(format!(
+                            "reward `{name}`: the API key variable `{var}` is not set; export it, or leave \
+                             api_key_env out for a reward model without a key"
+                        ))
+                    })?),
+                    None => None,
+                };
                 let model = o.model.clone().unwrap_or_else(|| endpoints.judge_model.clone());
-                Arc::new(RewardModel::new(&base, &model, endpoints.timeout)?)
+                Arc::new(RewardModel::new(base, &model, &endpoints.limits, key.as_deref())?)
             }
             ScorerKind::Steps | ScorerKind::Tokens => Arc::new(Budget {
                 counted: if self.scorer == ScorerKind::Steps { Counted::Steps } else { Counted::Tokens },
@@ -247,24 +260,18 @@ impl RewardSpec {
     }
 }
 
-/// What components that call out need: the judge's client and model, a reward model's URL.
-#[derive(Clone)]
+/// What components that call out need: the judge's client and model, and the limits of a
+/// reward model's calls (the run's timeout, retries and body bound).
+#[derive(Clone, Default)]
 pub struct Endpoints {
     pub judge: Option<Arc<dyn ModelClient>>,
     pub judge_model: String,
-    pub reward_model_url: Option<String>,
-    pub timeout: Duration,
+    pub limits: Limits,
 }
 
 impl fmt::Debug for Endpoints {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Endpoints").field("judge_model", &self.judge_model).finish_non_exhaustive()
-    }
-}
-
-impl Default for Endpoints {
-    fn default() -> Endpoints {
-        Endpoints { judge: None, judge_model: String::new(), reward_model_url: None, timeout: Duration::from_secs(120) }
     }
 }
 
@@ -333,5 +340,11 @@ mod tests {
         }
         let judge = RewardSpec::new(ScorerKind::Judge);
         assert!(judge.build(&Endpoints::default()).unwrap_err().to_string().contains("endpoint"));
+        let keyed: RewardSpec =
+            "reward-model:base_url=http://127.0.0.1:9,api_key_env=PARLEY_NO_SUCH_REWARD_KEY".parse().unwrap();
+        let error = keyed.build(&Endpoints::default()).unwrap_err().to_string();
+        assert!(error.contains("`PARLEY_NO_SUCH_REWARD_KEY` is not set"), "{error}");
+        let unkeyed: RewardSpec = "reward-model:base_url=http://127.0.0.1:9".parse().unwrap();
+        assert!(unkeyed.build(&Endpoints::default()).is_ok());
     }
 }

@@ -241,7 +241,7 @@ fn composite(settings: &RunSettings, store: Option<&Store>, out: &mut Environmen
     let judge = settings.judge();
     let mut endpoints = Endpoints {
         judge_model: judge.model,
-        timeout: settings.endpoint(String::new(), None).timeout,
+        limits: settings.endpoint(String::new(), None).limits(),
         ..Endpoints::default()
     };
     let needs_judge = settings.reward.components.iter().any(|c| c.scorer == ScorerKind::Judge);

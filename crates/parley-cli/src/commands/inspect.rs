@@ -256,11 +256,11 @@ pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    let counts = crate::export::export(&store, args.run.run, &settings, args.format, &mut out, None).await?;
+    let counts = parley_export::export(&store, args.run.run, &settings, args.format, &mut out, None).await?;
     out.flush()?;
     eprintln!("exported {} sessions of run {}", counts.rows, args.run.run);
     if let Some(damage) = counts.damage(&args.run.db.db) {
-        return Err(damage);
+        return Err(damage.into());
     }
     Ok(())
 }

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::{Stream, StreamExt};
+use parley_export::Format;
 use parley_runtime::settings::{check_output, failures_path};
 use parley_runtime::{Failure, Job, Rollout, RunSettings, Runtime, SessionResult, Stop, TaskSource, WORKER_RETRIES};
 use parley_store::{DbLocation, Store, StoreOptions};
 
 use crate::cli::WorkerArgs;
 use crate::commands::inspect::open;
-use crate::export::Format;
 use crate::progress::Progress;
 use crate::summary;
 
@@ -433,13 +433,13 @@ async fn rewrite_outputs(
     let failures_tmp = failures.with_extension("jsonl.partial");
     let mut rows = std::io::BufWriter::new(std::fs::File::create(&out_tmp)?);
     let mut fails = std::io::BufWriter::new(std::fs::File::create(&failures_tmp)?);
-    let counts = crate::export::export(store, run, settings, Format::NemoGym, &mut rows, Some(&mut fails)).await?;
+    let counts = parley_export::export(store, run, settings, Format::NemoGym, &mut rows, Some(&mut fails)).await?;
     rows.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     fails.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     std::fs::rename(&out_tmp, out)?;
     std::fs::rename(&failures_tmp, &failures)?;
     if let Some(damage) = counts.damage(&settings.db) {
-        return Err(damage.context(format!("writing {}", out.display())));
+        return Err(anyhow::Error::from(damage).context(format!("writing {}", out.display())));
     }
     Ok((counts.rows, counts.failures))
 }

@@ -85,7 +85,7 @@ impl Connection {
                             });
                         }
                         Err(_) => {
-                            let wait = parley_http::backoff(options.backoff, Duration::from_secs(5), attempt);
+                            let wait = options.backoff_after(attempt);
                             tokio::time::sleep(wait).await;
                         }
                     }

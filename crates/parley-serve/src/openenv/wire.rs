@@ -3,8 +3,8 @@
 //! that a bad one is named (`loc`, as OpenEnv's pydantic models name theirs), and the JSON
 //! schemas `/schema` serves.
 
-use parley_core::{Message, Part, Reasoning, ReasoningSpelling, Role, ToolCall, ToolSpec};
-use serde_json::{Map, Value, json};
+use parley_core::{ChatForm, Message, Part, Reasoning, ReasoningField, ReasoningSpelling, Role, ToolCall, ToolSpec};
+use serde_json::{Value, json};
 
 /// One thing wrong with a request: where (`loc`, field names and list positions from the
 /// request's root), what, and a short kind, as pydantic reports a validation error.
@@ -41,33 +41,15 @@ impl Invalid {
     }
 }
 
-/// A message in its Chat Completions form, as the trainer's chat template reads it: `content`
-/// (text, or a list of parts), `tool_calls` with `function.arguments` as text, `tool_call_id`,
-/// and an assistant message's reasoning in the field it came in.
+/// How OpenEnv writes messages: `content` (text, or a list of parts), `tool_calls` with
+/// `function.arguments` as text, `tool_call_id`, and an assistant message's reasoning in the field
+/// it came in, so that the trainer, which wrote the agent's turns, reads back its own field. The
+/// trainer's actions carry no token ids, so none are written.
+const FORM: ChatForm = ChatForm { reasoning: ReasoningField::AsReceived, tokens: false };
+
+/// A message in its Chat Completions form, as the trainer's chat template reads it.
 pub(crate) fn message_json(m: &Message) -> Value {
-    let mut out = Map::with_capacity(4);
-    out.insert("role".into(), Value::from(m.role.as_str()));
-    let content = if m.parts.is_empty() {
-        m.content.as_deref().map_or(Value::Null, Value::from)
-    } else {
-        Value::Array(m.parts.iter().map(Part::to_chat_json).collect())
-    };
-    out.insert("content".into(), content);
-    if !m.tool_calls.is_empty() {
-        let calls = m
-            .tool_calls
-            .iter()
-            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-            .collect();
-        out.insert("tool_calls".into(), Value::Array(calls));
-    }
-    if let Some(id) = &m.tool_call_id {
-        out.insert("tool_call_id".into(), Value::from(id.as_str()));
-    }
-    if let Some(reasoning) = &m.reasoning {
-        out.insert(reasoning.spelling.chat_field().into(), Value::from(reasoning.text.as_str()));
-    }
-    Value::Object(out)
+    m.to_chat_json(FORM)
 }
 
 /// The tools in their Chat Completions form.

@@ -1,18 +1,27 @@
-//! Writing a run's sessions from the store: NeMo Gym rollouts, OpenAI chat fine-tuning rows,
-//! tau2 results, and failure rows. Sessions and their tasks are read a page at a time, so memory
-//! stays flat however large the run.
+//! A stored run in peers' formats: NeMo Gym rollouts, OpenAI chat fine-tuning rows, tau2
+//! results documents ([`tau2`]), and failure rows. Sessions and their tasks are read from the
+//! store a page at a time, so memory stays flat however large the run; `parley export` and a
+//! resume's rewrite of its output files both come through [`export`].
+//!
+//! Invariant: no command line, no terminal: the caller opens the store, chooses the writer and
+//! prints what [`Counts`] says. Rows are built by the runtime's `Rollout` and `Failure` and by
+//! `parley-core`'s Chat Completions writer, never again here.
 
 use std::io::Write;
 use std::sync::Arc;
 
-use parley_core::{RunId, Termination};
+use parley_core::message::{ChatMessage, ChatTool};
+use parley_core::{ChatForm, Message, ReasoningField, Role, RunId, StoreError, Termination, ToolSpec};
 use parley_runtime::{Failure, Rollout, RunSettings, StoredTasks};
 use parley_store::{DbLocation, Store};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::json;
 
-mod tau2;
+pub mod tau2;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// The row formats of an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Format {
     /// NeMo Gym rollout rows: the task row, `response`, `reward` and the verifier's fields.
     NemoGym,
@@ -20,6 +29,30 @@ pub enum Format {
     OpenaiChat,
     /// tau2's results JSON (`SimulationRun` records), which `tau2 evaluate-trajs` can re-score.
     Tau2,
+}
+
+/// Why an export stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("--format tau2 exports tau2 runs; run {run} ran `{env}`")]
+    NotTau2 { run: RunId, env: String },
+    /// A session or task that a tau2 results document cannot hold.
+    #[error("tau2 export: {0}")]
+    Tau2(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The run's tasks could not be read back (its tau2 domain, or a stored row).
+    #[error("reading the run's tasks: {0:#}")]
+    Tasks(anyhow::Error),
+    #[error("writing the export: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+impl From<serde_json::Error> for ExportError {
+    /// Rows are JSON values, so only the writer under them can fail.
+    fn from(error: serde_json::Error) -> ExportError {
+        ExportError::Write(error.into())
+    }
 }
 
 /// What an export wrote.
@@ -31,16 +64,23 @@ pub struct Counts {
     pub unreadable: Vec<String>,
 }
 
+/// Sessions an export left out because the store could not read them.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{count} sessions could not be read and were left out (everything else was written); the first: {first}; \
+     recover what the file holds with `sqlite3 {db} .recover | sqlite3 recovered.db`"
+)]
+pub struct Damaged {
+    pub count: usize,
+    pub first: String,
+    pub db: String,
+}
+
 impl Counts {
-    /// An error naming the sessions left out, if any, and what to do about them.
-    pub fn damage(&self, db: &DbLocation) -> Option<anyhow::Error> {
+    /// The sessions left out, if any, and what to do about them.
+    pub fn damage(&self, db: &DbLocation) -> Option<Damaged> {
         let first = self.unreadable.first()?;
-        Some(anyhow::anyhow!(
-            "{} sessions could not be read and were left out (everything else was written); the first: {first}; \
-             recover what the file holds with `sqlite3 {} .recover | sqlite3 recovered.db`",
-            self.unreadable.len(),
-            db
-        ))
+        Some(Damaged { count: self.unreadable.len(), first: first.clone(), db: db.to_string() })
     }
 }
 
@@ -62,14 +102,14 @@ pub async fn export(
     format: Format,
     out: &mut dyn Write,
     mut failures: Option<&mut dyn Write>,
-) -> anyhow::Result<Counts> {
-    let mut tasks = StoredTasks::new(store.clone(), run, settings)?;
+) -> Result<Counts, ExportError> {
+    let mut tasks = StoredTasks::new(store.clone(), run, settings).map_err(ExportError::Tasks)?;
     let mut rows = match format {
         Format::NemoGym => Rows::NemoGym(out),
         Format::OpenaiChat => Rows::OpenaiChat(out),
         Format::Tau2 => {
             let Some(domain) = settings.env.tau2() else {
-                anyhow::bail!("--format tau2 exports tau2 runs; run {run} ran `{}`", settings.env);
+                return Err(ExportError::NotTau2 { run, env: settings.env.to_string() });
             };
             let info = json!({
                 "num_trials": settings.trials,
@@ -78,7 +118,8 @@ pub async fn export(
                 "user_info": {"implementation": format!("parley-{:?}", settings.user.kind).to_lowercase(),
                               "llm": settings.user.model.as_deref().unwrap_or(&settings.model)},
             });
-            Rows::Tau2(tau2::ResultsWriter::start(out, domain.as_str(), info, &tasks.all().await?)?)
+            let all = tasks.all().await.map_err(ExportError::Tasks)?;
+            Rows::Tau2(tau2::ResultsWriter::start(out, domain.as_str(), info, &all)?)
         }
     };
     let mut counts = Counts::default();
@@ -97,13 +138,13 @@ pub async fn export(
         for session in readable.iter().filter(|s| s.status == parley_core::SessionStatus::Finished) {
             if session.termination.is_none_or(Termination::is_infrastructure) {
                 if let Some(w) = failures.as_deref_mut() {
-                    let task = tasks.get(session.task_index as usize).await?;
+                    let task = tasks.get(session.task_index as usize).await.map_err(ExportError::Tasks)?;
                     write_line(w, &Failure::of_row(run, session).row(&task.row))?;
                 }
                 counts.failures += 1;
                 continue;
             }
-            let task = tasks.get(session.task_index as usize).await?;
+            let task = tasks.get(session.task_index as usize).await.map_err(ExportError::Tasks)?;
             // A session the store cannot read is named and left out; the others are written.
             let (transcript, reward) = match (store.transcript(session.id).await, store.latest_score(session.id).await)
             {
@@ -121,13 +162,13 @@ pub async fn export(
                     write_line(*w, &rollout.row(&settings.model))?;
                 }
                 Rows::OpenaiChat(w) => {
-                    let messages: Vec<Value> = transcript.messages.iter().map(chat_message).collect();
-                    let tools: Vec<Value> = task.tools.iter().map(|t| t.to_chat_json()).collect();
-                    write_line(*w, &json!({"messages": messages, "tools": tools}))?;
+                    let messages = transcript.messages.iter().map(|m| m.chat(CHAT_ROW)).collect();
+                    let tools = task.tools.iter().map(ToolSpec::chat).collect();
+                    write_line(*w, &ChatRow { messages, tools })?;
                 }
                 Rows::Tau2(writer) => {
-                    let messages: Vec<parley_core::Message> =
-                        transcript.messages.into_iter().filter(|m| m.role != parley_core::Role::System).collect();
+                    let messages: Vec<Message> =
+                        transcript.messages.into_iter().filter(|m| m.role != Role::System).collect();
                     writer.simulation(&tau2::Session {
                         id: session.id,
                         task: &task,
@@ -150,34 +191,20 @@ pub async fn export(
     Ok(counts)
 }
 
-/// One message in the OpenAI chat fine-tuning form: content parts as Chat Completions parts, the
+/// A message of an OpenAI chat fine-tuning row: content parts as Chat Completions parts, the
 /// reasoning as `reasoning_content`, the field chat templates and trainers read, whichever field
-/// the endpoint wrote it in, and a token-capturing policy's token ids and log-probs.
-fn chat_message(m: &parley_core::Message) -> Value {
-    let mut v = json!({"role": m.role.as_str(), "content": m.content});
-    if !m.parts.is_empty() {
-        v["content"] = m.parts.iter().map(parley_core::Part::to_chat_json).collect();
-    }
-    if let Some(reasoning) = &m.reasoning {
-        v["reasoning_content"] = json!(reasoning.text);
-    }
-    if !m.tool_calls.is_empty() {
-        v["tool_calls"] = m
-            .tool_calls
-            .iter()
-            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-            .collect();
-    }
-    if let Some(id) = &m.tool_call_id {
-        v["tool_call_id"] = json!(id);
-    }
-    if let (Some(tokens), Some(map)) = (&m.tokens, v.as_object_mut()) {
-        parley_core::nemo_gym::put_tokens(map, tokens);
-    }
-    v
+/// the endpoint wrote it in (a dataset names it alike in every row), and a token-capturing
+/// policy's token ids and log-probs.
+const CHAT_ROW: ChatForm = ChatForm { reasoning: ReasoningField::Template, tokens: true };
+
+/// An OpenAI chat fine-tuning row, written straight from the transcript.
+#[derive(Serialize)]
+struct ChatRow<'a> {
+    messages: Vec<ChatMessage<'a>>,
+    tools: Vec<ChatTool<'a>>,
 }
 
-pub fn write_line(w: &mut dyn Write, row: &Value) -> anyhow::Result<()> {
+fn write_line(w: &mut dyn Write, row: &impl Serialize) -> Result<(), ExportError> {
     serde_json::to_writer(&mut *w, row)?;
     w.write_all(b"\n")?;
     Ok(())

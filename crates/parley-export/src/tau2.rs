@@ -38,9 +38,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
 use parley_core::{Message, Party, Reward, Role, Task, Termination, ToolCallRecord};
 use serde_json::{Map, Value, json};
+
+use crate::ExportError;
 
 /// One stored session, as tau2 sees it.
 pub struct Session<'a> {
@@ -90,9 +91,9 @@ impl<'w> ResultsWriter<'w> {
         domain: &str,
         info: Value,
         tasks: &[Arc<Task>],
-    ) -> anyhow::Result<ResultsWriter<'w>> {
+    ) -> Result<ResultsWriter<'w>, ExportError> {
         if !(info.is_object() || info.is_null()) {
-            bail!("tau2 export: `info` must be a JSON object, got {info}");
+            return Err(ExportError::Tau2(format!("`info` must be a JSON object, got {info}")));
         }
         let mut full = default_info(domain);
         merge(&mut full, info);
@@ -106,7 +107,8 @@ impl<'w> ResultsWriter<'w> {
         out.write_all(b",\"tasks\":[")?;
         for (i, task) in tasks.iter().enumerate() {
             if !task.row.is_object() {
-                bail!("tau2 export: task {} ({}) has a row that is not a JSON object", task.index, task.id);
+                let why = format!("task {} ({}) has a row that is not a JSON object", task.index, task.id);
+                return Err(ExportError::Tau2(why));
             }
             out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
             serde_json::to_writer(&mut *out, &task.row)?;
@@ -117,15 +119,15 @@ impl<'w> ResultsWriter<'w> {
     }
 
     /// Writes one session as a `SimulationRun`, on a line of its own.
-    pub fn simulation(&mut self, session: &Session<'_>) -> anyhow::Result<()> {
+    pub fn simulation(&mut self, session: &Session<'_>) -> Result<(), ExportError> {
         if !self.task_ids.contains(&session.task.id) {
-            bail!(
-                "tau2 export: session {} names task {}, which is not among the document's tasks",
-                session.id,
-                session.task.id
-            );
+            return Err(ExportError::Tau2(format!(
+                "session {} names task {}, which is not among the document's tasks",
+                session.id, session.task.id
+            )));
         }
-        let reason = termination_reason(session.termination).with_context(|| format!("session {}", session.id))?;
+        let reason = termination_reason(session.termination)
+            .map_err(|why| ExportError::Tau2(format!("session {}: {why}", session.id)))?;
         let Converted { messages, dropped } = convert(session);
         let duration = session.duration_ms.max(0.0) / 1000.0;
         let record = json!({
@@ -151,7 +153,7 @@ impl<'w> ResultsWriter<'w> {
     }
 
     /// Closes the document and flushes the output.
-    pub fn finish(self) -> anyhow::Result<()> {
+    pub fn finish(self) -> Result<(), ExportError> {
         self.out.write_all(b"]}\n")?;
         self.out.flush()?;
         Ok(())
@@ -186,10 +188,10 @@ fn merge(base: &mut Value, over: Value) {
     }
 }
 
-/// Parley's termination reason in tau2's vocabulary (see the module docs).
-fn termination_reason(parley: &str) -> anyhow::Result<&'static str> {
+/// Parley's termination reason in tau2's vocabulary (see the module docs), or why it has none.
+fn termination_reason(parley: &str) -> Result<&'static str, String> {
     let Some(termination) = Termination::parse(parley) else {
-        bail!("unknown termination reason `{parley}`");
+        return Err(format!("unknown termination reason `{parley}`"));
     };
     Ok(match termination {
         Termination::UserStop => "user_stop",
@@ -198,10 +200,12 @@ fn termination_reason(parley: &str) -> anyhow::Result<&'static str> {
         Termination::TooManyErrors => "too_many_errors",
         Termination::AgentError | Termination::ContextWindowExceeded => "agent_error",
         Termination::UserError => "user_error",
-        Termination::EnvironmentError | Termination::InfrastructureError | Termination::Cancelled => bail!(
-            "it ended in `{parley}`, an infrastructure failure, which a tau2 Results document cannot hold \
-             (tau2 re-runs those); leave it out of the export"
-        ),
+        Termination::EnvironmentError | Termination::InfrastructureError | Termination::Cancelled => {
+            return Err(format!(
+                "it ended in `{parley}`, an infrastructure failure, which a tau2 Results document cannot hold \
+                 (tau2 re-runs those); leave it out of the export"
+            ));
+        }
     })
 }
 
