@@ -43,16 +43,12 @@ impl Stub {
         self.url.trim_end_matches("/v1").rsplit(':').next().and_then(|p| p.parse().ok()).expect("the stub's port")
     }
 
-    /// The stub's `/stub/stats`, fetched over a raw HTTP/1.1 connection.
+    /// The stub's `/stub/stats`.
     pub fn stats(&self) -> Value {
-        use std::io::{Read, Write};
         let authority = self.url.trim_start_matches("http://").trim_end_matches("/v1");
-        let mut stream = std::net::TcpStream::connect(authority).unwrap();
-        write!(stream, "GET /stub/stats HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n").unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let body = response.split("\r\n\r\n").nth(1).unwrap();
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("stats body {body}: {e}"))
+        let (status, _, body) = crate::http::get(authority, "/stub/stats");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("stats body {body}: {e}"))
     }
 }
 
