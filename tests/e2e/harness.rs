@@ -146,6 +146,19 @@ pub fn ok(out: &Output) -> String {
     text(&out.stdout)
 }
 
+/// Whether every peer must be there (`PARLEY_REQUIRE_PEERS=1`, as in CI, which installs them).
+pub fn peers_required() -> bool {
+    std::env::var("PARLEY_REQUIRE_PEERS").as_deref() == Ok("1")
+}
+
+/// A test that cannot run here for want of a peer says so loudly and passes, having done
+/// nothing (a plain `cargo nextest run` leaves such tests out; see `.config/nextest.toml`);
+/// under `PARLEY_REQUIRE_PEERS=1` it fails with `message` instead.
+pub fn skip(message: &str) {
+    assert!(!peers_required(), "PARLEY_REQUIRE_PEERS=1, but {message}");
+    eprintln!("\n*** SKIPPED: {message} ***\n");
+}
+
 /// tau2's data (`PARLEY_TAU2_DATA`, else `../shared/data/tau2` beside the repository), when it
 /// is there.
 pub fn tau2_data() -> Option<PathBuf> {

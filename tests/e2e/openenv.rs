@@ -21,13 +21,8 @@ use parley_core::{
 };
 use serde_json::{Value, json};
 
-use crate::harness::{PARLEY, Stub, Workdir, ok, read_jsonl, root, text};
+use crate::harness::{PARLEY, Stub, Workdir, ok, read_jsonl, root, skip, text};
 use crate::http::{get, post_json};
-
-fn missing(message: &str) {
-    assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
-    eprintln!("\n*** SKIPPED: {message} ***\n");
-}
 
 /// The Python of `.venv-openenv`, where OpenEnv's client is installed.
 fn client() -> Option<PathBuf> {
@@ -35,14 +30,14 @@ fn client() -> Option<PathBuf> {
     if venv.join(".parley-ready-0.3.0").is_file() {
         return Some(venv.join("bin/python"));
     }
-    missing("OpenEnv's client is not installed; run .ci/setup-openenv");
+    skip("OpenEnv's client is not installed; run .ci/setup-openenv");
     None
 }
 
 fn data() -> Option<PathBuf> {
     let data = crate::harness::tau2_data();
     if data.is_none() {
-        missing("no tau2 data at ../shared/data/tau2 (set PARLEY_TAU2_DATA)");
+        skip("no tau2 data at ../shared/data/tau2 (set PARLEY_TAU2_DATA)");
     }
     data
 }
