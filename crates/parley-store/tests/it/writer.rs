@@ -1,5 +1,5 @@
-//! The writer against a real SQLite file: what goes in comes back exactly, and a batch that
-//! fails leaves nothing behind.
+//! The writer against a real SQLite file: what goes in comes back exactly, a batch that fails
+//! leaves nothing behind, and only the writer writes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -201,4 +201,13 @@ async fn parts_reasoning_and_tokens_come_back_exactly_and_forks_keep_them() {
         .unwrap();
     assert_eq!(empty.0, 0);
     store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_read_pool_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = store_with_sessions(&dir, 1).await;
+    let write = sqlx::query("DELETE FROM sessions").execute(store.pool()).await;
+    assert!(write.is_err(), "the read pool is query_only: only the writer writes");
+    assert_eq!(store.sessions(1).await.unwrap().len(), 1);
 }
