@@ -8,8 +8,9 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use crate::harness::{Stub, Workdir, root};
+use crate::http::request;
 use crate::remote::peer;
-use crate::serve::{Serve, request};
+use crate::serve::Serve;
 
 /// Gym's `SimpleResourcesServer.aggregate_metrics` with the default hooks (a resources server
 /// with no benchmark metrics of its own), on each batch in the file; the answers, serialized as

@@ -25,6 +25,7 @@
 //! other PostgreSQL tests it needs a server (`PARLEY_TEST_POSTGRES`), and skips without one
 //! unless `PARLEY_REQUIRE_PEERS=1`.
 
+use parley_core::SessionStatus;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -456,7 +457,7 @@ async fn workers_killed_stopped_and_cut_off_finish_every_session_once_as_one_pro
     // Every session finished once, as one process on SQLite finishes them.
     let sessions = pg.results().await;
     assert_eq!(sessions.len(), 200);
-    assert!(sessions.values().all(|(status, ..)| status == "finished"));
+    assert!(sessions.values().all(|(status, ..)| status == SessionStatus::Finished.as_str()));
     assert_eq!(sessions, results(&work, "reference.db").await);
     // No committed turn was asked for again.
     let asked = stub.stats();

@@ -5,6 +5,7 @@
 //! a resume was requested again after it (the stub counts requests per conversation turn); and
 //! the results equal those of a run that was never killed.
 
+use parley_core::SessionStatus;
 use std::collections::{BTreeMap, HashMap};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -180,7 +181,7 @@ async fn killed_at_random_moments_and_resumed_the_run_equals_an_uninterrupted_on
     let crashed = results(&work, "crash.db").await;
     let reference = results(&work, "reference.db").await;
     assert_eq!(crashed.len(), TASKS);
-    assert!(crashed.values().all(|(status, ..)| status == "finished"));
+    assert!(crashed.values().all(|(status, ..)| status == SessionStatus::Finished.as_str()));
     assert_eq!(crashed, reference);
 
     // No model call recorded before a resume was requested again after it.

@@ -1,5 +1,6 @@
 //! Re-score, replay, fork, Ctrl-C, and the snapshots of `show` and `metrics`.
 
+use parley_core::RunStatus;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -121,49 +122,16 @@ async fn ctrl_c_stops_cleanly_and_says_how_to_resume() {
         sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE status = 'pending'").fetch_one(&db).await.unwrap();
     assert!(pending > 0, "the run was cut short");
     let status: String = sqlx::query_scalar("SELECT status FROM runs").fetch_one(&db).await.unwrap();
-    assert_eq!(status, "interrupted");
+    assert_eq!(status, RunStatus::Interrupted.as_str());
     let out = ok(&work.parley(&["resume", "1", "--db", "parley.db"]));
     assert!(out.contains("terminations   agent_stop 20"), "{out}");
     assert_eq!(crate::harness::read_jsonl(&work.path("out.jsonl")).len(), 20);
 }
 
-/// Replaces what changes from run to run (times) so that outputs compare as text: a number
-/// followed by `ms`, and with `ms_column`, the last column of table rows.
-fn normalize(text: &str, ms_column: bool) -> String {
-    let is_number = |w: &str| w.parse::<f64>().is_ok();
-    let mut out = String::with_capacity(text.len());
-    for line in text.lines() {
-        let mut words: Vec<String> = line.split(' ').map(str::to_owned).collect();
-        for i in 0..words.len().saturating_sub(1) {
-            if is_number(&words[i]) && words[i + 1].starts_with("ms") {
-                words[i] = "<ms>".into();
-            }
-        }
-        if ms_column && words.last().is_some_and(|w| is_number(w)) {
-            // The column is right-aligned: its padding changes with the number's width.
-            words.pop();
-            while words.last().is_some_and(String::is_empty) {
-                words.pop();
-            }
-            words.extend(["".into(), "<ms>".into()]);
-        }
-        out.push_str(&words.join(" "));
-        out.push('\n');
-    }
-    out
-}
-
-fn snapshot(name: &str, actual: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/snapshots").join(name);
-    if std::env::var_os("PARLEY_UPDATE_SNAPSHOTS").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| panic!("{} is missing; run with PARLEY_UPDATE_SNAPSHOTS=1", path.display()));
-    assert_eq!(actual, expected, "{name} differs from its snapshot");
-}
-
+/// `show`, `metrics` and `sessions` of a run against their snapshots (`snapshots/`), read
+/// through `insta`: a run compares, and a change is accepted only by `cargo insta review`. What
+/// changes from run to run is masked: a number followed by `ms`, and the sessions table's last
+/// column, whose padding changes with the number's width.
 #[tokio::test]
 async fn show_and_metrics_match_their_snapshots() {
     let work = Workdir::new();
@@ -171,10 +139,17 @@ async fn show_and_metrics_match_their_snapshots() {
     let stub = Stub::start(&["--bad-arguments", "0.3"]);
     // One session at a time: the stub's fault draws then follow one order.
     ok(&run(&work, &stub, &["--trials", "2", "--concurrency", "1"]));
-    snapshot("show.txt", &normalize(&ok(&work.parley(&["show", "2", "--db", "parley.db"])), false));
-    snapshot("metrics.txt", &normalize(&ok(&work.parley(&["metrics", "1", "--db", "parley.db"])), false));
-    let sessions = work.parley(&["sessions", "1", "--db", "parley.db", "--termination", "agent_stop"]);
-    snapshot("sessions.txt", &normalize(&ok(&sessions), true));
+    let show = ok(&work.parley(&["show", "2", "--db", "parley.db"]));
+    let metrics = ok(&work.parley(&["metrics", "1", "--db", "parley.db"]));
+    let sessions = ok(&work.parley(&["sessions", "1", "--db", "parley.db", "--termination", "agent_stop"]));
+    let times = (r"(?m)(^| )\d+(\.\d+)? ms", "${1}<ms> ms");
+    insta::with_settings!({ filters => vec![times] }, {
+        insta::assert_snapshot!("show", show);
+        insta::assert_snapshot!("metrics", metrics);
+    });
+    insta::with_settings!({ filters => vec![times, (r"(?m) +\d+(\.\d+)?$", "  <ms>")] }, {
+        insta::assert_snapshot!("sessions", sessions);
+    });
 }
 
 /// A rescore asks the judge nothing it has judged before: tau2's NL assertions are answered from

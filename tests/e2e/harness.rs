@@ -43,16 +43,12 @@ impl Stub {
         self.url.trim_end_matches("/v1").rsplit(':').next().and_then(|p| p.parse().ok()).expect("the stub's port")
     }
 
-    /// The stub's `/stub/stats`, fetched over a raw HTTP/1.1 connection.
+    /// The stub's `/stub/stats`.
     pub fn stats(&self) -> Value {
-        use std::io::{Read, Write};
         let authority = self.url.trim_start_matches("http://").trim_end_matches("/v1");
-        let mut stream = std::net::TcpStream::connect(authority).unwrap();
-        write!(stream, "GET /stub/stats HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n").unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let body = response.split("\r\n\r\n").nth(1).unwrap();
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("stats body {body}: {e}"))
+        let (status, _, body) = crate::http::get(authority, "/stub/stats");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("stats body {body}: {e}"))
     }
 }
 
@@ -148,6 +144,19 @@ pub fn run(work: &Workdir, stub: &Stub, extra: &[&str]) -> Output {
 pub fn ok(out: &Output) -> String {
     assert!(out.status.success(), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
     text(&out.stdout)
+}
+
+/// Whether every peer must be there (`PARLEY_REQUIRE_PEERS=1`, as in CI, which installs them).
+pub fn peers_required() -> bool {
+    std::env::var("PARLEY_REQUIRE_PEERS").as_deref() == Ok("1")
+}
+
+/// A test that cannot run here for want of a peer says so loudly and passes, having done
+/// nothing (a plain `cargo nextest run` leaves such tests out; see `.config/nextest.toml`);
+/// under `PARLEY_REQUIRE_PEERS=1` it fails with `message` instead.
+pub fn skip(message: &str) {
+    assert!(!peers_required(), "PARLEY_REQUIRE_PEERS=1, but {message}");
+    eprintln!("\n*** SKIPPED: {message} ***\n");
 }
 
 /// tau2's data (`PARLEY_TAU2_DATA`, else `../shared/data/tau2` beside the repository), when it

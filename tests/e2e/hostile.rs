@@ -1,10 +1,12 @@
 //! `parley serve` under hostile and careless clients, through the real binary on loopback:
 //! what such a client sends is refused, and what it abandons is freed.
 
+use parley_core::{RunStatus, SessionStatus};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Stub, Workdir};
-use crate::serve::{Serve, post_run, request};
+use crate::http::request;
+use crate::serve::{Serve, post_run};
 
 /// OpenEnv HTTP sessions whose trainer stops stepping end at their `--session-timeout`, are
 /// recorded as timed out and give their slots back; a reset refused meanwhile says when to try
@@ -63,6 +65,38 @@ fn raw(address: &str, head: &str, body: &str) -> u16 {
     let mut status = String::new();
     let _ = BufReader::new(stream).read_line(&mut status);
     status.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// A client that sends its row and goes away mid-session (it reads no answer).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_disconnects_cancels_its_session_and_resume_finishes_it() {
+    let work = Workdir::new();
+    work.tasks(1);
+    let stub = Stub::start(&["--latency-ms", "400"]);
+    let serve = Serve::start(&work, &stub, &[]);
+    let row = work.first_task_row();
+    {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(&serve.address).unwrap();
+        write!(
+            stream,
+            "POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{row}",
+            row.len()
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        // The client goes away mid-session.
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path("serve.db").display())).await.unwrap();
+    let (status, termination): (String, Option<String>) =
+        sqlx::query_as("SELECT status, termination FROM sessions").fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    assert_eq!((status.as_str(), termination), (SessionStatus::Pending.as_str(), None), "cancelled: kept, unfinished");
+    let log = std::fs::read_to_string(work.path("serve.log")).unwrap_or_default();
+    drop(serve);
+    let out = crate::harness::ok(&work.parley(&["resume", "1", "--db", "serve.db"]));
+    assert!(out.contains("terminations   agent_stop 1"), "{out}\n{log}");
 }
 
 /// A web page cannot drive a loopback service: a cross-site form post (`text/plain`, another
@@ -424,7 +458,7 @@ async fn resume_continues_each_served_session_with_its_own_policy_only() {
         .unwrap();
     assert_eq!(sessions.len(), 3, "{sessions:?}");
     for (id, player, status, termination, error) in &sessions {
-        assert_eq!(status, "finished", "session {id}: {sessions:?}\n{out}");
+        assert_eq!(status, SessionStatus::Finished.as_str(), "session {id}: {sessions:?}\n{out}");
         match player.as_deref() {
             None => assert_eq!(termination.as_deref(), Some("agent_stop"), "the run's own policy continued it"),
             Some(other) => {
@@ -554,6 +588,6 @@ async fn a_signal_while_tasks_are_recorded_stops_the_run_gracefully() {
             .unwrap();
     pool.close().await;
     assert!(sessions > 0 && sessions < 400_000, "{sessions} sessions recorded");
-    assert_eq!(status, "interrupted");
+    assert_eq!(status, RunStatus::Interrupted.as_str());
     assert!(stderr.contains(&format!("holds the first {sessions} ")), "{stderr}");
 }

@@ -2,6 +2,7 @@
 //! SmolLM2-135M-Instruct (both from PyPI, built by `.ci/setup-llama`) plays the agent, through
 //! the JSON-schema tool mode since it cannot call tools natively, and the simulated user.
 
+use parley_core::SessionStatus;
 use std::process::Command;
 
 use crate::harness::{Workdir, root, text};
@@ -22,9 +23,7 @@ async fn a_local_model_plays_agent_and_user() {
     // Built for this processor's instruction sets: a build from another processor does not count.
     let cached = Command::new(root().join(".ci/setup-llama")).arg("--cached").output().unwrap();
     if !cached.status.success() {
-        let message = "llama-server is not built for this processor; run .ci/setup-llama";
-        assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
-        eprintln!("\n*** SKIPPED: {message} ***\n");
+        crate::harness::skip("llama-server is not built for this processor; run .ci/setup-llama");
         return;
     }
     let port = "18188";
@@ -80,7 +79,7 @@ async fn a_local_model_plays_agent_and_user() {
     let sessions: Vec<(String, String)> =
         sqlx::query_as("SELECT status, termination FROM sessions").fetch_all(&db).await.unwrap();
     assert_eq!(sessions.len(), 2);
-    assert!(sessions.iter().all(|(status, _)| status == "finished"), "{sessions:?}");
+    assert!(sessions.iter().all(|(status, _)| status == SessionStatus::Finished.as_str()), "{sessions:?}");
     // Turns on both sides were stored, each with the real model call that produced it.
     let by_role: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT m.role, COUNT(*), SUM(c.completion_tokens) FROM model_calls c

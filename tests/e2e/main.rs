@@ -12,6 +12,7 @@ mod faults;
 mod gym_agent;
 mod harness;
 mod hostile;
+mod http;
 mod llama;
 mod messages;
 mod nemo_rl;

@@ -2,6 +2,7 @@
 //! session, not once per turn; a reasoning model's thoughts are stored, shown, exported, and
 //! sent back on later turns only when the run says so; forks and resumes keep both.
 
+use parley_core::SessionStatus;
 use serde_json::{Value, json};
 
 use crate::harness::{Stub, Workdir, ok, read_jsonl, run, text};
@@ -123,7 +124,7 @@ async fn a_resumed_session_keeps_its_reasoning_and_sends_it_back() {
     let out = work.parley(&["resume", "1", "--db", "parley.db"]);
     assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
     let (status,): (String,) = sqlx::query_as("SELECT status FROM sessions WHERE id = 1").fetch_one(&db).await.unwrap();
-    assert_eq!(status, "finished");
+    assert_eq!(status, SessionStatus::Finished.as_str());
     assert_eq!(reasoning_of(&db, 1, 2).await.unwrap()["spelling"], "reasoning");
     // The first request after the resume is stored whole and carries the stored reasoning back.
     let resumed = request(&db, 1, 4).await;

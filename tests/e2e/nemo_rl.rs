@@ -13,16 +13,11 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::harness::{PARLEY, Workdir, root, tau2_data, text};
+use crate::harness::{PARLEY, Workdir, root, skip, tau2_data, text};
 use crate::remote::peer;
 
 /// The driver's exit status when it cannot run here (not root, no `ip`, no namespaces).
 const CANNOT_RUN: i32 = 77;
-
-fn skip(message: &str) {
-    assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
-    eprintln!("\n*** SKIPPED: {message} ***\n");
-}
 
 /// Runs the driver with the Python of `venv` (NeMo Gym `version` installed by `setup`) and
 /// returns its summary, or None when it was skipped.

@@ -1,6 +1,7 @@
 //! Reliability: a long run under every fault the stub can inject, failure classes, retrying the
 //! failed sessions, graceful shutdown on SIGTERM, and databases that cannot be used.
 
+use parley_core::SessionStatus;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -71,7 +72,7 @@ async fn a_thousand_sessions_under_mixed_faults_end_recorded_and_retry_to_comple
     assert_eq!(rows.len(), 1000);
     let mut classes: BTreeMap<String, usize> = BTreeMap::new();
     for (status, termination, reward, failure, error, _) in &rows {
-        assert_eq!(status, "finished");
+        assert_eq!(status, SessionStatus::Finished.as_str());
         match failure {
             None => {
                 assert!(reward.is_some(), "{termination} without a failure is scored");

@@ -2,6 +2,7 @@
 //! from a NeMo Gym config, and an MCP reference server. The peers come from `.ci/setup-peers`;
 //! without them the tests say so loudly and skip, or fail under `PARLEY_REQUIRE_PEERS=1`.
 
+use parley_core::SessionStatus;
 use std::path::{Path, PathBuf};
 
 use crate::harness::{Stub, Workdir, ok, read_jsonl, root, text};
@@ -10,9 +11,7 @@ pub(crate) fn peer(path: PathBuf, ready: PathBuf) -> Option<PathBuf> {
     if ready.is_file() {
         return Some(path);
     }
-    let message = "the test peers are not installed; run .ci/setup-peers";
-    assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
-    eprintln!("\n*** SKIPPED: {message} ***\n");
+    crate::harness::skip("the test peers are not installed; run .ci/setup-peers");
     None
 }
 
@@ -170,7 +169,7 @@ async fn a_resources_server_that_dies_mid_run_fails_only_its_sessions_and_they_r
     let rows: Vec<(String, Option<String>, Option<String>)> =
         sqlx::query_as("SELECT status, failure, error FROM sessions").fetch_all(&db).await.unwrap();
     assert_eq!(rows.len(), 40);
-    assert!(rows.iter().all(|(status, _, _)| status == "finished"), "every session ended");
+    assert!(rows.iter().all(|(status, _, _)| status == SessionStatus::Finished.as_str()), "every session ended");
     let failed: Vec<&String> = rows.iter().filter_map(|(_, f, e)| f.as_ref().map(|_| e.as_ref().unwrap())).collect();
     let scored = rows.len() - failed.len();
     assert!(scored >= 6, "the sessions before the kill kept their results");

@@ -1,9 +1,9 @@
 //! `parley serve`: NeMo Gym's `/run` through the real binary on a loopback port, against the
 //! stub: verify responses with the rewards `parley run` gives, admission (503), a bearer token
-//! off loopback, disconnects that leave their session resumable, a SIGTERM drain, Prometheus
-//! metrics, and malformed bodies named, never a panic.
+//! off loopback, a SIGTERM drain, Prometheus metrics, and malformed bodies named, never a panic.
+//! (A client that goes away mid-session is in `hostile.rs`.)
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::harness::{PARLEY, Stub, Workdir, ok, read_jsonl, run, text};
+use crate::http::{Answer, request};
 
 /// `parley serve` on a free port, killed when dropped.
 pub(crate) struct Serve {
@@ -53,45 +54,9 @@ impl Drop for Serve {
     }
 }
 
-/// One HTTP/1.1 request; the status, the headers (lower-case names) and the body.
-pub(crate) fn request(
-    address: &str,
-    method: &str,
-    path: &str,
-    body: &str,
-    headers: &[(&str, &str)],
-) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n").unwrap();
-    for (name, value) in headers {
-        write!(stream, "{name}: {value}\r\n").unwrap();
-    }
-    write!(stream, "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    // Bodies come chunked or with a length; a chunked JSON body is read past its chunk sizes.
-    let body =
-        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { unchunk(body) } else { body.to_owned() };
-    (status, head.to_ascii_lowercase(), body)
-}
-
-fn unchunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else { break };
-        if size == 0 {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = &rest[size + 2..];
-    }
-    out
-}
-
-pub(crate) fn post_run(address: &str, row: &str) -> (u16, String, String) {
-    request(address, "POST", "/run", row, &[])
+/// `POST /run` with a task row.
+pub(crate) fn post_run(address: &str, row: &str) -> Answer {
+    crate::http::post(address, "/run", row)
 }
 
 #[test]
@@ -209,7 +174,7 @@ fn off_loopback_a_bearer_token_is_required() {
     let row = work.first_task_row();
     let (status, head, _) = request(&address, "POST", "/run", &row, &[]);
     assert_eq!(status, 401);
-    assert!(head.contains("www-authenticate: bearer"), "{head}");
+    assert!(head.contains("www-authenticate: Bearer"), "{head}");
     assert_eq!(request(&address, "POST", "/run", &row, &[("Authorization", "Bearer wrong")]).0, 401);
     // The scheme's case does not matter (RFC 9110).
     let lower = request(&address, "GET", "/metrics", "", &[("Authorization", "bearer s3cret-token-0123456789")]);
@@ -222,36 +187,6 @@ fn off_loopback_a_bearer_token_is_required() {
     assert_eq!(status, 200, "{body}");
     let _ = child.kill();
     let _ = child.wait();
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_client_that_disconnects_cancels_its_session_and_resume_finishes_it() {
-    let work = Workdir::new();
-    work.tasks(1);
-    let stub = Stub::start(&["--latency-ms", "400"]);
-    let serve = Serve::start(&work, &stub, &[]);
-    let row = work.first_task_row();
-    {
-        let mut stream = TcpStream::connect(&serve.address).unwrap();
-        write!(
-            stream,
-            "POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{row}",
-            row.len()
-        )
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(600));
-        // The client goes away mid-session.
-    }
-    std::thread::sleep(Duration::from_millis(1500));
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path("serve.db").display())).await.unwrap();
-    let (status, termination): (String, Option<String>) =
-        sqlx::query_as("SELECT status, termination FROM sessions").fetch_one(&pool).await.unwrap();
-    pool.close().await;
-    assert_eq!((status.as_str(), termination), ("pending", None), "cancelled: kept, unfinished");
-    let log = std::fs::read_to_string(work.path("serve.log")).unwrap_or_default();
-    drop(serve);
-    let out = ok(&work.parley(&["resume", "1", "--db", "serve.db"]));
-    assert!(out.contains("terminations   agent_stop 1"), "{out}\n{log}");
 }
 
 #[test]

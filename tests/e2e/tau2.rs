@@ -67,10 +67,7 @@ async fn the_oracle_solves_every_airline_task() {
             .collect();
         assert_eq!(rewards, vec![1.0; 50], "tau2 re-scores the run as Parley did");
     } else {
-        assert!(
-            std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "tau2 is not installed; run .ci/setup-tau2"
-        );
+        crate::harness::skip("tau2's half: tau2 is not installed; run .ci/setup-tau2");
     }
 }
 

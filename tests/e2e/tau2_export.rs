@@ -18,30 +18,25 @@ use parley_core::{EnvSession, Environment, Message, Party, Reward, Role, Task, T
 use parley_export::tau2::{ResultsWriter, Session};
 use serde_json::{Value, json};
 
-use crate::harness::{root, text};
+use crate::harness::{root, skip, text};
 
 /// Airline tasks the oracle plays as they are: reads only, reads and writes, a booking, a
 /// communicated figure, and a task with no gold action at all.
 const ORACLE_TASKS: [&str; 8] = ["0", "1", "3", "7", "8", "11", "20", "33"];
-
-fn missing(message: &str) {
-    assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
-    eprintln!("\n*** SKIPPED: {message} ***\n");
-}
 
 fn tau2_venv() -> Option<PathBuf> {
     let venv = root().join(".venv-tau2");
     if venv.join(".parley-ready-26.3").is_file() {
         return Some(venv);
     }
-    missing("tau2 is not installed; run .ci/setup-tau2");
+    skip("tau2 is not installed; run .ci/setup-tau2");
     None
 }
 
 fn data() -> Option<PathBuf> {
     let data = crate::harness::tau2_data();
     if data.is_none() {
-        missing("no tau2 data at ../shared/data/tau2 (set PARLEY_TAU2_DATA)");
+        skip("no tau2 data at ../shared/data/tau2 (set PARLEY_TAU2_DATA)");
     }
     data
 }

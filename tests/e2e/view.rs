@@ -3,12 +3,13 @@
 //! (Debian's, through playwright-core, both installed by `.ci/setup-browser`), with hostile
 //! text in the transcripts and a run that is still going on.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{PARLEY, Stub, Workdir, ok, read_jsonl, root, run, text};
+use crate::http::Answer;
 
 /// `parley view` on a free loopback port, stopped when dropped.
 pub(crate) struct View {
@@ -45,22 +46,9 @@ impl View {
         self.base.trim_start_matches("http://").to_owned()
     }
 
-    /// GET `path` over a raw HTTP/1.1 connection: the status, the head and the body.
-    pub(crate) fn get(&self, path: &str, headers: &[&str]) -> (u16, String, String) {
-        let authority = self.base.trim_start_matches("http://");
-        let mut stream = TcpStream::connect(authority).unwrap();
-        let mut request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
-        for h in headers {
-            request.push_str(h);
-            request.push_str("\r\n");
-        }
-        request.push_str("\r\n");
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        (status, head.to_owned(), body.to_owned())
+    /// GET `path` with `headers`: the status, the head and the body.
+    pub(crate) fn get(&self, path: &str, headers: &[(&str, &str)]) -> Answer {
+        crate::http::request(&self.address(), "GET", path, "", headers)
     }
 }
 
@@ -91,19 +79,19 @@ fn the_viewer_answers_strangers_and_bad_input_with_pages() {
     // With a token, every request must carry it.
     let view = View::start(&work, &["--token-env", "PARLEY_VIEW_TOKEN"], &[("PARLEY_VIEW_TOKEN", "s3cret-token")]);
     assert_eq!(view.get("/", &[]).0, 401);
-    assert_eq!(view.get("/runs/1", &["Authorization: Bearer wrong-token"]).0, 401);
-    let (status, _, body) = view.get("/runs/1", &["Authorization: Bearer s3cret-token"]);
+    assert_eq!(view.get("/runs/1", &[("Authorization", "Bearer wrong-token")]).0, 401);
+    let (status, _, body) = view.get("/runs/1", &[("Authorization", "Bearer s3cret-token")]);
     assert_eq!(status, 200);
     assert!(body.contains("Run 1"), "{body}");
     let (status, head, _) = view.get("/runs/1?token=s3cret-token", &[]);
     assert_eq!(status, 303, "{head}");
     assert!(head.contains("parley_view_token=s3cret-token") && head.contains("HttpOnly"), "{head}");
-    assert_eq!(view.get("/", &["Cookie: parley_view_token=s3cret-token"]).0, 200);
+    assert_eq!(view.get("/", &[("Cookie", "parley_view_token=s3cret-token")]).0, 200);
     drop(view);
 
     // On loopback, open; bad ids and parameters are pages that say what was wrong.
     let view = View::start(&work, &[], &[]);
-    let auth: &[&str] = &[];
+    let auth: &[(&str, &str)] = &[];
     for (path, status, says) in [
         ("/runs/77", 404, "run 77 not found"),
         ("/sessions/9999", 404, "session 9999 not found"),
@@ -170,8 +158,7 @@ async fn every_page_works_in_a_browser_and_runs_nothing_it_shows() {
     let module = match browser() {
         Ok(module) => module,
         Err(message) => {
-            assert!(std::env::var("PARLEY_REQUIRE_PEERS").as_deref() != Ok("1"), "{message}");
-            eprintln!("\n*** SKIPPED: {message} ***\n");
+            crate::harness::skip(&message);
             return;
         }
     };

@@ -1,8 +1,9 @@
 //! Property tests: the parsers of task rows, messages and stored names never panic, whatever
-//! JSON or text they are given, and a row they accept keeps what it was read from.
+//! JSON they are given; a row they accept keeps what it was read from; a well-formed row reads
+//! as the task it describes, and one broken in one place is refused with that place named.
 
 use parley_core::nemo_gym::task_from_row;
-use parley_core::{FailureClass, Message, Termination};
+use parley_core::{FailureClass, Message, Role, Termination, ToolCall};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -37,6 +38,99 @@ fn json_value() -> impl Strategy<Value = Value> {
     })
 }
 
+/// A row as NeMo Gym writes one, and the task it must read as: instructions, an input that is a
+/// text or a list of messages, calls and their outputs, tools, an id, and fields of its own.
+fn well_formed_row() -> impl Strategy<Value = (Value, Vec<Message>, Vec<String>, Option<String>)> {
+    let text = "\\PC{0,16}";
+    let item = prop_oneof![
+        (prop::sample::select(vec!["user", "system", "developer", "assistant"]), text).prop_map(|(role, content)| {
+            let message = Message::text(Role::parse(role).unwrap(), content.clone());
+            (json!({"role": role, "content": content}), message)
+        }),
+        ("[a-z_]{1,8}", "[a-z_]{1,12}", text).prop_map(|(id, name, arguments)| {
+            let call = ToolCall { id: id.clone(), name: name.clone(), arguments: arguments.clone() };
+            let item = json!({"type": "function_call", "call_id": id, "name": name, "arguments": arguments});
+            (item, Message::assistant_calls(None, vec![call]))
+        }),
+        ("[a-z_]{1,8}", text).prop_map(|(id, output)| {
+            let message = Message::tool_result(id.clone(), output.clone());
+            (json!({"type": "function_call_output", "call_id": id, "output": output}), message)
+        }),
+    ];
+    let input = prop_oneof![
+        text.prop_map(|t: String| (json!(t), vec![Message::user(t)])),
+        prop::collection::vec(item, 0..6).prop_map(|items| {
+            let (items, messages): (Vec<Value>, Vec<Message>) = items.into_iter().unzip();
+            (Value::Array(items), messages)
+        }),
+    ];
+    let tools = proptest::option::of(prop::collection::vec(("[a-z_]{1,12}", any::<bool>()), 0..4));
+    let id =
+        proptest::option::of(prop_oneof!["[a-z0-9-]{1,10}".prop_map(Value::from), any::<u32>().prop_map(Value::from)]);
+    (proptest::option::of(text), input, tools, id, json_value()).prop_map(|(instructions, input, tools, id, extra)| {
+        let (input, mut messages) = input;
+        let mut params = json!({"input": input});
+        if let Some(instructions) = &instructions {
+            params["instructions"] = json!(instructions);
+            messages.insert(0, Message::system(instructions.clone()));
+        }
+        let mut names = Vec::new();
+        if let Some(tools) = tools {
+            // Both spellings of a tool: Responses' flat one and Chat Completions' nested one.
+            let tools: Vec<Value> = tools
+                .into_iter()
+                .map(|(name, nested)| {
+                    names.push(name.clone());
+                    let function = json!({"name": name, "parameters": {"type": "object"}});
+                    if nested { json!({"type": "function", "function": function}) } else { function }
+                })
+                .collect();
+            params["tools"] = Value::Array(tools);
+        }
+        let mut row = json!({"responses_create_params": params, "extra": extra});
+        let id = id.map(|id| {
+            let text = id.as_str().map_or_else(|| id.to_string(), str::to_owned);
+            row["id"] = id;
+            text
+        });
+        (row, messages, names, id)
+    })
+}
+
+/// One way to break a well-formed row, and a word its error must name.
+#[derive(Debug, Clone)]
+enum Break {
+    /// No `responses_create_params`.
+    NoParams,
+    /// An `input` that is neither a text nor a list.
+    Input(Value),
+    /// An input item with no `role` (nor a `type` that needs none).
+    ItemWithoutRole,
+    /// A `function_call` item without its `name`.
+    CallWithoutName,
+    /// `tools` that are not a list.
+    ToolsNotAList(Value),
+    /// A tool with no `name`.
+    ToolWithoutName,
+}
+
+fn a_break() -> impl Strategy<Value = Break> {
+    let not_a_list = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        Just(json!({"role": "user"})),
+    ];
+    prop_oneof![
+        Just(Break::NoParams),
+        not_a_list.clone().prop_map(Break::Input),
+        Just(Break::ItemWithoutRole),
+        Just(Break::CallWithoutName),
+        not_a_list.prop_filter("null tools are no tools", |v| !v.is_null()).prop_map(Break::ToolsNotAList),
+        Just(Break::ToolWithoutName),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -51,16 +145,80 @@ proptest! {
         }
     }
 
+    /// Whatever a row's request holds, it is read only when its `input` is a text or a list,
+    /// and a refusal names the part of the row at fault.
     #[test]
-    fn rows_with_arbitrary_requests_never_panic(params in json_value(), extra in json_value()) {
-        let _ = task_from_row(0, json!({"responses_create_params": params, "extra": extra}));
+    fn a_row_is_read_only_with_an_input_it_can_read(params in json_value(), extra in json_value()) {
+        let row = json!({"responses_create_params": params, "extra": extra});
+        match task_from_row(0, row.clone()) {
+            Ok(task) => {
+                prop_assert!(matches!(params.get("input"), Some(Value::String(_) | Value::Array(_))), "{}", params);
+                prop_assert_eq!(task.row, row);
+            }
+            Err(e) => {
+                let said = e.to_string();
+                let named = ["`responses_create_params", "input item", "tool "].iter().any(|part| said.contains(part));
+                prop_assert!(named, "{}", said);
+            }
+        }
     }
 
+    /// A well-formed row reads as the task it describes: its opening messages in order, its
+    /// tools in order, its id (or its index without one), and the row itself.
     #[test]
-    fn any_text_is_parsed_as_a_row_without_panicking(text in ".{0,200}") {
-        if let Ok(row) = serde_json::from_str::<Value>(&text) {
-            let _ = task_from_row(0, row);
-        }
+    fn a_well_formed_row_reads_as_the_task_it_describes(
+        (row, messages, tools, id) in well_formed_row(),
+        index in 0usize..1000,
+    ) {
+        let task = task_from_row(index, row.clone());
+        prop_assert!(task.is_ok(), "{:?}: {}", task, row);
+        let task = task.unwrap();
+        prop_assert_eq!(&task.messages, &messages);
+        prop_assert_eq!(task.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), tools);
+        prop_assert_eq!(task.id, id.unwrap_or_else(|| index.to_string()));
+        prop_assert_eq!(task.index, index);
+        prop_assert_eq!(task.row, row);
+    }
+
+    /// A well-formed row broken in one place is refused, and the refusal says where.
+    #[test]
+    fn a_row_broken_in_one_place_is_refused_by_name((row, ..) in well_formed_row(), broken in a_break()) {
+        let mut row = row;
+        let params = &mut row["responses_create_params"];
+        let named = match &broken {
+            Break::NoParams => {
+                row.as_object_mut().unwrap().remove("responses_create_params");
+                "`responses_create_params`".to_owned()
+            }
+            Break::Input(value) => {
+                params["input"] = value.clone();
+                "`responses_create_params.input`".to_owned()
+            }
+            Break::ItemWithoutRole => {
+                let at = push_item(params, json!({"content": "hi"}));
+                format!("input item {at}: an input message needs a `role`")
+            }
+            Break::CallWithoutName => {
+                let at = push_item(params, json!({"type": "function_call", "call_id": "c", "arguments": "{}"}));
+                format!("input item {at}: a `\"function_call\"` item needs a string `name`")
+            }
+            Break::ToolsNotAList(value) => {
+                params["tools"] = value.clone();
+                "`responses_create_params.tools` must be a list".to_owned()
+            }
+            Break::ToolWithoutName => {
+                if !params["tools"].is_array() {
+                    params["tools"] = json!([]);
+                }
+                let tools = params["tools"].as_array_mut().unwrap();
+                tools.push(json!({"type": "function", "parameters": {}}));
+                format!("tool {} has no `name`", tools.len() - 1)
+            }
+        };
+        let read = task_from_row(0, row);
+        prop_assert!(read.is_err(), "{:?} was read: {:?}", broken, read);
+        let said = read.unwrap_err().to_string();
+        prop_assert!(said.contains(&named), "{:?}: {} does not say {}", broken, said, named);
     }
 
     #[test]
@@ -101,6 +259,16 @@ proptest! {
             }
         }
     }
+}
+
+/// Adds `item` at the end of the row's input (made a list of its text first), and says where.
+fn push_item(params: &mut Value, item: Value) -> usize {
+    if let Some(text) = params["input"].as_str() {
+        params["input"] = json!([{"role": "user", "content": text}]);
+    }
+    let items = params["input"].as_array_mut().expect("a well-formed row's input is a text or a list");
+    items.push(item);
+    items.len() - 1
 }
 
 /// The names the store keeps for terminations and failure classes.

@@ -346,12 +346,36 @@ mod tests {
         Choice::default().extract(text, &row(mode))
     }
 
+    /// Each pattern compiles, takes the text it is for (capturing what it should), and leaves
+    /// alone a text it is not for.
     #[test]
-    fn every_pattern_compiles() {
-        for re in [&BOXED_LETTER_ONLY, &BOXED_LETTER_LABEL, &ANSWER_COLON, &ANSWER_COLON_PAYLOAD, &TEXT_WRAP] {
-            let _ = re.is_match("");
+    fn every_pattern_takes_what_it_is_for_and_nothing_else() {
+        let capture = |re: &Regex, text: &str| re.captures(text).and_then(|c| c.get(1)).map(|m| m.as_str().to_owned());
+        for (re, text, captured) in [
+            (&*BOXED_LETTER_ONLY, " (B) ", "B"),
+            (&*BOXED_LETTER_LABEL, "C: Nice", "C"),
+            (&*BOXED_LETTER_LABEL, " D) Lille", "D"),
+            (&*ANSWER_COLON, "so the ANSWER : A", "A"),
+            (&*ANSWER_COLON_PAYLOAD, "**Answer**: B\nwhy", "B"),
+            (&*TEXT_WRAP, "\\text{ Lyon }", "Lyon"),
+        ] {
+            assert_eq!(capture(re, text).as_deref(), Some(captured), "{re} on {text:?}");
         }
-        let _ = (STANDALONE_LETTER.is_match(""), LIST_SEPARATOR.is_match(""));
+        for (re, text) in [
+            (&*BOXED_LETTER_ONLY, "AB"),
+            (&*BOXED_LETTER_LABEL, "Nice"),
+            (&*ANSWER_COLON, "an answer without a colon"),
+            (&*ANSWER_COLON_PAYLOAD, "no payload here"),
+            (&*TEXT_WRAP, "\\textbf{Lyon}"),
+            (&*STANDALONE_LETTER, "ABC and xyz"),
+            (&*LIST_SEPARATOR, "B"),
+        ] {
+            assert!(!re.is_match(text), "{re} on {text:?}");
+        }
+        assert_eq!(STANDALONE_LETTER.find_iter("A or C").map(|m| m.as_str()).collect::<Vec<_>>(), ["A", "C"]);
+        for separator in [" / ", ",", " or ", " AND ", "  "] {
+            assert!(LIST_SEPARATOR.is_match(separator), "{separator:?}");
+        }
     }
 
     #[test]

@@ -672,13 +672,83 @@ mod tests {
         }
     }
 
+    /// Settings as a run stores them, every field set to something other than its default:
+    /// what `resume`, `rescore`, `replay` and `fork` read back, so each name and form is kept.
+    fn stored() -> serde_json::Value {
+        use serde_json::json;
+        let tau2 = json!({"split": "test", "data_dir": "data/tau2", "judge_base_url": "http://judge:1/v1",
+                          "judge_model": "judge-m", "judge_api_key_env": "JUDGE_KEY"});
+        let remote = json!({"gym_config": "a.yaml", "gym_config_more": ["b.yaml"], "server": "srv",
+                            "server_name": "srv_name", "gym_venv": ".venv-gym", "gymnasium": true,
+                            "mcp_stdio": ["npx server"], "mcp_http": ["http://mcp:2/mcp"], "mcp_per_session": true,
+                            "answer_match": "equals"});
+        let user = json!({"kind": "llm", "base_url": "http://user:5/v1", "model": "user-m", "api_key_env": "USER_KEY",
+                          "sampling": {"temperature": 0.1, "top_p": null, "max_tokens": null, "seed": 8},
+                          "guidelines": "guidelines.md", "prompt": "prompt.md", "persona": "terse", "replay_run": 4});
+        let component = json!({"scorer": "steps", "name": "efficiency", "weight": -0.1, "cap": 1.0, "success": false,
+                               "options": stored_options()});
+        let mut stored = json!({
+            "env": "tau2:airline", "agent": "oracle", "tau2": tau2, "remote": remote, "tasks": "tasks.jsonl",
+            "num_tasks": 7, "base_url": "http://policy:3/v1", "ranks": ["http://policy:4/v1"], "model": "policy-m",
+            "api_key_env": "POLICY_KEY", "concurrency": 5, "endpoint_concurrency": 6, "trials": 2, "db": "runs/parley.db",
+            "out": "out.jsonl", "max_steps": 9, "max_errors": 4, "session_timeout_secs": 11.5,
+            "call_timeout_secs": 12.5, "max_retries": 2, "system_prompt": "be brief",
+        });
+        let more = json!({
+            "sampling": {"temperature": 0.5, "top_p": 0.9, "max_tokens": 64, "seed": 3}, "raw_calls": false,
+            "tool_mode": "json", "greeting": "hello", "user": user, "max_turns": 13, "stop_grace": 2,
+            "max_tool_output": 1000, "max_response_bytes": 2000, "shutdown_grace_secs": 3.5, "bad_rows": "skip",
+            "reasoning": "keep", "token_ids": true,
+            "reward": {"components": [component], "min": -1.0, "max": 2.0},
+            "front": {"sampling_from_row": true, "policy_for_agent_only": true},
+        });
+        stored.as_object_mut().unwrap().extend(more.as_object().unwrap().clone());
+        stored
+    }
+
+    /// A scorer's options as stored: every option named.
+    fn stored_options() -> serde_json::Value {
+        serde_json::json!({"field": null, "pattern": null, "contains": null, "case_sensitive": null,
+                           "grading_mode": null, "require_boxed": null, "prompt": null, "system": null,
+                           "equal_label": null, "not_equal_label": null, "swap": null,
+                           "reward_if_swap_fails": null, "model": null, "base_url": null, "budget": 8.0})
+    }
+
     #[test]
     fn stored_settings_keep_their_shape() {
+        let stored = stored();
+        let read: RunSettings = serde_json::from_value(stored.clone()).unwrap();
+        // Every field is read and written back under its own name, in its own form.
+        assert_eq!(serde_json::to_value(&read).unwrap(), stored);
+        // And none of them holds its default: a field dropped on the way would show as one.
+        let defaults = serde_json::to_value(settings()).unwrap();
+        let (stored, defaults) = (stored.as_object().unwrap(), defaults.as_object().unwrap());
+        let keys = |map: &serde_json::Map<String, serde_json::Value>| {
+            map.keys().cloned().collect::<std::collections::BTreeSet<_>>()
+        };
+        assert_eq!(keys(stored), keys(defaults), "a run stores every setting, defaults included");
+        for (key, value) in stored {
+            assert_ne!(Some(value), defaults.get(key), "`{key}` is set to its default here, so it tests nothing");
+        }
+    }
+
+    #[test]
+    fn settings_stored_by_an_older_parley_read_with_defaults() {
+        // `settings()` is a run stored before the later fields existed.
         let s = settings();
-        let value = serde_json::to_value(&s).unwrap();
-        assert_eq!(value["env"], "multi-step");
-        let back: RunSettings = serde_json::from_value(value).unwrap();
-        assert_eq!(back.env, EnvKind::MultiStep);
+        assert_eq!(
+            (s.env, s.agent, s.tool_mode, s.bad_rows),
+            (EnvKind::MultiStep, AgentKind::ToolCalling, ToolMode::Native, BadRows::Fail)
+        );
+        assert_eq!(
+            (s.max_turns, s.stop_grace, s.max_tool_output),
+            (defaults::max_turns(), defaults::stop_grace(), defaults::max_tool_output())
+        );
+        assert_eq!(
+            (s.max_response_bytes, s.shutdown_grace_secs),
+            (defaults::max_response_bytes(), defaults::shutdown_grace())
+        );
+        assert!(s.reward.components.is_empty() && !s.token_ids && s.front == Front::default());
     }
 
     #[test]

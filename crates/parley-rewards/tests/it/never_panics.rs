@@ -1,6 +1,7 @@
 //! Bad input never panics: any text as an answer, a gold answer, a reply to a choice row, or a
-//! `--reward` component.
+//! `--reward` component; and a component is either read as what it names or refused by name.
 
+use parley_rewards::{RewardSpec, ScorerKind};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -29,8 +30,50 @@ proptest! {
         }
     }
 
+    /// A component is read as the scorer it names, with checked options, or refused with a
+    /// message that quotes the text or names the component.
     #[test]
-    fn any_reward_component_text_parses_or_is_refused(text in "\\PC{0,40}") {
-        let _ = text.parse::<parley_rewards::RewardSpec>();
+    fn any_reward_component_text_parses_or_is_refused(text in prop_oneof![component_text(), "\\PC{0,40}"]) {
+        match text.parse::<RewardSpec>() {
+            Ok(spec) => {
+                let scorer = text.split_once(':').map_or(text.as_str(), |(scorer, _)| scorer).trim();
+                prop_assert_eq!(spec.scorer.as_str(), scorer, "{}", text);
+                prop_assert!(spec.check().is_ok(), "{}: {:?}", text, spec);
+            }
+            Err(e) => {
+                let said = e.to_string();
+                let named = said.starts_with(&format!("--reward {text}: ")) || said.starts_with("reward `");
+                prop_assert!(named, "{}: {}", text, said);
+            }
+        }
     }
+}
+
+/// `--reward` text near what a user writes: a scorer (known or not), then `KEY=VALUE` options
+/// of every kind the scorers read, some of them nonsense.
+fn component_text() -> impl Strategy<Value = String> {
+    let known: Vec<String> = ScorerKind::ALL.iter().map(|k| k.as_str().to_owned()).collect();
+    let scorer = prop_oneof![3 => proptest::sample::select(known), 1 => "[a-z]{1,8}"];
+    let key = proptest::sample::select(vec![
+        "weight",
+        "cap",
+        "name",
+        "success",
+        "budget",
+        "pattern",
+        "grading-mode",
+        "contains",
+        "field",
+        "colour",
+    ]);
+    let value = prop_oneof![
+        "-?[0-9]{1,3}(\\.[0-9]{1,2})?",
+        "[a-z_]{0,10}",
+        Just("true".to_owned()),
+        Just("lenient_boxed".to_owned()),
+        "[(\\[a-z.*+]{0,6}",
+    ];
+    let pair = prop_oneof![4 => (key, value).prop_map(|(k, v)| format!("{k}={v}")), 1 => "\\PC{0,8}"];
+    (scorer, proptest::collection::vec(pair, 0..4))
+        .prop_map(|(scorer, pairs)| if pairs.is_empty() { scorer } else { format!("{scorer}:{}", pairs.join(",")) })
 }

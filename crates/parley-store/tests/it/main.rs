@@ -1,8 +1,8 @@
-//! The store against real SQLite files: the writer, claims and fencing, re-scores and judge
-//! verdicts, and the errors a user sees for unusable or damaged files.
+//! The store against real SQLite files: the writer, re-scores and judge verdicts, and the errors
+//! a user sees for unusable or damaged files; and the cases every store must pass (claims and
+//! fencing among them), on SQLite and PostgreSQL (`backends`).
 
 mod backends;
-mod claims;
 mod damage;
 mod scores;
 mod writer;

@@ -1,13 +1,13 @@
-//! The writer against a real SQLite file: what goes in comes back exactly, and a batch that
-//! fails leaves nothing behind.
+//! The writer against a real SQLite file: what goes in comes back exactly, a batch that fails
+//! leaves nothing behind, and only the writer writes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::{
     Claim, FailureClass, Message, MessageRecord, ModelCall, Party, Player, RawJson, Reward, RunSpec, Sampling,
-    SessionOutcome, SessionSpec, SessionStore, Task, Termination, TokenIds, ToolCall, ToolCallRecord, TurnRecord,
-    Usage,
+    SessionOutcome, SessionSpec, SessionStatus, SessionStore, Task, Termination, TokenIds, ToolCall, ToolCallRecord,
+    TurnRecord, Usage,
 };
 use parley_store::{SqliteStore, StoreOptions};
 use serde_json::json;
@@ -124,7 +124,7 @@ async fn turns_and_outcomes_come_back_exactly() {
         .fetch_all(pool)
         .await
         .unwrap();
-    assert_eq!(sessions[0].get::<String, _>("status"), "finished");
+    assert_eq!(sessions[0].get::<String, _>("status"), SessionStatus::Finished.as_str());
     assert_eq!(sessions[0].get::<f64, _>("reward").to_bits(), (0.1f64 + 0.2).to_bits(), "the reward, to the bit");
     assert_eq!(sessions[0].get::<String, _>("error"), "a \"quoted\" error");
     assert_eq!(sessions[1].get::<Option<f64>, _>("reward"), None);
@@ -202,4 +202,13 @@ async fn parts_reasoning_and_tokens_come_back_exactly_and_forks_keep_them() {
         .unwrap();
     assert_eq!(empty.0, 0);
     store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_read_pool_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = store_with_sessions(&dir, 1).await;
+    let write = sqlx::query("DELETE FROM sessions").execute(store.pool()).await;
+    assert!(write.is_err(), "the read pool is query_only: only the writer writes");
+    assert_eq!(store.sessions(1).await.unwrap().len(), 1);
 }

@@ -307,7 +307,7 @@ pub async fn a_finished_session_is_released_and_never_claimed_again(db: &Db) {
     assert_eq!(sessions, [claims[0].session, claims[2].session]);
     assert_eq!(claimed.held_elsewhere, 0);
     let row = session(&store, run, claims[1].session).await;
-    assert_eq!((row.status.as_str(), row.reward), ("finished", Some(1.0)));
+    assert_eq!((row.status, row.reward), (SessionStatus::Finished, Some(1.0)));
     store.finish_run(run, RunStatus::Finished).await.unwrap();
     store.close().await.unwrap();
 }
@@ -431,7 +431,7 @@ pub async fn a_fork_shares_its_prefix_and_failed_sessions_reopen(db: &Db) {
     let stored = store.sessions_with_turns(&[ids[0], ids[1], fork, fork + 1000]).await.unwrap();
     assert_eq!(stored, [ids[0], fork].into_iter().collect());
     let row = &store.sessions_by_id(&[fork]).await.unwrap()[0];
-    assert_eq!((row.trial, row.status.as_str()), (2, "pending"), "the fork is its task's next trial");
+    assert_eq!((row.trial, row.status), (2, SessionStatus::Pending), "the fork is its task's next trial");
     assert_eq!(store.run_of(fork).await.unwrap(), run);
     assert!(matches!(store.fork_session(fork + 1000, 1).await, Err(StoreError::NotFound(_))));
 
