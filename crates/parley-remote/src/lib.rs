@@ -7,15 +7,16 @@
 //!   `/step`), whose follow-up user messages reach the agent through the user seam.
 //! - [`NemoGymServers`]: starts the resources servers a NeMo Gym config names, as NeMo Gym
 //!   does, and stops them (the whole process group) on shutdown or drop.
-//! - [`McpEnvironment`]: tools from MCP servers over stdio or streamable HTTP, scored by a
-//!   [`Scorer`] since MCP has no verify.
+//! - [`McpEnvironment`]: tools from MCP servers over stdio or streamable HTTP, scored by one of
+//!   `parley-rewards`' scorers (the same `Scorer` every reward uses), since MCP has no verify.
 //! - [`ResponsesClient`]: a [`ModelClient`](parley_core::ModelClient) for OpenAI Responses
 //!   endpoints (`POST {base}/responses`).
 //!
 //! Invariants: every remote call has a timeout, bounded retries and a per-server concurrency
 //! limit; a server that dies or hangs fails its sessions with an [`EnvError`](parley_core::EnvError)
 //! that names the server and the call, never a panic. This crate knows the seams of
-//! `parley-core` only: it never depends on the engine, the store or the CLI.
+//! `parley-core` and the scorers of `parley-rewards` only: it never depends on the engine, the
+//! store or the CLI.
 
 pub mod error;
 pub mod gymnasium;
@@ -24,7 +25,6 @@ pub mod launcher;
 pub mod mcp;
 pub mod nemo_gym;
 pub mod responses;
-pub mod scorer;
 
 pub use error::RemoteError;
 pub use gymnasium::{GymnasiumEnvironment, GymnasiumUser};
@@ -33,4 +33,3 @@ pub use launcher::{LaunchOptions, NemoGymServers, RunningServer};
 pub use mcp::{McpEnvironment, McpServerSpec, McpTransport};
 pub use nemo_gym::{NemoGymEnvironment, aggregate_metrics, reward_from_verify};
 pub use responses::{ResponsesClient, ResponsesConfig};
-pub use scorer::{ExactMatch, MatchMode, Scorer};

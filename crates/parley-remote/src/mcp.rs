@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::error::RemoteError;
 use crate::http::ServerOptions;
-use crate::scorer::Scorer;
+use parley_rewards::{Context, Scorer};
 use connection::Connection;
 
 /// How to reach one MCP server.
@@ -204,7 +204,9 @@ impl EnvSession for McpSession {
     }
 
     async fn score(&mut self, transcript: &[Message], termination: Termination) -> Result<Reward, EnvError> {
-        self.scorer.score(&self.task, transcript, termination).await
+        let cx = Context { task: &self.task, transcript, termination, env_reward: None };
+        let score = self.scorer.score(&cx).await.map_err(|e| EnvError::new(e.to_string()))?;
+        Ok(Reward { value: score.value, breakdown: score.details })
     }
 
     async fn close(&mut self) {

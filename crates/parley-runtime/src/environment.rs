@@ -10,9 +10,10 @@ use std::sync::Arc;
 use parley_core::{Environment, Task, UserSimulator};
 use parley_llm::ChatClient;
 use parley_remote::{
-    ExactMatch, GymnasiumEnvironment, GymnasiumUser, LaunchOptions, MatchMode, McpEnvironment, McpServerSpec,
+    GymnasiumEnvironment, GymnasiumUser, LaunchOptions, McpEnvironment, McpServerSpec,
     NemoGymEnvironment, NemoGymServers, ServerOptions,
 };
+use parley_rewards::text::ExactMatch;
 use parley_rewards::{Composite, Endpoints, RewardedEnvironment, ScorerKind};
 use parley_store::{Store, VerdictCache};
 use serde::{Deserialize, Serialize};
@@ -393,11 +394,8 @@ impl Environments {
                 for (i, url) in remote.mcp_http.iter().enumerate() {
                     specs.push(McpServerSpec::http(&format!("http-{i}"), url));
                 }
-                let mode = match remote.answer_match.unwrap_or_default() {
-                    AnswerMatch::Equals => MatchMode::Equals,
-                    AnswerMatch::Contains => MatchMode::Contains,
-                };
-                let scorer = Arc::new(ExactMatch { mode, ..ExactMatch::default() });
+                let contains = remote.answer_match.unwrap_or_default() == AnswerMatch::Contains;
+                let scorer = Arc::new(ExactMatch { contains, ..ExactMatch::new("expected_answer") });
                 let env = Arc::new(McpEnvironment::connect("mcp", specs, scorer, &options).await?);
                 out.mcp = Some(env.clone());
                 out.environment = env;

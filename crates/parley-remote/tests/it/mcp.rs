@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::{Environment, Message, Party, Task, Termination};
-use parley_remote::{ExactMatch, McpEnvironment, McpServerSpec, ServerOptions};
+use parley_remote::{McpEnvironment, McpServerSpec, ServerOptions};
+use parley_rewards::text::ExactMatch;
 use serde_json::json;
 
 use crate::peers;
@@ -56,7 +57,7 @@ async fn mcp_over_stdio_shared_and_per_session() {
     let Some(script) = peers::mcp_everything("MCP over stdio") else { return };
     let script = script.to_str().unwrap();
     let shared = McpServerSpec::stdio("everything", "node", &[script, "stdio"]);
-    let environment = McpEnvironment::connect("mcp", vec![shared], Arc::new(ExactMatch::default()), &options())
+    let environment = McpEnvironment::connect("mcp", vec![shared], Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }), &options())
         .await
         .expect("the stdio server starts");
     exercise(&environment).await;
@@ -72,7 +73,7 @@ async fn mcp_over_stdio_shared_and_per_session() {
 
     let per_session = McpServerSpec::stdio("everything", "node", &[script, "stdio"]).per_session();
     let environment =
-        McpEnvironment::connect("mcp", vec![per_session], Arc::new(ExactMatch::default()), &options()).await.unwrap();
+        McpEnvironment::connect("mcp", vec![per_session], Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }), &options()).await.unwrap();
     exercise(&environment).await;
 }
 
@@ -94,7 +95,7 @@ async fn mcp_over_streamable_http() {
     // The connection retries while the server is still starting.
     let options = ServerOptions { max_retries: 8, backoff: Duration::from_millis(100), ..options() };
     let environment =
-        McpEnvironment::connect("mcp", vec![spec], Arc::new(ExactMatch::default()), &options).await.unwrap();
+        McpEnvironment::connect("mcp", vec![spec], Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }), &options).await.unwrap();
     exercise(&environment).await;
     environment.shutdown().await;
     server.kill().await.unwrap();

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parley_core::{Environment, Message, Party, Task};
-use parley_remote::{ExactMatch, McpEnvironment, McpServerSpec, ServerOptions};
+use parley_remote::{McpEnvironment, McpServerSpec, ServerOptions};
+use parley_rewards::text::ExactMatch;
 use serde_json::json;
 
 /// A stdio MCP server in a few lines of Python: tools `small` and `big`, whose answer is one
@@ -45,7 +46,7 @@ async fn an_oversized_stdio_answer_fails_at_once_as_too_large() {
     let options =
         ServerOptions { timeout: Duration::from_secs(60), max_response_bytes: 1 << 20, ..ServerOptions::default() };
     let environment =
-        McpEnvironment::connect("mcp", vec![spec], Arc::new(ExactMatch::default()), &options).await.unwrap();
+        McpEnvironment::connect("mcp", vec![spec], Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }), &options).await.unwrap();
     let mut session = environment.open(&task()).await.unwrap();
 
     let started = Instant::now();
@@ -103,7 +104,7 @@ async fn an_oversized_streamable_http_answer_fails_at_once_as_too_large() {
     let options =
         ServerOptions { timeout: Duration::from_secs(60), max_response_bytes: 1 << 20, ..ServerOptions::default() };
     let environment =
-        McpEnvironment::connect("mcp", vec![spec], Arc::new(ExactMatch::default()), &options).await.unwrap();
+        McpEnvironment::connect("mcp", vec![spec], Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }), &options).await.unwrap();
     let mut session = environment.open(&task()).await.unwrap();
     assert_eq!(session.call(Party::Agent, "small", &json!({})).await.unwrap().content, "ok");
 
