@@ -84,6 +84,9 @@ pub enum Command {
     /// rewards that differ from the recording.
     Replay(ReplayArgs),
     /// Continue a recorded session from message N with another model or sampling setting.
+    ///
+    /// The policy options say what changes for the continuation; each one not given is the
+    /// run's own (its endpoint, model, key and sampling as recorded), not the defaults shown.
     Fork(ForkArgs),
     /// Write task files for the built-in environments.
     Tasks(TasksArgs),
@@ -184,21 +187,9 @@ pub struct ForkArgs {
     /// Keep the first N messages (`parley show` numbers them) and continue live from there.
     #[arg(long, value_name = "N")]
     pub at: u32,
-    /// Model for the continuation.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Endpoint for the continuation.
-    #[arg(long, value_name = "URL")]
-    pub base_url: Option<String>,
-    /// Variable holding the continuation endpoint's API key.
-    #[arg(long, value_name = "VAR")]
-    pub api_key_env: Option<String>,
-    #[arg(long)]
-    pub temperature: Option<f64>,
-    #[arg(long)]
-    pub top_p: Option<f64>,
-    #[arg(long, value_name = "N")]
-    pub max_tokens: Option<u32>,
+    /// The continuation's policy, over the run's: what is given replaces the run's own.
+    #[command(flatten)]
+    pub policy: PolicyOptions,
     #[command(flatten)]
     pub db: DbArg,
 }
@@ -326,6 +317,37 @@ pub struct ExportArgs {
 }
 
 crate::settings::options! {
+    /// The policy the agent talks to: its endpoint, model, key and sampling. Part of every run's
+    /// settings (in `parley.toml`, keys of the `[run]` table like the rest), and what `parley fork`
+    /// may change for a continuation.
+    #[derive(Debug, Default, Args, Deserialize)]
+    pub struct PolicyOptions {
+        /// Base URL of the OpenAI-compatible endpoint, up to `/v1`. Without it, Parley starts its
+        /// stub model in-process: a dry run that exercises everything but a real model. Given
+        /// several times (the data-parallel ranks of one policy, as a trainer serves it), each
+        /// session stays on one of them, chosen by hashing it.
+        #[arg(long, value_name = "URL")]
+        #[serde(default, deserialize_with = "crate::settings::one_or_many")]
+        pub base_url: Vec<String>,
+        /// Model name sent to the endpoint [default: parley-stub].
+        #[arg(long)]
+        pub model: Option<String>,
+        /// Name of the environment variable holding the endpoint's API key (the key is never stored).
+        #[arg(long, value_name = "VAR")]
+        pub api_key_env: Option<String>,
+        /// Sampling temperature.
+        #[arg(long)]
+        pub temperature: Option<f64>,
+        /// Nucleus sampling.
+        #[arg(long)]
+        pub top_p: Option<f64>,
+        /// Tokens per completion.
+        #[arg(long, value_name = "N")]
+        pub max_tokens: Option<u32>,
+    }
+}
+
+crate::settings::options! {
     /// Every setting of a run, declared once: clap reads it from the flags and serde from the
     /// `[run]` table of `parley.toml` (the same names, dashes as underscores). Flags win over the
     /// file, field by field (see `settings::Combine`).
@@ -403,19 +425,10 @@ crate::settings::options! {
         /// N rows of the file or of the tau2 split [default: all].
         #[arg(long, value_name = "N")]
         pub num_tasks: Option<usize>,
-        /// Base URL of the OpenAI-compatible endpoint, up to `/v1`. Without it, Parley starts its
-        /// stub model in-process: a dry run that exercises everything but a real model. Given
-        /// several times (the data-parallel ranks of one policy, as a trainer serves it), each
-        /// session stays on one of them, chosen by hashing it.
-        #[arg(long, value_name = "URL")]
-        #[serde(default, deserialize_with = "crate::settings::one_or_many")]
-        pub base_url: Vec<String>,
-        /// Model name sent to the endpoint [default: parley-stub].
-        #[arg(long)]
-        pub model: Option<String>,
-        /// Name of the environment variable holding the endpoint's API key (the key is never stored).
-        #[arg(long, value_name = "VAR")]
-        pub api_key_env: Option<String>,
+        /// The policy: its endpoint, model, key and sampling.
+        #[command(flatten)]
+        #[serde(flatten)]
+        pub policy: PolicyOptions,
         /// Sessions in flight at once [default: 64].
         #[arg(long, short = 'c', value_name = "N")]
         pub concurrency: Option<usize>,
@@ -483,15 +496,6 @@ crate::settings::options! {
         /// Agent system prompt, put before each task's own messages.
         #[arg(long, value_name = "TEXT")]
         pub system_prompt: Option<String>,
-        /// Sampling temperature.
-        #[arg(long)]
-        pub temperature: Option<f64>,
-        /// Nucleus sampling.
-        #[arg(long)]
-        pub top_p: Option<f64>,
-        /// Tokens per completion.
-        #[arg(long, value_name = "N")]
-        pub max_tokens: Option<u32>,
         /// Do not store raw request and response bodies of model calls (usage and latency are
         /// kept). In `parley.toml`: `raw_calls = false`.
         #[arg(long = "no-raw-calls", num_args = 0, default_missing_value = "false")]

@@ -12,7 +12,7 @@ use parley_runtime::settings::{Need, RemoteSettings, RewardSettings, Tau2Setting
 use parley_runtime::{EnvKind, RunSettings};
 use serde::Deserialize;
 
-use crate::cli::RunOptions;
+use crate::cli::{PolicyOptions, RunOptions};
 use crate::error::usage;
 
 /// Merges two layers of settings: `self` (the stronger, the flags) over `other` (the file).
@@ -101,7 +101,7 @@ impl RunOptions {
         let components = if self.reward.is_empty() { file.reward } else { self.reward.clone() };
         let o = self.combine(file.run);
         let concurrency = o.concurrency.unwrap_or(defaults::CONCURRENCY);
-        let settings = RunSettings {
+        let mut settings = RunSettings {
             env: o.env.unwrap_or(EnvKind::MultiStep),
             front: parley_runtime::Front::default(),
             agent: o.agent.unwrap_or_default(),
@@ -126,10 +126,10 @@ impl RunOptions {
             },
             tasks: o.tasks,
             num_tasks: o.num_tasks,
-            base_url: o.base_url.first().cloned(),
-            ranks: o.base_url.iter().skip(1).cloned().collect(),
-            model: o.model.unwrap_or_else(|| defaults::MODEL.into()),
-            api_key_env: o.api_key_env,
+            base_url: None,
+            ranks: Vec::new(),
+            model: defaults::MODEL.into(),
+            api_key_env: None,
             concurrency,
             endpoint_concurrency: o.endpoint_concurrency.unwrap_or(concurrency),
             trials: o.trials.unwrap_or(defaults::TRIALS),
@@ -141,7 +141,7 @@ impl RunOptions {
             call_timeout_secs: o.call_timeout.unwrap_or(defaults::CALL_TIMEOUT_SECS),
             max_retries: o.max_retries.unwrap_or(defaults::MAX_RETRIES),
             system_prompt: o.system_prompt,
-            sampling: Sampling { temperature: o.temperature, top_p: o.top_p, max_tokens: o.max_tokens, seed: None },
+            sampling: Sampling::default(),
             raw_calls: o.raw_calls.unwrap_or(true),
             tool_mode: o.tool_mode.unwrap_or_default(),
             reasoning: o.reasoning.unwrap_or_default(),
@@ -171,8 +171,28 @@ impl RunOptions {
             bad_rows: o.bad_rows.unwrap_or_default(),
             reward: RewardSettings { components, min: o.reward_min, max: o.reward_max },
         };
+        o.policy.over(&mut settings);
         settings.check_for(need)?;
         Ok(settings)
+    }
+}
+
+impl PolicyOptions {
+    /// Puts the policy these options name over `settings`' own: what is given replaces, the
+    /// rest stays. A run's settings are its defaults under this; a fork's, its run's.
+    pub fn over(self, settings: &mut RunSettings) {
+        if let Some((first, ranks)) = self.base_url.split_first() {
+            settings.base_url = Some(first.clone());
+            settings.ranks = ranks.to_vec();
+        }
+        if let Some(model) = self.model {
+            settings.model = model;
+        }
+        settings.api_key_env = self.api_key_env.or(settings.api_key_env.take());
+        let sampling = &mut settings.sampling;
+        sampling.temperature = self.temperature.or(sampling.temperature);
+        sampling.top_p = self.top_p.or(sampling.top_p);
+        sampling.max_tokens = self.max_tokens.or(sampling.max_tokens);
     }
 }
 
@@ -329,5 +349,60 @@ mod tests {
         assert!(err.to_string().contains("chess"));
         let err = resolve_file("[run]\nsession_timeout = 1e20\n").unwrap_err();
         assert!(err.to_string().contains("--session-timeout"), "{err}");
+    }
+
+    /// Every `[default: X]` the help of `parley run` names is what a run given nothing gets: the
+    /// defaults live in `defaults::` and the resolution, and the help must not drift from them.
+    #[test]
+    fn the_defaults_the_help_names_are_the_defaults_a_run_gets() {
+        use clap::CommandFactory;
+        let mut cli = crate::cli::Cli::command();
+        let run = cli.find_subcommand_mut("run").expect("parley run");
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("parley.toml");
+        std::fs::write(&empty, "").unwrap();
+        let resolved =
+            RunOptions { settings: Some(empty), ..RunOptions::default() }.resolve_for(Need::Nothing).unwrap();
+        let resolved = serde_json::to_value(resolved).unwrap();
+        let mut compared = Vec::new();
+        for arg in run.get_arguments() {
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            let Some(named) = help.split("[default: ").nth(1).and_then(|rest| rest.split(']').next()) else { continue };
+            let id = arg.get_id().as_str();
+            let Some(actual) = [id.to_owned(), format!("{id}_secs")].iter().find_map(|key| resolved.get(key)) else {
+                continue;
+            };
+            let named = named.split([':', ';']).next().unwrap().trim();
+            let agrees = match actual {
+                // A rule rather than a value (`the concurrency`) is not compared.
+                serde_json::Value::Number(n) => match named.parse::<f64>() {
+                    Ok(named) => Some(named) == n.as_f64(),
+                    Err(_) => continue,
+                },
+                serde_json::Value::String(text) => named == text,
+                _ => continue,
+            };
+            assert!(agrees, "--{id}: the help says [default: {named}], a run gets {actual}");
+            compared.push(id.to_owned());
+        }
+        // The settings whose defaults are numbers or names, each found and compared.
+        for id in [
+            "concurrency",
+            "trials",
+            "max_steps",
+            "max_errors",
+            "session_timeout",
+            "call_timeout",
+            "max_retries",
+            "max_response_bytes",
+            "max_tool_output",
+            "shutdown_grace",
+            "max_turns",
+            "stop_grace",
+            "model",
+            "db",
+        ] {
+            assert!(compared.iter().any(|c| c == id), "--{id}'s default was not compared: {compared:?}");
+        }
     }
 }

@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use crate::error::RemoteError;
 use crate::http::ServerOptions;
-use parley_rewards::{Context, Scorer};
 use connection::Connection;
+use parley_rewards::{Context, Scorer};
 
 /// How to reach one MCP server.
 #[derive(Debug, Clone, PartialEq)]

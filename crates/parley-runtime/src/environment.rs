@@ -10,8 +10,8 @@ use std::sync::Arc;
 use parley_core::{Environment, Task, UserSimulator};
 use parley_llm::ChatClient;
 use parley_remote::{
-    GymnasiumEnvironment, GymnasiumUser, LaunchOptions, McpEnvironment, McpServerSpec,
-    NemoGymEnvironment, NemoGymServers, ServerOptions,
+    GymnasiumEnvironment, GymnasiumUser, LaunchOptions, McpEnvironment, McpServerSpec, NemoGymEnvironment,
+    NemoGymServers, ServerOptions,
 };
 use parley_rewards::text::ExactMatch;
 use parley_rewards::{Composite, Endpoints, RewardedEnvironment, ScorerKind};

@@ -84,15 +84,7 @@ pub async fn fork(args: ForkArgs) -> anyhow::Result<()> {
 
     // The continuation's policy, over the run's, checked as a run's settings are.
     settings.db = args.db.db.clone();
-    settings.model = args.model.unwrap_or(settings.model);
-    if let Some(url) = args.base_url {
-        settings.base_url = Some(url);
-        settings.ranks.clear();
-    }
-    settings.api_key_env = args.api_key_env.or(settings.api_key_env);
-    settings.sampling.temperature = args.temperature.or(settings.sampling.temperature);
-    settings.sampling.top_p = args.top_p.or(settings.sampling.top_p);
-    settings.sampling.max_tokens = args.max_tokens.or(settings.sampling.max_tokens);
+    args.policy.over(&mut settings);
     settings.check_for(parley_runtime::settings::Need::Nothing)?;
 
     let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;

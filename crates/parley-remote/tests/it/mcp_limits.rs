@@ -45,8 +45,14 @@ async fn an_oversized_stdio_answer_fails_at_once_as_too_large() {
     let spec = McpServerSpec::stdio("big", "python3", &[script.to_str().unwrap()]);
     let options =
         ServerOptions { timeout: Duration::from_secs(60), max_response_bytes: 1 << 20, ..ServerOptions::default() };
-    let environment =
-        McpEnvironment::connect("mcp", vec![spec], Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }), &options).await.unwrap();
+    let environment = McpEnvironment::connect(
+        "mcp",
+        vec![spec],
+        Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }),
+        &options,
+    )
+    .await
+    .unwrap();
     let mut session = environment.open(&task()).await.unwrap();
 
     let started = Instant::now();
@@ -103,8 +109,14 @@ async fn an_oversized_streamable_http_answer_fails_at_once_as_too_large() {
     let spec = McpServerSpec::http("big", &http_server().await);
     let options =
         ServerOptions { timeout: Duration::from_secs(60), max_response_bytes: 1 << 20, ..ServerOptions::default() };
-    let environment =
-        McpEnvironment::connect("mcp", vec![spec], Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }), &options).await.unwrap();
+    let environment = McpEnvironment::connect(
+        "mcp",
+        vec![spec],
+        Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }),
+        &options,
+    )
+    .await
+    .unwrap();
     let mut session = environment.open(&task()).await.unwrap();
     assert_eq!(session.call(Party::Agent, "small", &json!({})).await.unwrap().content, "ok");
 
