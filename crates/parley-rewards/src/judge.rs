@@ -154,11 +154,7 @@ impl Scorer for Judge {
     }
 
     async fn score(&self, cx: &Context<'_>) -> Result<Score, ScoreError> {
-        let expected = cx.row_text(&self.field).ok_or_else(|| ScoreError::MissingField {
-            task: cx.task.id.clone(),
-            field: self.field.clone(),
-            scorer: "judge",
-        })?;
+        let expected = cx.required_text(&self.field, "judge")?;
         let hash = self.prompt_hash();
         let Some(reply) = cx.final_answer() else {
             return Ok(Score::new(0.0).with("failure_reason", "empty_final_answer").with("judge_prompt_sha256", hash));

@@ -71,6 +71,15 @@ impl<'a> Context<'a> {
     pub fn row_text(&self, field: &str) -> Option<String> {
         self.task.row.get(field).filter(|v| !v.is_null()).map(text_of)
     }
+
+    /// The row's `field` as text, which the `scorer` needs: a row without it cannot be scored.
+    pub fn required_text(&self, field: &str, scorer: &'static str) -> Result<String, ScoreError> {
+        self.row_text(field).ok_or_else(|| ScoreError::MissingField {
+            task: self.task.id.clone(),
+            field: field.to_owned(),
+            scorer,
+        })
+    }
 }
 
 /// The text of the agent's last message that has any.

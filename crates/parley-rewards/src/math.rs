@@ -34,11 +34,7 @@ impl Scorer for MathAnswer {
     }
 
     async fn score(&self, cx: &Context<'_>) -> Result<Score, ScoreError> {
-        let expected = cx.row_text(&self.field).ok_or_else(|| ScoreError::MissingField {
-            task: cx.task.id.clone(),
-            field: self.field.clone(),
-            scorer: "math",
-        })?;
+        let expected = cx.required_text(&self.field, "math")?;
         let reply = cx.output_text();
         let answer = if self.require_boxed {
             boxed_inner(&reply).filter(|b| !b.trim().is_empty()).map(str::to_owned)
