@@ -78,8 +78,13 @@ pub enum Command {
     Metrics(MetricsArgs),
     /// Write a run's sessions as NeMo Gym rollouts or OpenAI chat fine-tuning rows.
     Export(ExportArgs),
-    /// Score stored trajectories again (no model calls); new scores are kept beside the old.
-    Rescore(RunRef),
+    /// Score stored trajectories again, with the run's reward or another one (`--reward`,
+    /// `--settings`), as a new score version of the run; the old versions are kept. No model is
+    /// called but a judge, and only on prompts it has not judged before.
+    Rescore(RescoreArgs),
+    /// A run's score versions (`parley scores RUN`), or what changed between two of them
+    /// (`parley scores diff RUN A B`).
+    Scores(ScoresArgs),
     /// Drive recorded sessions again against a fresh environment and report tool outputs and
     /// rewards that differ from the recording.
     Replay(ReplayArgs),
@@ -236,6 +241,60 @@ pub struct RunRef {
     pub db: DbArg,
 }
 
+/// `parley rescore`: which run, and the reward to score it with when not its own.
+#[derive(Debug, Args)]
+pub struct RescoreArgs {
+    #[command(flatten)]
+    pub run: RunRef,
+    /// A settings file whose `[[reward]]` tables (and `reward_min`, `reward_max` of `[run]`) are
+    /// the reward to try; `--reward` flags replace its components.
+    #[arg(long, value_name = "FILE", help_heading = "Rewards")]
+    pub settings: Option<PathBuf>,
+    #[command(flatten)]
+    pub rewards: RewardOptions,
+}
+
+/// `parley scores`: a run's score versions, or two of them compared.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct ScoresArgs {
+    #[command(subcommand)]
+    pub diff: Option<ScoresAction>,
+    /// Run id, as `parley runs` lists them.
+    #[arg(required = true)]
+    pub run: Option<i64>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub db: DbArg,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScoresAction {
+    /// Compare two score versions of a run: per session and in total, whose reward changed, by
+    /// how much and in which component, the largest changes first.
+    Diff(ScoresDiffArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScoresDiffArgs {
+    /// Run id, as `parley runs` lists them.
+    pub run: i64,
+    /// The version before (`parley scores RUN` lists them).
+    pub before: i64,
+    /// The version after.
+    pub after: i64,
+    /// Sessions listed at most, the largest changes first [default: 20; 0 lists every one].
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Print JSON (every changed session) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub db: DbArg,
+}
+
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     #[command(flatten)]
@@ -314,6 +373,29 @@ pub struct ExportArgs {
     /// Output file (stdout when absent).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+}
+
+crate::settings::options! {
+    /// The reward a run's sessions are scored with: its components and bounds. Part of every
+    /// run's settings, and what `parley rescore --reward` tries on stored trajectories.
+    #[derive(Debug, Default, Args, Deserialize)]
+    pub struct RewardOptions {
+        /// A component of the reward, repeatable: `SCORER[:KEY=VALUE,...]`, where SCORER is
+        /// exact, choice, math, judge, reward-model, steps, tokens, format or environment, and the
+        /// keys are `weight`, `cap`, `name` and the scorer's options (`--reward math:weight=0.9
+        /// --reward steps:weight=-0.1,budget=8,cap=1`). The reward is the components' weighted
+        /// sum; each is kept in `reward_components`. In `parley.toml`: `[[reward]]` tables.
+        /// Given here, they replace the file's.
+        #[arg(long = "reward", value_name = "SCORER[:KEY=VALUE,...]", help_heading = "Rewards")]
+        #[serde(skip)]
+        pub reward: Vec<parley_rewards::RewardSpec>,
+        /// The least the composite reward may be; the difference is the `clamp` component.
+        #[arg(long, value_name = "X", help_heading = "Rewards")]
+        pub reward_min: Option<f64>,
+        /// The most the composite reward may be.
+        #[arg(long, value_name = "X", help_heading = "Rewards")]
+        pub reward_max: Option<f64>,
+    }
 }
 
 crate::settings::options! {
@@ -478,21 +560,10 @@ crate::settings::options! {
         /// What an unreadable row of `--tasks` does [default: fail].
         #[arg(long, value_enum, value_name = "HOW")]
         pub bad_rows: Option<BadRows>,
-        /// A component of the reward, repeatable: `SCORER[:KEY=VALUE,...]`, where SCORER is
-        /// exact, choice, math, judge, reward-model, steps, tokens, format or environment, and the
-        /// keys are `weight`, `cap`, `name` and the scorer's options (`--reward math:weight=0.9
-        /// --reward steps:weight=-0.1,budget=8,cap=1`). The reward is the components' weighted
-        /// sum; each is kept in `reward_components`. In `parley.toml`: `[[reward]]` tables.
-        /// Given here, they replace the file's.
-        #[arg(long = "reward", value_name = "SCORER[:KEY=VALUE,...]", help_heading = "Rewards")]
-        #[serde(skip)]
-        pub reward: Vec<parley_rewards::RewardSpec>,
-        /// The least the composite reward may be; the difference is the `clamp` component.
-        #[arg(long, value_name = "X", help_heading = "Rewards")]
-        pub reward_min: Option<f64>,
-        /// The most the composite reward may be.
-        #[arg(long, value_name = "X", help_heading = "Rewards")]
-        pub reward_max: Option<f64>,
+        /// The reward: its components and bounds.
+        #[command(flatten)]
+        #[serde(flatten)]
+        pub rewards: RewardOptions,
         /// Agent system prompt, put before each task's own messages.
         #[arg(long, value_name = "TEXT")]
         pub system_prompt: Option<String>,

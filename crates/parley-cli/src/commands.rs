@@ -4,6 +4,7 @@ pub mod durable;
 pub mod envs;
 pub mod inspect;
 pub mod run;
+pub mod scores;
 pub mod serve;
 pub mod stub;
 pub mod tasks;

@@ -68,6 +68,7 @@ fn main() -> ExitCode {
                 Command::Metrics(args) => commands::inspect::metrics(args).await,
                 Command::Export(args) => commands::inspect::export(args).await,
                 Command::Rescore(args) => commands::durable::rescore(args).await,
+                Command::Scores(args) => commands::scores::scores(args).await,
                 Command::Replay(args) => commands::durable::replay(args).await,
                 Command::Fork(args) => commands::durable::fork(args).await,
                 Command::Tasks(args) => commands::tasks::tasks(args).await,

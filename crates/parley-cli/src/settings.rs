@@ -12,7 +12,7 @@ use parley_runtime::settings::{Need, RemoteSettings, RewardSettings, Tau2Setting
 use parley_runtime::{EnvKind, RunSettings};
 use serde::Deserialize;
 
-use crate::cli::{PolicyOptions, RunOptions};
+use crate::cli::{PolicyOptions, RewardOptions, RunOptions};
 use crate::error::usage;
 
 /// Merges two layers of settings: `self` (the stronger, the flags) over `other` (the file).
@@ -97,9 +97,9 @@ impl RunOptions {
     /// As [`RunOptions::resolve`], for a front end whose tasks come later (a service).
     pub fn resolve_for(self, need: Need) -> anyhow::Result<RunSettings> {
         let file = load_file(self.settings.as_deref())?;
-        // `[[reward]]` sits beside `[run]`, so it is merged here: flags replace the file's list.
-        let components = if self.reward.is_empty() { file.reward } else { self.reward.clone() };
         let o = self.combine(file.run);
+        // `[[reward]]` sits beside `[run]`, so it is merged here: flags replace the file's list.
+        let reward = o.rewards.over(file.reward);
         let concurrency = o.concurrency.unwrap_or(defaults::CONCURRENCY);
         let mut settings = RunSettings {
             env: o.env.unwrap_or(EnvKind::MultiStep),
@@ -169,11 +169,40 @@ impl RunOptions {
             max_response_bytes: o.max_response_bytes.unwrap_or_else(defaults::max_response_bytes),
             shutdown_grace_secs: o.shutdown_grace.unwrap_or_else(defaults::shutdown_grace),
             bad_rows: o.bad_rows.unwrap_or_default(),
-            reward: RewardSettings { components, min: o.reward_min, max: o.reward_max },
+            reward,
         };
         o.policy.over(&mut settings);
         settings.check_for(need)?;
         Ok(settings)
+    }
+}
+
+impl RewardOptions {
+    /// The reward these options name, over the components of a settings file's `[[reward]]`
+    /// tables: components given here replace the file's.
+    pub fn over(self, file_components: Vec<parley_rewards::RewardSpec>) -> RewardSettings {
+        let components = if self.reward.is_empty() { file_components } else { self.reward };
+        RewardSettings { components, min: self.reward_min, max: self.reward_max }
+    }
+
+    /// The reward `parley rescore` tries: these options over the settings file given, or `None`
+    /// when neither names one (the run's own reward is used). Only a file named with
+    /// `--settings` is read: a rescore never picks up `./parley.toml` by itself.
+    pub fn for_rescore(self, settings: Option<&Path>) -> anyhow::Result<Option<RewardSettings>> {
+        let given = !self.reward.is_empty() || self.reward_min.is_some() || self.reward_max.is_some();
+        let Some(path) = settings else {
+            return Ok(given.then(|| self.over(Vec::new())));
+        };
+        let file = load_file(Some(path))?;
+        let reward = self.combine(file.run.rewards).over(file.reward);
+        if reward.components.is_empty() {
+            return Err(usage(format!(
+                "--settings {}: no [[reward]] table, and no --reward given: name the reward to try",
+                path.display()
+            ))
+            .into());
+        }
+        Ok(Some(reward))
     }
 }
 
@@ -326,7 +355,7 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let flags = RunOptions {
             settings: Some(path),
-            reward: vec!["exact:contains=true".parse().unwrap()],
+            rewards: RewardOptions { reward: vec!["exact:contains=true".parse().unwrap()], ..RewardOptions::default() },
             ..RunOptions::default()
         };
         let s = flags.resolve().unwrap();

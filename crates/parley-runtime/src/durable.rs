@@ -9,6 +9,7 @@ use parley_engine::{Job, SessionResult, Stop};
 use parley_store::Store;
 
 use crate::error::usage;
+use crate::settings::{Need, RewardSettings};
 use crate::{Environments, RunSettings, Runtime, StoredTasks, prior};
 
 /// The settings run `run` was recorded with.
@@ -39,15 +40,28 @@ pub struct Rescored {
 /// together, as one version for the whole run, or not at all (a killed rescore leaves none
 /// behind). The judge's verdicts are kept by the hash of their prompt, so a rescore asks the
 /// judge only what it has not judged before.
-pub async fn rescore(store: Arc<Store>, run: RunId) -> anyhow::Result<Rescored> {
-    let settings = stored_settings(&store, run).await?;
+///
+/// With `reward`, the sessions are scored with it instead of the run's own reward (a reward
+/// tried on stored trajectories); either way the version keeps the reward it was scored with.
+pub async fn rescore(store: Arc<Store>, run: RunId, reward: Option<RewardSettings>) -> anyhow::Result<Rescored> {
+    let mut settings = stored_settings(&store, run).await?;
+    if let Some(reward) = reward {
+        settings.reward = reward;
+        settings.check_for(Need::Nothing)?;
+    }
     let mut tasks = StoredTasks::new(store.clone(), run, &settings)?;
     let environments = Environments::open(&settings, Some(&store)).await?;
     let scored = score_all(&store, run, &mut tasks, &environments).await;
     let judge = environments.judge.as_ref().map(|j| (j.calls(), j.reused()));
     environments.shutdown().await;
     let (scores, changes) = scored?;
-    let version = store.add_scores(run, &scores).await?;
+    if scores.is_empty() {
+        return Err(usage(format!(
+            "run {run} has no finished session with a reward to score again; see `parley sessions {run}`"
+        ))
+        .into());
+    }
+    let version = store.add_scores(run, &scores, &serde_json::to_value(&settings.reward)?).await?;
     Ok(Rescored { version, scored: scores.len(), changes, judge })
 }
 

@@ -16,6 +16,7 @@ pub mod generate;
 pub mod ranks;
 pub mod rows;
 pub mod runtime;
+pub mod scores;
 pub mod settings;
 pub mod tasks;
 pub mod worker;

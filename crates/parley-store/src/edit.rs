@@ -56,7 +56,16 @@ impl SqliteStore {
     /// with the sessions' current rewards in one transaction. A re-score that is killed or fails
     /// leaves no version behind, so every session of the run is at the same version or none is
     /// new. Refuses (writing nothing) a session that is not of `run`. Returns the version.
-    pub async fn add_scores(&self, run: RunId, scores: &[(SessionId, Reward)]) -> Result<i64, StoreError> {
+    ///
+    /// `reward` is what the version was scored with (the reward's settings as JSON), kept beside
+    /// it in `score_versions`.
+    pub async fn add_scores(
+        &self,
+        run: RunId,
+        scores: &[(SessionId, Reward)],
+        reward: &serde_json::Value,
+    ) -> Result<i64, StoreError> {
+        let reward = reward.to_string();
         let rows: Vec<(SessionId, f64, String)> = scores
             .iter()
             .map(|(s, r)| (*s, r.value, serde_json::Value::Object(r.breakdown.clone()).to_string()))
@@ -105,6 +114,13 @@ impl SqliteStore {
                         });
                         insert.build().execute(&mut *tx).await.map_err(&error)?;
                     }
+                    sqlx::query("INSERT INTO score_versions (run_id, version, reward) VALUES (?, ?, ?)")
+                        .bind(run)
+                        .bind(version)
+                        .bind(&reward)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(&error)?;
                     tx.commit().await.map_err(&error)?;
                     Ok(version)
                 })

@@ -24,6 +24,7 @@ mod read;
 mod row;
 mod seam;
 mod store;
+mod versions;
 mod view;
 mod writer;
 
@@ -43,6 +44,7 @@ pub use location::{DbLocation, redact_url};
 pub use pg::{PgStore, is_postgres_url};
 pub use read::{RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
 pub use store::Store;
+pub use versions::{ScoreVersion, SessionScore};
 pub use view::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo};
 use writer::{Writer, WriterHandle};
 

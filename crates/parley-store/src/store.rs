@@ -12,8 +12,9 @@ use parley_core::{
 use serde_json::Value;
 
 use crate::{
-    CallFigure, DbLocation, PageAt, PgStore, RunCounts, RunOutcomes, RunRecord, SessionFilter, SessionInfo,
-    SessionRead, SessionRow, SessionShape, SqliteStore, StoreOptions, TokenTotals, Transcript,
+    CallFigure, DbLocation, PageAt, PgStore, RunCounts, RunOutcomes, RunRecord, ScoreVersion, SessionFilter,
+    SessionInfo, SessionRead, SessionRow, SessionScore, SessionShape, SqliteStore, StoreOptions, TokenTotals,
+    Transcript,
 };
 
 /// A store on SQLite or on PostgreSQL.
@@ -115,7 +116,11 @@ impl Store {
         /// A new session sharing the first `at` messages of `source`.
         fn fork_session(&self, source: SessionId, at: u32) -> Result<SessionId, StoreError>;
         /// A re-score of a run, one version for every session given, or nothing.
-        fn add_scores(&self, run: RunId, scores: &[(SessionId, Reward)]) -> Result<i64, StoreError>;
+        fn add_scores(&self, run: RunId, scores: &[(SessionId, Reward)], reward: &Value) -> Result<i64, StoreError>;
+        /// The run's score versions, oldest first, with what each was scored with.
+        fn score_versions(&self, run: RunId) -> Result<Vec<ScoreVersion>, StoreError>;
+        /// Every score of version `version` of the run, by session.
+        fn scores_at(&self, run: RunId, version: i64) -> Result<Vec<SessionScore>, StoreError>;
         /// The stored judge reply for a request's hash.
         fn verdict(&self, hash: &str) -> Result<Option<String>, StoreError>;
         /// Stores a judge reply.

@@ -8,14 +8,16 @@ use parley_runtime::Runtime;
 use parley_runtime::durable::{self, stored_settings};
 use parley_store::{Store, StoreOptions};
 
-use crate::cli::{ForkArgs, ReplayArgs, RunRef};
+use crate::cli::{ForkArgs, ReplayArgs, RescoreArgs};
 use crate::commands::inspect::open;
 use crate::commands::run::Signals;
 use crate::error::usage;
 
-pub async fn rescore(args: RunRef) -> anyhow::Result<()> {
+pub async fn rescore(args: RescoreArgs) -> anyhow::Result<()> {
+    let reward = args.rewards.for_rescore(args.settings.as_deref())?;
+    let args = args.run;
     let store = Arc::new(open(&args.db.db).await?);
-    let rescored = durable::rescore(store, args.run).await?;
+    let rescored = durable::rescore(store, args.run, reward).await?;
     let version = rescored.version;
     let mut out = std::io::stdout().lock();
     for (session, old, reward) in &rescored.changes {
@@ -35,7 +37,12 @@ pub async fn rescore(args: RunRef) -> anyhow::Result<()> {
         .map(|(calls, reused)| format!("; {calls} judge calls, {reused} verdicts reused"))
         .unwrap_or_default();
     let (scored, changed) = (rescored.scored, rescored.changes.len());
-    writeln!(out, "rescored {scored} sessions of run {}: {changed} changed{judge}", args.run)?;
+    writeln!(
+        out,
+        "rescored {scored} sessions of run {}: {changed} changed{judge} (score version {version})",
+        args.run
+    )?;
+    writeln!(out, "see what moved: parley scores diff {} {} {version}", args.run, version - 1)?;
     Ok(())
 }
 

@@ -11,7 +11,12 @@ impl PgStore {
     /// with the sessions' current rewards in one transaction, or nothing (see
     /// [`SqliteStore::add_scores`](crate::SqliteStore::add_scores)). Refuses a session that is
     /// not of `run`. Returns the version.
-    pub async fn add_scores(&self, run: RunId, scores: &[(SessionId, Reward)]) -> Result<i64, StoreError> {
+    pub async fn add_scores(
+        &self,
+        run: RunId,
+        scores: &[(SessionId, Reward)],
+        reward: &serde_json::Value,
+    ) -> Result<i64, StoreError> {
         let error = self.error(&format!("storing a re-score of run {run} (tables `scores`, `sessions`)"));
         let ids: Vec<i64> = scores.iter().map(|(s, _)| *s).collect();
         let values: Vec<f64> = scores.iter().map(|(_, r)| r.value).collect();
@@ -63,6 +68,13 @@ impl PgStore {
         .execute(&mut *tx)
         .await
         .map_err(&error)?;
+        sqlx::query("INSERT INTO score_versions (run_id, version, reward) VALUES ($1, $2, $3)")
+            .bind(run)
+            .bind(version)
+            .bind(reward.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(&error)?;
         tx.commit().await.map_err(&error)?;
         Ok(version)
     }

@@ -1,0 +1,101 @@
+//! A run's score versions: version 1 recorded as its sessions finished, and one more for each
+//! `parley rescore`, with the reward each was scored with (`score_versions`). The queries are
+//! the same on both backends (`$N` placeholders, which SQLite reads as well as PostgreSQL), so
+//! they are written once here and each store runs them on its own pool.
+
+use parley_core::{Reward, RunId, SessionId, StoreError};
+use serde_json::Value;
+
+use crate::{PgStore, SqliteStore};
+
+/// One score version of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreVersion {
+    pub version: i64,
+    /// Sessions scored in it.
+    pub sessions: u64,
+    /// Their mean reward.
+    pub mean: f64,
+    /// When its first score was written (RFC 3339, UTC).
+    pub created_at: String,
+    /// The reward's settings it was scored with, as `parley rescore` recorded them; `None` for
+    /// version 1 (the run's own) and for versions made before Parley kept them.
+    pub reward: Option<Value>,
+}
+
+/// One session's score in a version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionScore {
+    pub session: SessionId,
+    pub task_index: i64,
+    pub reward: Reward,
+}
+
+const VERSIONS: &str = "SELECT sc.version, COUNT(*), AVG(sc.value), MIN(sc.created_at), MIN(v.reward)
+     FROM scores sc JOIN sessions s ON s.id = sc.session_id
+     LEFT JOIN score_versions v ON v.run_id = s.run_id AND v.version = sc.version
+     WHERE s.run_id = $1 AND sc.scorer = 'environment'
+     GROUP BY sc.version ORDER BY sc.version";
+
+const SCORES_AT: &str = "SELECT s.id, s.task_index, sc.value, sc.breakdown
+     FROM scores sc JOIN sessions s ON s.id = sc.session_id
+     WHERE s.run_id = $1 AND sc.scorer = 'environment' AND sc.version = $2 ORDER BY s.id";
+
+type VersionRow = (i64, i64, f64, String, Option<String>);
+type ScoreRow = (i64, i64, f64, String);
+
+fn version((version, sessions, mean, created_at, reward): VersionRow) -> ScoreVersion {
+    ScoreVersion {
+        version,
+        sessions: u64::try_from(sessions).unwrap_or_default(),
+        mean,
+        created_at,
+        reward: reward.and_then(|text| serde_json::from_str(&text).ok()),
+    }
+}
+
+fn score((session, task_index, value, breakdown): ScoreRow) -> SessionScore {
+    SessionScore {
+        session,
+        task_index,
+        reward: Reward { value, breakdown: serde_json::from_str(&breakdown).unwrap_or_default() },
+    }
+}
+
+impl SqliteStore {
+    /// The run's score versions, oldest first, with what each was scored with.
+    pub async fn score_versions(&self, run: RunId) -> Result<Vec<ScoreVersion>, StoreError> {
+        let rows: Vec<VersionRow> = sqlx::query_as(VERSIONS)
+            .bind(run)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("the score versions of run {run} (table `scores`)")))?;
+        Ok(rows.into_iter().map(version).collect())
+    }
+
+    /// Every score of version `version` of the run, by session.
+    pub async fn scores_at(&self, run: RunId, version: i64) -> Result<Vec<SessionScore>, StoreError> {
+        let rows: Vec<ScoreRow> =
+            sqlx::query_as(SCORES_AT).bind(run).bind(version).fetch_all(self.pool()).await.map_err(|e| {
+                self.read_error(e, &format!("version {version} of run {run}'s scores (table `scores`)"))
+            })?;
+        Ok(rows.into_iter().map(score).collect())
+    }
+}
+
+impl PgStore {
+    /// The run's score versions, oldest first, with what each was scored with.
+    pub async fn score_versions(&self, run: RunId) -> Result<Vec<ScoreVersion>, StoreError> {
+        let error = self.error(&format!("the score versions of run {run} (table `scores`)"));
+        let rows: Vec<VersionRow> = sqlx::query_as(VERSIONS).bind(run).fetch_all(self.pool()).await.map_err(error)?;
+        Ok(rows.into_iter().map(version).collect())
+    }
+
+    /// Every score of version `version` of the run, by session.
+    pub async fn scores_at(&self, run: RunId, version: i64) -> Result<Vec<SessionScore>, StoreError> {
+        let error = self.error(&format!("version {version} of run {run}'s scores (table `scores`)"));
+        let rows: Vec<ScoreRow> =
+            sqlx::query_as(SCORES_AT).bind(run).bind(version).fetch_all(self.pool()).await.map_err(error)?;
+        Ok(rows.into_iter().map(score).collect())
+    }
+}
