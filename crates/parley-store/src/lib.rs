@@ -14,6 +14,7 @@
 
 mod claims;
 mod delta;
+mod dialect;
 mod edit;
 mod handle;
 mod judge;
