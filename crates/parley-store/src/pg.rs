@@ -13,7 +13,6 @@
 mod claims;
 mod edit;
 mod load;
-mod read;
 mod writer;
 
 use std::str::FromStr;

@@ -2,14 +2,12 @@
 //! session's transcript for resume, pages of a run's sessions, a run, its task rows, a score.
 //! A value that cannot be read is an error naming its table, session (or run) and column.
 
-use parley_core::{Reward, RunId, SessionId, StoreError};
+use parley_core::{RunId, SessionId, StoreError};
 use serde_json::Value;
 
 use super::PgStore;
-use crate::row::{
-    self, Unreadable, call_figure_columns, message_columns, run_columns, session_columns, tool_call_columns,
-};
-use crate::{RunRecord, SessionRow, Transcript};
+use crate::row::{self, Unreadable, call_figure_columns, message_columns, run_columns, tool_call_columns};
+use crate::{RunRecord, Transcript};
 
 /// Where a value was read: table, the session or run it belongs to, and column.
 type At<'a> = (&'a str, &'a str, &'a str);
@@ -60,29 +58,6 @@ impl PgStore {
         Ok(Transcript { messages, tool_calls, calls })
     }
 
-    /// Sessions of a run with ids above `after`, in id order, at most `limit`.
-    pub async fn sessions_page(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            session_columns!(),
-            " FROM sessions WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3"
-        ))
-        .bind(run)
-        .bind(after)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(
-            self.error(&format!("reading a page of the sessions of run {run} after {after} (table `sessions`)")),
-        )?;
-        rows.iter().map(|r| row::session_row(self, r)).collect()
-    }
-
-    /// Every session of a run, in id order.
-    pub async fn sessions(&self, run: RunId) -> Result<Vec<SessionRow>, StoreError> {
-        self.sessions_page(run, i64::MIN, usize::MAX).await
-    }
-
     pub async fn run(&self, run: RunId) -> Result<RunRecord, StoreError> {
         let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1"))
             .bind(run)
@@ -130,23 +105,5 @@ impl PgStore {
                 Ok((index, row))
             })
             .collect()
-    }
-
-    /// The newest score of a session by its environment's scorer.
-    pub async fn latest_score(&self, session: SessionId) -> Result<Option<Reward>, StoreError> {
-        let row: Option<(f64, String)> = sqlx::query_as(
-            "SELECT value, breakdown FROM scores WHERE session_id = $1 AND scorer = 'environment'
-             ORDER BY version DESC LIMIT 1",
-        )
-        .bind(session)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(self.error(&format!("reading the score of session {session} (table `scores`)")))?;
-        row.map(|(value, breakdown)| {
-            let breakdown = serde_json::from_str(&breakdown)
-                .map_err(|e| self.unreadable_at(("scores", &format!("session {session}"), "breakdown"), &e))?;
-            Ok(Reward { value, breakdown })
-        })
-        .transpose()
     }
 }
