@@ -12,7 +12,6 @@
 
 mod claims;
 mod edit;
-mod load;
 mod writer;
 
 use std::str::FromStr;
