@@ -711,7 +711,7 @@ mod tests {
         serde_json::json!({"field": null, "pattern": null, "contains": null, "case_sensitive": null,
                            "grading_mode": null, "require_boxed": null, "prompt": null, "system": null,
                            "equal_label": null, "not_equal_label": null, "swap": null,
-                           "reward_if_swap_fails": null, "model": null, "base_url": null, "budget": 8.0})
+                           "reward_if_swap_fails": null, "model": null, "base_url": null, "api_key_env": null, "budget": 8.0})
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! Who drives each session: runs created with their sessions claimed, claims of what nobody
-//! holds, renewal and release. All of it runs on the writer's connection, one transaction each.
+//! holds, renewal and release, each one transaction. The clock is the database's
+//! (`Dialect::NOW_MS`).
 //!
-//! The SQL is written to port to PostgreSQL as it stands: the clock is the database's
-//! ([`now_ms`], `extract(epoch from clock_timestamp()) * 1000` there), and a claim is one
-//! `UPDATE ... WHERE id IN (SELECT ... LIMIT n) RETURNING`, whose inner select takes
-//! `FOR UPDATE SKIP LOCKED` there so that machines claiming at once pass over each other's rows.
-//! On SQLite the writer's `BEGIN IMMEDIATE` serialises claimers instead.
+//! Renewal, release, an owner's expiry, the owners and a run's end are written once for both
+//! stores. Creating a run and claiming stay apart, here for SQLite and in `pg/claims.rs`:
+//! PostgreSQL claims in a CTE `FOR UPDATE SKIP LOCKED`, so that machines claiming at once pass
+//! over each other's rows, and binds a run's tasks and sessions as arrays; on SQLite the
+//! writer's `BEGIN IMMEDIATE` serialises claimers, and rows go in as chunks of `VALUES`.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, RunStatus, Sessi
 use sqlx::{Connection, QueryBuilder};
 
 use crate::SqliteStore;
+use crate::dialect::{Dialect, both_stores};
 
 /// Now, in milliseconds since the Unix epoch, by the database's clock: every owner measures
 /// leases with the same clock, whatever its own says. A macro, so that statements stay literals.
@@ -21,6 +23,7 @@ macro_rules! now_ms {
         "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
     };
 }
+pub(crate) use now_ms;
 
 /// How long `owner`'s claims hold, in milliseconds, as both stores write leases.
 pub(crate) fn lease_ms(owner: &Owner) -> i64 {
@@ -111,44 +114,6 @@ impl SqliteStore {
             .await
     }
 
-    /// The owners holding live leases on the run's unfinished sessions, with how many each holds.
-    pub async fn owners(&self, run: RunId) -> Result<Vec<(String, u64)>, StoreError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(concat!(
-            "SELECT owner, COUNT(*) FROM sessions WHERE run_id = ? AND status = 'pending' AND owner IS NOT NULL
-             AND lease_until >= ",
-            now_ms!(),
-            " GROUP BY owner ORDER BY owner"
-        ))
-        .bind(run)
-        .fetch_all(self.pool())
-        .await
-        .map_err(crate::db_error)?;
-        Ok(rows.into_iter().map(|(owner, n)| (owner, n as u64)).collect())
-    }
-
-    /// Ends `owner`'s leases on the run's sessions now, for an owner known to be gone (a process
-    /// of this host that no longer runs): its sessions can be claimed at once instead of when
-    /// the leases run out. Its fences stay, so were it still alive its commits would be refused.
-    pub async fn expire_owner(&self, run: RunId, owner: &str) -> Result<u64, StoreError> {
-        let owner = owner.to_owned();
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    let expired = sqlx::query(
-                        "UPDATE sessions SET lease_until = 0 WHERE run_id = ? AND owner = ? AND status = 'pending'",
-                    )
-                    .bind(run)
-                    .bind(owner)
-                    .execute(conn)
-                    .await
-                    .map_err(&error)?;
-                    Ok(expired.rows_affected())
-                })
-            })
-            .await
-    }
-
     pub(crate) async fn claim(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
         let (id, lease) = (owner.id.clone(), lease_ms(owner));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -197,82 +162,101 @@ impl SqliteStore {
             })
             .await
     }
-
-    pub(crate) async fn renew(&self, owner: &Owner) -> Result<u64, StoreError> {
-        let (id, lease) = (owner.id.clone(), lease_ms(owner));
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    let renewed = sqlx::query(concat!(
-                        "UPDATE sessions SET lease_until = ",
-                        now_ms!(),
-                        " + ? WHERE owner = ? AND status = 'pending'"
-                    ))
-                    .bind(lease)
-                    .bind(id)
-                    .execute(conn)
-                    .await
-                    .map_err(&error)?;
-                    Ok(renewed.rows_affected())
-                })
-            })
-            .await
-    }
-
-    pub(crate) async fn release_one(&self, claim: Claim) -> Result<(), StoreError> {
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    sqlx::query("UPDATE sessions SET owner = NULL, lease_until = NULL WHERE id = ? AND fence = ?")
-                        .bind(claim.session)
-                        .bind(claim.fence.0)
-                        .execute(conn)
-                        .await
-                        .map_err(&error)?;
-                    Ok(())
-                })
-            })
-            .await
-    }
-
-    pub(crate) async fn release(&self, owner: &Owner) -> Result<u64, StoreError> {
-        let id = owner.id.clone();
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    let released = sqlx::query("UPDATE sessions SET owner = NULL, lease_until = NULL WHERE owner = ?")
-                        .bind(id)
-                        .execute(conn)
-                        .await
-                        .map_err(&error)?;
-                    Ok(released.rows_affected())
-                })
-            })
-            .await
-    }
 }
 
-impl SqliteStore {
+both_stores! {
+    /// The owners holding live leases on the run's unfinished sessions, with how many each holds.
+    pub async fn owners(&self, run: RunId) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut query = QueryBuilder::new("SELECT owner, COUNT(*) FROM sessions WHERE run_id = ");
+        query.push_bind(run);
+        query.push(" AND status = 'pending' AND owner IS NOT NULL AND lease_until >= ");
+        query.push(Self::NOW_MS).push(" GROUP BY owner ORDER BY owner");
+        let rows: Vec<(String, i64)> = query
+            .build_query_as()
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("the owners of run {run} (table `sessions`)")))?;
+        Ok(rows.into_iter().map(|(owner, n)| (owner, n as u64)).collect())
+    }
+
+    /// Ends `owner`'s leases on the run's sessions now, for an owner known to be gone (a process
+    /// of this host that no longer runs): its sessions can be claimed at once instead of when
+    /// the leases run out. Its fences stay, so were it still alive its commits would be refused.
+    pub async fn expire_owner(&self, run: RunId, owner: &str) -> Result<u64, StoreError> {
+        let what = format!("expiring the leases of {owner} on run {run} (table `sessions`)");
+        let owner = owner.to_owned();
+        self.write(&what, move |conn| {
+            Box::pin(async move {
+                let mut query = QueryBuilder::new(
+                    "UPDATE sessions SET lease_until = 0 WHERE id IN (SELECT id FROM sessions WHERE run_id = ",
+                );
+                query.push_bind(run).push(" AND owner = ").push_bind(owner);
+                query.push(" AND status = 'pending' ORDER BY id").push(Self::LOCK_ROWS).push(")");
+                Ok(query.build().execute(conn).await?.rows_affected())
+            })
+        })
+        .await
+    }
+
+    /// Extends `owner`'s leases on its unfinished sessions from now.
+    pub(crate) async fn renew(&self, owner: &Owner) -> Result<u64, StoreError> {
+        let (id, lease) = (owner.id.clone(), lease_ms(owner));
+        let what = format!("renewing the claims of {id} (table `sessions`)");
+        self.write(&what, move |conn| {
+            Box::pin(async move {
+                let mut query = QueryBuilder::new("UPDATE sessions SET lease_until = ");
+                query.push(Self::NOW_MS).push(" + ").push_bind(lease);
+                query.push(" WHERE id IN (SELECT id FROM sessions WHERE owner = ").push_bind(id);
+                query.push(" AND status = 'pending' ORDER BY id").push(Self::LOCK_ROWS).push(")");
+                Ok(query.build().execute(conn).await?.rows_affected())
+            })
+        })
+        .await
+    }
+
+    /// Gives one session up, unless another owner has claimed it since.
+    pub(crate) async fn release_one(&self, claim: Claim) -> Result<(), StoreError> {
+        let what = format!("releasing the claim on session {} (table `sessions`)", claim.session);
+        self.write(&what, move |conn| {
+            Box::pin(async move {
+                sqlx::query("UPDATE sessions SET owner = NULL, lease_until = NULL WHERE id = $1 AND fence = $2")
+                    .bind(claim.session)
+                    .bind(claim.fence.0)
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// Gives up every session `owner` holds.
+    pub(crate) async fn release(&self, owner: &Owner) -> Result<u64, StoreError> {
+        let id = owner.id.clone();
+        let what = format!("releasing the claims of {id} (table `sessions`)");
+        self.write(&what, move |conn| {
+            Box::pin(async move {
+                let mut query = QueryBuilder::new(
+                    "UPDATE sessions SET owner = NULL, lease_until = NULL WHERE id IN (SELECT id FROM sessions WHERE owner = ",
+                );
+                query.push_bind(id).push(" ORDER BY id").push(Self::LOCK_ROWS).push(")");
+                Ok(query.build().execute(conn).await?.rows_affected())
+            })
+        })
+        .await
+    }
+
     /// Marks the run ended, now.
     pub(crate) async fn set_run_status(&self, run: RunId, status: RunStatus) -> Result<(), StoreError> {
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    sqlx::query(
-                        "UPDATE runs SET status = ?, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
-                    )
-                    .bind(status.as_str())
-                    .bind(run)
-                    .execute(conn)
-                    .await
-                    .map_err(error)?;
-                    Ok(())
-                })
+        self.write(&format!("finishing run {run} (table `runs`)"), move |conn| {
+            Box::pin(async move {
+                let mut query = QueryBuilder::new("UPDATE runs SET status = ");
+                query.push_bind(status.as_str()).push(", finished_at = ").push(Self::NOW_TEXT);
+                query.push(" WHERE id = ").push_bind(run);
+                query.build().execute(conn).await?;
+                Ok(())
             })
-            .await
+        })
+        .await
     }
 }

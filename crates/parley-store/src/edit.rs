@@ -1,10 +1,14 @@
-//! Changes to stored sessions after they ran: new score versions and forks. Each is one
-//! transaction on the writer's connection.
+//! Changes to stored sessions after they ran: new score versions, forks, failed sessions
+//! reopened. Each is one transaction. Reopening is written once for both stores; re-scores and
+//! forks stay apart (here for SQLite, in `pg/edit.rs`), since PostgreSQL locks the sessions'
+//! rows in id order first and binds a score per session as arrays, where SQLite's one writer
+//! needs no lock and inserts chunks of `VALUES` under its limit on bound parameters.
 
 use parley_core::{Reward, RunId, SessionId, StoreError};
 use sqlx::{Connection, QueryBuilder, Sqlite};
 
 use crate::SqliteStore;
+use crate::dialect::{Dialect, both_stores};
 
 /// Score rows per statement: four parameters each, under SQLite's 32,766.
 const SCORES_PER_STATEMENT: usize = 4096;
@@ -183,29 +187,30 @@ impl SqliteStore {
             })
             .await
     }
+}
 
+both_stores! {
     /// Makes the finished sessions of a run that failed for a reason outside the agent (an
     /// infrastructure or environment failure, with its class) pending again, keeping their
     /// committed turns, so that a resume continues each from its last turn. They are left
     /// unclaimed, for the resume to claim. Returns how many were reopened.
     pub async fn reopen_failed(&self, run: RunId) -> Result<u64, StoreError> {
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    let reopened = sqlx::query(
-                        "UPDATE sessions SET status = 'pending', termination = NULL, reward = NULL, error = NULL,
-                                             failure = NULL, finished_at = NULL, attempt = attempt + 1
-                         WHERE run_id = ? AND status = 'finished' AND failure IS NOT NULL
-                           AND termination IN ('infrastructure_error', 'environment_error')",
-                    )
-                    .bind(run)
-                    .execute(conn)
-                    .await
-                    .map_err(&error)?;
-                    Ok(reopened.rows_affected())
-                })
+        let what = format!("reopening the failed sessions of run {run} (table `sessions`)");
+        self.write(&what, move |conn| {
+            Box::pin(async move {
+                let mut query = QueryBuilder::new(
+                    "UPDATE sessions SET status = 'pending', termination = NULL, reward = NULL, error = NULL,
+                                         failure = NULL, finished_at = NULL, attempt = attempt + 1
+                     WHERE id IN (SELECT id FROM sessions WHERE run_id = ",
+                );
+                query.push_bind(run).push(
+                    " AND status = 'finished' AND failure IS NOT NULL
+                      AND termination IN ('infrastructure_error', 'environment_error') ORDER BY id",
+                );
+                query.push(Self::LOCK_ROWS).push(")");
+                Ok(query.build().execute(conn).await?.rows_affected())
             })
-            .await
+        })
+        .await
     }
 }

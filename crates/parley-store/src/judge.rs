@@ -13,7 +13,8 @@ use sha2::{Digest, Sha256};
 
 use parley_core::StoreError;
 
-use crate::{SqliteStore, Store};
+use crate::Store;
+use crate::dialect::both_stores;
 
 /// The SHA-256, in hex, of everything in a request that shapes the answer: the model, the
 /// messages, the tools, the sampling settings and the response format. Serialized by serde_json
@@ -135,32 +136,32 @@ impl ModelClient for VerdictCache {
     }
 }
 
-impl SqliteStore {
+both_stores! {
     /// The stored judge reply for a request's hash.
     pub(crate) async fn verdict(&self, hash: &str) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar::<_, String>("SELECT reply FROM judge_verdicts WHERE request_hash = ?")
+        sqlx::query_scalar("SELECT reply FROM judge_verdicts WHERE request_hash = $1")
             .bind(hash)
             .fetch_optional(self.pool())
             .await
-            .map_err(|e| self.read_error(e, "the table `judge_verdicts`"))
+            .map_err(|e| self.read_error(e, "a judge verdict (table `judge_verdicts`)"))
     }
 
     /// Stores a judge reply; two scorers asking the same question at once store one.
     pub(crate) async fn record_verdict(&self, hash: String, model: String, reply: String) -> Result<(), StoreError> {
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    sqlx::query("INSERT OR IGNORE INTO judge_verdicts (request_hash, model, reply) VALUES (?, ?, ?)")
-                        .bind(hash)
-                        .bind(model)
-                        .bind(reply)
-                        .execute(conn)
-                        .await
-                        .map_err(&error)?;
-                    Ok(())
-                })
+        self.write("storing a judge verdict (table `judge_verdicts`)", move |conn| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO judge_verdicts (request_hash, model, reply) VALUES ($1, $2, $3)
+                     ON CONFLICT (request_hash) DO NOTHING",
+                )
+                .bind(hash)
+                .bind(model)
+                .bind(reply)
+                .execute(conn)
+                .await?;
+                Ok(())
             })
-            .await
+        })
+        .await
     }
 }

@@ -11,9 +11,13 @@
 //! whole or as a delta against the previous call of its session and party ([`reconstruct`] gives
 //! it back whole). Reads go through a separate pool, opened `query_only`, and never block the
 //! writer (WAL mode).
+//!
+//! The two stores share every statement both databases speak, written once (`dialect`); the
+//! PostgreSQL store (`pg`) keeps only what differs.
 
 mod claims;
 mod delta;
+mod dialect;
 mod edit;
 mod handle;
 mod judge;

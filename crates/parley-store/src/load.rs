@@ -1,17 +1,25 @@
-//! Loading what was stored: runs, task rows, and sessions with their transcripts, for resume,
-//! inspection and export.
+//! Loading what was stored, one for both stores: runs, task rows, and sessions' transcripts,
+//! for resume, inspection and export. A value that cannot be read is an error naming its
+//! table, the session (or run) and the column, in its store's words (`Unreadable`).
 
 use parley_core::{
     Message, Party, Role, RunId, RunStatus, Sampling, SessionId, StoreError, ToolCallRecord, Unusable, Usage,
 };
 use serde_json::Value;
 
+use crate::dialect::both_stores;
 use crate::row::{self, Unreadable, call_figure_columns, message_columns, run_columns, tool_call_columns};
-use crate::{SqliteStore, unusable};
+use crate::{PgStore, SqliteStore, unusable};
 
 impl Unreadable for SqliteStore {
     fn unreadable(&self, what: &str, error: &dyn std::fmt::Display) -> StoreError {
         self.damaged(what, error)
+    }
+}
+
+impl Unreadable for PgStore {
+    fn unreadable(&self, what: &str, error: &dyn std::fmt::Display) -> StoreError {
+        StoreError::Database(format!("{}: cannot read {what}: {error}", self.name()))
     }
 }
 
@@ -88,55 +96,48 @@ impl Transcript {
     }
 }
 
-impl SqliteStore {
+both_stores! {
+    /// One run as stored; [`StoreError::NotFound`] when there is none.
     pub async fn run(&self, run: RunId) -> Result<RunRecord, StoreError> {
-        let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ?"))
+        let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1"))
             .bind(run)
             .fetch_optional(self.pool())
             .await
-            .map_err(|e| self.read_error(e, &format!("run {run}")))?
+            .map_err(|e| self.read_error(e, &format!("run {run} (table `runs`)")))?
             .ok_or_else(|| StoreError::NotFound(format!("run {run}")))?;
         row::run_record(self, &row)
     }
 
+    /// Every run, in id order.
     pub async fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         let rows = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs ORDER BY id"))
             .fetch_all(self.pool())
             .await
-            .map_err(|e| self.read_error(e, "the table `runs`"))?;
+            .map_err(|e| self.read_error(e, "the runs (table `runs`)"))?;
         rows.iter().map(|r| row::run_record(self, r)).collect()
     }
 
     /// The run's task rows in task order.
     pub async fn task_rows(&self, run: RunId) -> Result<Vec<Value>, StoreError> {
-        let rows: Vec<String> = sqlx::query_scalar("SELECT row FROM tasks WHERE run_id = ? ORDER BY task_index")
-            .bind(run)
-            .fetch_all(self.pool())
-            .await
-            .map_err(|e| self.read_error(e, &format!("column `row` of table `tasks` for run {run}")))?;
-        rows.iter()
-            .map(|r| {
-                serde_json::from_str(r)
-                    .map_err(|e| self.damaged(&format!("column `row` of table `tasks` for run {run}"), &e))
-            })
-            .collect()
+        Ok(self.task_rows_from(run, i64::MIN, usize::MAX).await?.into_iter().map(|(_, row)| row).collect())
     }
 
     /// At most `limit` of the run's task rows from task `from` on, with their indexes.
     pub async fn task_rows_from(&self, run: RunId, from: i64, limit: usize) -> Result<Vec<(i64, Value)>, StoreError> {
         let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT task_index, row FROM tasks WHERE run_id = ? AND task_index >= ? ORDER BY task_index LIMIT ?",
+            "SELECT task_index, row FROM tasks WHERE run_id = $1 AND task_index >= $2 ORDER BY task_index LIMIT $3",
         )
         .bind(run)
         .bind(from)
-        .bind(limit as i64)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(self.pool())
         .await
         .map_err(|e| self.read_error(e, &format!("the tasks of run {run} (table `tasks`)")))?;
         rows.into_iter()
-            .map(|(index, row): (i64, String)| {
-                let row = serde_json::from_str(&row)
-                    .map_err(|e| StoreError::Database(format!("run {run}'s stored task {index}: {e}")))?;
+            .map(|(index, row)| {
+                let row = serde_json::from_str(&row).map_err(|e| {
+                    self.unreadable(&format!("column `row` of table `tasks` for run {run}, task {index}"), &e)
+                })?;
                 Ok((index, row))
             })
             .collect()
@@ -144,11 +145,11 @@ impl SqliteStore {
 
     /// The run a session belongs to.
     pub async fn run_of(&self, session: SessionId) -> Result<RunId, StoreError> {
-        sqlx::query_scalar("SELECT run_id FROM sessions WHERE id = ?")
+        sqlx::query_scalar("SELECT run_id FROM sessions WHERE id = $1")
             .bind(session)
             .fetch_optional(self.pool())
             .await
-            .map_err(|e| self.read_error(e, &format!("column `run_id` of table `sessions` for session {session}")))?
+            .map_err(|e| self.read_error(e, &format!("the run of session {session} (table `sessions`)")))?
             .ok_or_else(|| StoreError::NotFound(format!("session {session}")))
     }
 
@@ -156,28 +157,31 @@ impl SqliteStore {
     /// cannot be read is an error naming its table, the session and the column.
     pub async fn transcript(&self, session: SessionId) -> Result<Transcript, StoreError> {
         let rows =
-            sqlx::query(concat!("SELECT ", message_columns!(), " FROM messages WHERE session_id = ? ORDER BY seq"))
+            sqlx::query(concat!("SELECT ", message_columns!(), " FROM messages WHERE session_id = $1 ORDER BY seq"))
                 .bind(session)
                 .fetch_all(self.pool())
                 .await
-                .map_err(|e| self.read_error(e, &format!("the messages of session {session}")))?;
+                .map_err(|e| self.read_error(e, &format!("the messages of session {session} (table `messages`)")))?;
         let messages = row::messages(self, &rows, session)?;
-        let rows =
-            sqlx::query(concat!("SELECT ", tool_call_columns!(), " FROM tool_calls WHERE session_id = ? ORDER BY seq"))
-                .bind(session)
-                .fetch_all(self.pool())
-                .await
-                .map_err(|e| self.read_error(e, &format!("the tool calls of session {session}")))?;
-        let tool_calls = rows.iter().map(|r| row::tool_call(self, r, session)).collect::<Result<_, _>>()?;
         let rows = sqlx::query(concat!(
             "SELECT ",
-            call_figure_columns!(),
-            " FROM model_calls WHERE session_id = ? ORDER BY seq"
+            tool_call_columns!(),
+            " FROM tool_calls WHERE session_id = $1 ORDER BY seq"
         ))
         .bind(session)
         .fetch_all(self.pool())
         .await
-        .map_err(|e| self.read_error(e, &format!("the model calls of session {session}")))?;
+        .map_err(|e| self.read_error(e, &format!("the tool calls of session {session} (table `tool_calls`)")))?;
+        let tool_calls = rows.iter().map(|r| row::tool_call(self, r, session)).collect::<Result<_, _>>()?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            call_figure_columns!(),
+            " FROM model_calls WHERE session_id = $1 ORDER BY seq"
+        ))
+        .bind(session)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the model calls of session {session} (table `model_calls`)")))?;
         let calls = rows.iter().map(|r| row::call_figures(self, r, session)).collect::<Result<_, _>>()?;
         Ok(Transcript { messages, tool_calls, calls })
     }

@@ -12,9 +12,6 @@
 
 mod claims;
 mod edit;
-mod load;
-mod read;
-mod view;
 mod writer;
 
 use std::str::FromStr;
@@ -150,6 +147,12 @@ impl PgStore {
     pub async fn close(&self) -> Result<(), StoreError> {
         self.pool.close().await;
         Ok(())
+    }
+
+    /// A failed read of `what`, named with the database: the PostgreSQL side of the stores'
+    /// one `read_error` (see `dialect`).
+    pub(crate) fn read_error(&self, error: sqlx::Error, what: &str) -> StoreError {
+        StoreError::Database(format!("{}: reading {what}: {error}", self.name))
     }
 
     /// A failed statement about `what`, named with the database.

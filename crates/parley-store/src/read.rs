@@ -1,12 +1,17 @@
-//! Reads for summaries and inspection, checked against the schema at compile time.
+//! Reads for summaries, inspection and export, one for both stores: a run's sessions (whole,
+//! by pages, by id), counts, token totals, latencies, the newest score and the training
+//! metrics' session shapes. Only a checked page differs: a SQLite file can be damaged one page
+//! at a time, and is read past the damage.
 
 use std::collections::{HashMap, HashSet};
 
-use parley_core::{FailureClass, Player, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable};
+use parley_core::{FailureClass, Player, Reward, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable};
+use sqlx::QueryBuilder;
 use sqlx::sqlite::SqliteRow;
 
-use crate::SqliteStore;
-use crate::row::{self, StoredRow, session_columns};
+use crate::dialect::{Dialect, both_stores};
+use crate::row::{self, StoredRow, Unreadable, session_columns};
+use crate::{PgStore, SqliteStore};
 
 /// One session of a page read past damage: its row, or why it cannot be read.
 #[derive(Debug)]
@@ -52,61 +57,6 @@ pub struct TokenTotals {
     pub user: Tokens,
 }
 
-impl SqliteStore {
-    pub async fn sessions(&self, run: RunId) -> Result<Vec<SessionRow>, StoreError> {
-        let rows = sqlx::query(concat!("SELECT ", session_columns!(), " FROM sessions WHERE run_id = ? ORDER BY id"))
-            .bind(run)
-            .fetch_all(self.pool())
-            .await
-            .map_err(|e| self.read_error(e, &format!("the sessions of run {run} (table `sessions`)")))?;
-        rows.iter().map(|r| row::session_row(self, r)).collect()
-    }
-
-    pub async fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError> {
-        // A model call belongs to whoever wrote the message it produced.
-        let rows = sqlx::query!(
-            r#"SELECT msg.role AS "role!: String",
-                      COUNT(*) AS "calls!: i64",
-                      COALESCE(SUM(m.prompt_tokens), 0) AS "prompt!: i64",
-                      COALESCE(SUM(m.completion_tokens), 0) AS "completion!: i64"
-               FROM model_calls m
-               JOIN sessions s ON s.id = m.session_id
-               JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
-               WHERE s.run_id = ? GROUP BY msg.role"#,
-            run
-        )
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
-        let mut totals = TokenTotals::default();
-        for row in rows {
-            let tokens =
-                Tokens { model_calls: row.calls, prompt_tokens: row.prompt, completion_tokens: row.completion };
-            match row.role.as_str() {
-                "user" => totals.user = tokens,
-                _ => totals.agent = tokens,
-            }
-        }
-        Ok(totals)
-    }
-
-    /// Latencies of the model calls of a run, in milliseconds, of the party whose messages
-    /// have `role` (`assistant` for the agent, `user` for the simulated user).
-    pub async fn call_latencies(&self, run: RunId, role: &str) -> Result<Vec<f64>, StoreError> {
-        sqlx::query_scalar!(
-            "SELECT m.latency_ms FROM model_calls m
-             JOIN sessions s ON s.id = m.session_id
-             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
-             WHERE s.run_id = ? AND msg.role = ?",
-            run,
-            role
-        )
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, &format!("the model-call latencies of run {run} (table `model_calls`)")))
-    }
-}
-
 /// A run's sessions as its metrics see them: each finished session's outcome, failures by
 /// class, and the sessions not finished.
 #[derive(Debug, Default)]
@@ -143,42 +93,29 @@ impl RunOutcomes {
     }
 }
 
-/// A run's outcomes from its sessions read a page at a time by `page` (the sessions after an id,
-/// in id order), whichever store reads them.
-pub(crate) async fn outcomes_by_pages<F, Fut>(mut page: F) -> Result<RunOutcomes, StoreError>
-where
-    F: FnMut(i64) -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<SessionRow>, StoreError>>,
-{
-    let mut out = RunOutcomes::default();
-    let mut after = 0;
-    loop {
-        let sessions = page(after).await?;
-        let Some(last) = sessions.last() else { break };
-        after = last.id;
-        for s in sessions {
-            out.add(s);
-        }
-    }
-    Ok(out)
+/// What the training metrics read of one finished session: its task, the agent's turns (its
+/// assistant messages), its reward and its newest score's breakdown (JSON text), whose
+/// `reward_components` hold a composite reward's parts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionShape {
+    pub id: i64,
+    pub task_index: i64,
+    pub termination: Option<Termination>,
+    pub failure: Option<FailureClass>,
+    pub reward: Option<f64>,
+    pub steps: i64,
+    pub breakdown: Option<String>,
 }
 
-impl SqliteStore {
-    /// The run's outcomes, read a page at a time: a run of a million sessions keeps only what
-    /// the metrics need of each.
-    pub async fn run_outcomes(&self, run: RunId) -> Result<RunOutcomes, StoreError> {
-        outcomes_by_pages(|after| self.sessions_page(run, after, 4096)).await
-    }
-
-    /// How many sessions the run has, and how many of them are finished.
-    pub async fn session_counts(&self, run: RunId) -> Result<(u64, u64), StoreError> {
-        let (total, finished): (i64, i64) =
-            sqlx::query_as("SELECT COUNT(*), COALESCE(SUM(status = 'finished'), 0) FROM sessions WHERE run_id = ?")
-                .bind(run)
-                .fetch_one(self.pool())
-                .await
-                .map_err(|e| self.read_error(e, &format!("the sessions of run {run}")))?;
-        Ok((total as u64, finished as u64))
+both_stores! {
+    /// Every session of a run, in id order.
+    pub async fn sessions(&self, run: RunId) -> Result<Vec<SessionRow>, StoreError> {
+        let rows = sqlx::query(concat!("SELECT ", session_columns!(), " FROM sessions WHERE run_id = $1 ORDER BY id"))
+            .bind(run)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("the sessions of run {run} (table `sessions`)")))?;
+        rows.iter().map(|r| row::session_row(self, r)).collect()
     }
 
     /// Sessions of a run with ids above `after`, in id order, at most `limit`.
@@ -186,11 +123,11 @@ impl SqliteStore {
         let rows = sqlx::query(concat!(
             "SELECT ",
             session_columns!(),
-            " FROM sessions WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"
+            " FROM sessions WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3"
         ))
         .bind(run)
         .bind(after)
-        .bind(limit as i64)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(self.pool())
         .await
         .map_err(|e| {
@@ -199,23 +136,165 @@ impl SqliteStore {
         rows.iter().map(|r| row::session_row(self, r)).collect()
     }
 
-    /// The newest score of a session by its environment's scorer.
-    pub async fn latest_score(&self, session: i64) -> Result<Option<parley_core::Reward>, StoreError> {
-        let row = sqlx::query!(
-            "SELECT value, breakdown FROM scores WHERE session_id = ? AND scorer = 'environment'
-             ORDER BY version DESC LIMIT 1",
-            session
+    /// The sessions with these ids, in id order (those that exist).
+    pub async fn sessions_by_id(&self, ids: &[i64]) -> Result<Vec<SessionRow>, StoreError> {
+        let mut query = QueryBuilder::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE id"));
+        Self::push_in_ids(&mut query, ids);
+        query.push(" ORDER BY id");
+        let rows = query
+            .build()
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("{} sessions by id (table `sessions`)", ids.len())))?;
+        rows.iter().map(|r| row::session_row(self, r)).collect()
+    }
+
+    /// Those of these sessions with anything committed (a message, a tool call or a model
+    /// call): the others have no transcript to read. One query for a page of claimed sessions,
+    /// where reading each transcript would be three.
+    pub async fn sessions_with_turns(&self, ids: &[i64]) -> Result<HashSet<SessionId>, StoreError> {
+        let mut query = QueryBuilder::new("SELECT id FROM sessions WHERE id");
+        Self::push_in_ids(&mut query, ids);
+        query.push(
+            " AND (EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id)
+                OR EXISTS (SELECT 1 FROM tool_calls WHERE session_id = sessions.id)
+                OR EXISTS (SELECT 1 FROM model_calls WHERE session_id = sessions.id))",
+        );
+        let ids: Vec<i64> = query
+            .build_query_scalar()
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("which of {} sessions have turns (table `messages`)", ids.len())))?;
+        Ok(ids.into_iter().collect())
+    }
+
+    /// Those of these sessions a policy other than the run's own plays, with who plays them.
+    pub async fn played_elsewhere(&self, ids: &[i64]) -> Result<HashMap<SessionId, Player>, StoreError> {
+        let mut query = QueryBuilder::new("SELECT id, player FROM sessions WHERE id");
+        Self::push_in_ids(&mut query, ids);
+        query.push(" AND player IS NOT NULL");
+        let rows: Vec<(i64, String)> = query
+            .build_query_as()
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("who plays {} sessions (table `sessions`)", ids.len())))?;
+        Ok(rows.into_iter().map(|(id, player)| (id, Player::from_stored(Some(&player)))).collect())
+    }
+
+    /// How many sessions the run has, and how many of them are finished.
+    pub async fn session_counts(&self, run: RunId) -> Result<(u64, u64), StoreError> {
+        let (total, finished): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), COUNT(*) FILTER (WHERE status = 'finished') FROM sessions WHERE run_id = $1",
         )
+        .bind(run)
+        .fetch_one(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the sessions of run {run} (table `sessions`)")))?;
+        Ok((total as u64, finished as u64))
+    }
+
+    /// The run's outcomes, read a page at a time: a run of a million sessions keeps only what
+    /// the metrics need of each.
+    pub async fn run_outcomes(&self, run: RunId) -> Result<RunOutcomes, StoreError> {
+        let mut out = RunOutcomes::default();
+        let mut after = 0;
+        loop {
+            let sessions = self.sessions_page(run, after, 4096).await?;
+            let Some(last) = sessions.last() else { break };
+            after = last.id;
+            for s in sessions {
+                out.add(s);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Token and call totals of a run, the agent's apart from the simulated user's.
+    pub async fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError> {
+        // A model call belongs to whoever wrote the message it produced.
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT msg.role, COUNT(*), CAST(COALESCE(SUM(m.prompt_tokens), 0) AS BIGINT),
+                    CAST(COALESCE(SUM(m.completion_tokens), 0) AS BIGINT)
+             FROM model_calls m
+             JOIN sessions s ON s.id = m.session_id
+             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
+             WHERE s.run_id = $1 GROUP BY msg.role",
+        )
+        .bind(run)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
+        let mut totals = TokenTotals::default();
+        for (role, calls, prompt, completion) in rows {
+            let tokens = Tokens { model_calls: calls, prompt_tokens: prompt, completion_tokens: completion };
+            match role.as_str() {
+                "user" => totals.user = tokens,
+                _ => totals.agent = tokens,
+            }
+        }
+        Ok(totals)
+    }
+
+    /// Latencies of the model calls of a run, in milliseconds, of the party whose messages
+    /// have `role` (`assistant` for the agent, `user` for the simulated user).
+    pub async fn call_latencies(&self, run: RunId, role: &str) -> Result<Vec<f64>, StoreError> {
+        sqlx::query_scalar(
+            "SELECT m.latency_ms FROM model_calls m
+             JOIN sessions s ON s.id = m.session_id
+             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
+             WHERE s.run_id = $1 AND msg.role = $2",
+        )
+        .bind(run)
+        .bind(role)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the model-call latencies of run {run} (table `model_calls`)")))
+    }
+
+    /// The newest score of a session by its environment's scorer; a breakdown that is not JSON
+    /// is an error naming the column.
+    pub async fn latest_score(&self, session: SessionId) -> Result<Option<Reward>, StoreError> {
+        let row: Option<(f64, String)> = sqlx::query_as(
+            "SELECT value, breakdown FROM scores WHERE session_id = $1 AND scorer = 'environment'
+             ORDER BY version DESC LIMIT 1",
+        )
+        .bind(session)
         .fetch_optional(self.pool())
         .await
-        .map_err(|e| self.read_error(e, &format!("table `scores` for session {session}")))?;
-        Ok(row.map(|r| parley_core::Reward {
-            value: r.value,
-            breakdown: serde_json::from_str(&r.breakdown).unwrap_or_default(),
-        }))
+        .map_err(|e| self.read_error(e, &format!("the score of session {session} (table `scores`)")))?;
+        row.map(|(value, breakdown)| {
+            let breakdown = serde_json::from_str(&breakdown).map_err(|e| {
+                self.unreadable(&format!("column `breakdown` of table `scores` for session {session}"), &e)
+            })?;
+            Ok(Reward { value, breakdown })
+        })
+        .transpose()
+    }
+
+    /// Finished sessions of a run with ids above `after`, in id order, at most `limit`, as the
+    /// training metrics read them. One statement per page: the counts and the newest score come
+    /// from the tables' primary keys.
+    pub async fn session_shapes(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionShape>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT s.id, s.task_index, s.termination, s.failure, s.reward,
+                    (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.role = 'assistant') AS steps,
+                    (SELECT breakdown FROM scores c WHERE c.session_id = s.id AND c.scorer = 'environment'
+                     ORDER BY c.version DESC LIMIT 1) AS breakdown
+             FROM sessions s WHERE s.run_id = $1 AND s.id > $2 AND s.status = 'finished' ORDER BY s.id LIMIT $3",
+        )
+        .bind(run)
+        .bind(after)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the session shapes of run {run} after {after} (table `sessions`)")))?;
+        rows.iter().map(|r| row::session_shape(self, r)).collect()
     }
 }
 
+// A checked page is where the stores differ: a SQLite file can be damaged one page at a time,
+// and an export should still write every session it can read; PostgreSQL keeps its pages whole
+// or reports the failure itself.
 impl SqliteStore {
     /// Like [`sessions_page`](SqliteStore::sessions_page), but a session that cannot be read
     /// (damaged pages, text that is not UTF-8) is returned as its own error, naming the table,
@@ -273,24 +352,6 @@ impl SqliteStore {
         }
     }
 
-    /// Those of these sessions with anything committed (a message, a tool call or a model
-    /// call): the others have no transcript to read. One query for a page of claimed sessions,
-    /// where reading each transcript would be three. The ids go in as one JSON array, so no
-    /// page meets the limit on bound parameters.
-    pub async fn sessions_with_turns(&self, ids: &[i64]) -> Result<HashSet<SessionId>, StoreError> {
-        let rows: Vec<(i64,)> = sqlx::query_as(
-            "SELECT value FROM json_each(?1) AS ids
-             WHERE EXISTS (SELECT 1 FROM messages WHERE session_id = ids.value)
-                OR EXISTS (SELECT 1 FROM tool_calls WHERE session_id = ids.value)
-                OR EXISTS (SELECT 1 FROM model_calls WHERE session_id = ids.value)",
-        )
-        .bind(serde_json::to_string(ids).unwrap_or_default())
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, "messages"))?;
-        Ok(rows.into_iter().map(|(id,)| id).collect())
-    }
-
     /// SQLite's `PRAGMA quick_check`: every page of the file read and its structure checked,
     /// at a few hundred MB a second.
     pub async fn check_pages(&self) -> Result<(), StoreError> {
@@ -307,73 +368,22 @@ impl SqliteStore {
         }
     }
 
-    pub async fn played_elsewhere(&self, ids: &[i64]) -> Result<HashMap<SessionId, Player>, StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT id, player FROM sessions WHERE id IN (SELECT value FROM json_each(?1)) AND player IS NOT NULL",
-        )
-        .bind(serde_json::to_string(ids).unwrap_or_default())
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, "sessions"))?;
-        Ok(rows.into_iter().map(|(id, player)| (id, Player::from_stored(Some(&player)))).collect())
-    }
-
-    /// The sessions with these ids, in id order (those that exist).
-    pub async fn sessions_by_id(&self, ids: &[i64]) -> Result<Vec<SessionRow>, StoreError> {
-        let mut rows = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
-            let mut query =
-                sqlx::QueryBuilder::new(concat!("SELECT ", session_columns!(), " FROM sessions WHERE id IN ("));
-            let mut list = query.separated(", ");
-            for id in chunk {
-                list.push_bind(id);
-            }
-            query.push(") ORDER BY id");
-            for row in query.build().fetch_all(self.pool()).await.map_err(|e| self.read_error(e, "sessions"))? {
-                rows.push(self.session_read(&row).row?);
-            }
-        }
-        Ok(rows)
-    }
-
     fn session_read(&self, r: &SqliteRow) -> SessionRead {
         let id: i64 = r.value("id").unwrap_or_default();
         SessionRead { id, row: row::session_fields(self, r, id) }
     }
 }
 
-/// What the training metrics read of one finished session: its task, the agent's turns (its
-/// assistant messages), its reward and its newest score's breakdown (JSON text), whose
-/// `reward_components` hold a composite reward's parts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionShape {
-    pub id: i64,
-    pub task_index: i64,
-    pub termination: Option<Termination>,
-    pub failure: Option<FailureClass>,
-    pub reward: Option<f64>,
-    pub steps: i64,
-    pub breakdown: Option<String>,
-}
-
-impl SqliteStore {
-    /// Finished sessions of a run with ids above `after`, in id order, at most `limit`, as the
-    /// training metrics read them. One statement per page: the counts and the newest score come
-    /// from the tables' primary keys.
-    pub async fn session_shapes(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionShape>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT s.id, s.task_index, s.termination, s.failure, s.reward,
-                    (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.role = 'assistant') AS steps,
-                    (SELECT breakdown FROM scores c WHERE c.session_id = s.id AND c.scorer = 'environment'
-                     ORDER BY c.version DESC LIMIT 1) AS breakdown
-             FROM sessions s WHERE s.run_id = ? AND s.id > ? AND s.status = 'finished' ORDER BY s.id LIMIT ?",
-        )
-        .bind(run)
-        .bind(after)
-        .bind(limit as i64)
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, &format!("the session shapes of run {run} after {after}")))?;
-        rows.iter().map(|r| row::session_shape(self, r)).collect()
+impl PgStore {
+    /// [`sessions_page`](PgStore::sessions_page), each session as its own read: a page here is
+    /// read or not, in the shape of the SQLite store's.
+    pub async fn sessions_page_checked(
+        &self,
+        run: RunId,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<SessionRead>, StoreError> {
+        let page = self.sessions_page(run, after, limit).await?;
+        Ok(page.into_iter().map(|row| SessionRead { id: row.id, row: Ok(row) }).collect())
     }
 }

@@ -1,11 +1,12 @@
-//! Reads for the web viewer: every run's counts in one query, pages of sessions filtered and
-//! keyed by id (so a page costs the same at the start of a million sessions as at their end),
-//! and one session with its place among forks and trials. Never writes.
+//! Reads for the web viewer, one for both stores: every run's counts in one query, pages of
+//! sessions filtered and keyed by id (so a page costs the same at the start of a million
+//! sessions as at their end), one session with its place among forks and trials, and a run's
+//! model-call figures. Never writes.
 
 use parley_core::{FailureClass, RunId, SessionId, SessionStatus, StoreError, Termination};
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::QueryBuilder;
 
-use crate::SqliteStore;
+use crate::dialect::both_stores;
 use crate::read::SessionRow;
 use crate::row::{self, session_columns};
 
@@ -55,33 +56,31 @@ pub struct SessionInfo {
     pub finished_at: Option<String>,
 }
 
-impl SqliteStore {
+both_stores! {
     /// Every run's session counts and mean reward, in one pass over the sessions.
     pub async fn run_counts(&self) -> Result<Vec<RunCounts>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT run_id, COUNT(*) AS sessions,
-                    COALESCE(SUM(status = 'finished'), 0) AS finished,
-                    COALESCE(SUM(status = 'finished' AND failure IS NOT NULL), 0) AS failed,
-                    AVG(CASE WHEN status = 'finished' AND failure IS NULL THEN reward END) AS mean_reward,
-                    COALESCE(SUM(status = 'finished' AND failure IS NULL AND reward IS NOT NULL), 0) AS scored
+        let rows: Vec<(RunId, i64, i64, i64, Option<f64>, i64)> = sqlx::query_as(
+            "SELECT run_id, COUNT(*),
+                    COUNT(*) FILTER (WHERE status = 'finished'),
+                    COUNT(*) FILTER (WHERE status = 'finished' AND failure IS NOT NULL),
+                    AVG(reward) FILTER (WHERE status = 'finished' AND failure IS NULL),
+                    COUNT(*) FILTER (WHERE status = 'finished' AND failure IS NULL AND reward IS NOT NULL)
              FROM sessions GROUP BY run_id ORDER BY run_id",
         )
         .fetch_all(self.pool())
         .await
         .map_err(|e| self.read_error(e, "the sessions of every run (table `sessions`)"))?;
-        rows.iter()
-            .map(|r| {
-                let get = |name: &str| r.try_get(name).map_err(|e| self.damaged("the table `sessions`", &e));
-                Ok(RunCounts {
-                    run: get("run_id")?,
-                    sessions: get("sessions")?,
-                    finished: get("finished")?,
-                    failed: get("failed")?,
-                    mean_reward: r.try_get("mean_reward").map_err(|e| self.damaged("the table `sessions`", &e))?,
-                    scored: get("scored")?,
-                })
+        Ok(rows
+            .into_iter()
+            .map(|(run, sessions, finished, failed, mean_reward, scored)| RunCounts {
+                run,
+                sessions,
+                finished,
+                failed,
+                mean_reward,
+                scored,
             })
-            .collect()
+            .collect())
     }
 
     /// At most `limit` sessions of a run that pass `filter`, in id order, from `at`.
@@ -92,7 +91,7 @@ impl SqliteStore {
         at: PageAt,
         limit: usize,
     ) -> Result<Vec<SessionRow>, StoreError> {
-        let rows = filtered_page::<Sqlite>(run, filter, at, limit)
+        let rows = filtered_page(run, filter, at, limit)
             .build()
             .fetch_all(self.pool())
             .await
@@ -102,7 +101,7 @@ impl SqliteStore {
 
     /// How many sessions of a run pass `filter`.
     pub async fn sessions_matching(&self, run: RunId, filter: &SessionFilter) -> Result<u64, StoreError> {
-        let mut query = QueryBuilder::<Sqlite>::new("SELECT COUNT(*) FROM sessions WHERE run_id = ");
+        let mut query = QueryBuilder::new("SELECT COUNT(*) FROM sessions WHERE run_id = ");
         query.push_bind(run);
         push_filter(&mut query, filter);
         let count: i64 = query
@@ -118,7 +117,7 @@ impl SqliteStore {
         let row = sqlx::query(concat!(
             "SELECT ",
             session_columns!(),
-            ", run_id, forked_from, fork_at, finished_at FROM sessions WHERE id = ?"
+            ", run_id, forked_from, fork_at, finished_at FROM sessions WHERE id = $1"
         ))
         .bind(session)
         .fetch_optional(self.pool())
@@ -134,34 +133,58 @@ impl SqliteStore {
         // Two arms rather than one join on an OR, so that the trials are found through the
         // (run_id, task_index, trial) index.
         sqlx::query_as(
-            "SELECT id, trial, forked_from IS ?1 FROM sessions
-             WHERE run_id = (SELECT run_id FROM sessions WHERE id = ?1)
-               AND task_index = (SELECT task_index FROM sessions WHERE id = ?1) AND id != ?1
+            "SELECT id, trial, forked_from IS NOT DISTINCT FROM $1 FROM sessions
+             WHERE run_id = (SELECT run_id FROM sessions WHERE id = $1)
+               AND task_index = (SELECT task_index FROM sessions WHERE id = $1) AND id <> $1
              UNION
-             SELECT id, trial, 1 FROM sessions WHERE forked_from = ?1
+             SELECT id, trial, true FROM sessions WHERE forked_from = $1
              ORDER BY 1 LIMIT 100",
         )
         .bind(session)
         .fetch_all(self.pool())
         .await
-        .map_err(|e| self.read_error(e, &format!("the sessions related to session {session}")))
+        .map_err(|e| self.read_error(e, &format!("the sessions related to session {session} (table `sessions`)")))
     }
 
     /// The id a run's task was stored under.
     pub async fn task_id(&self, run: RunId, task_index: i64) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar("SELECT task_id FROM tasks WHERE run_id = ? AND task_index = ?")
+        sqlx::query_scalar("SELECT task_id FROM tasks WHERE run_id = $1 AND task_index = $2")
             .bind(run)
             .bind(task_index)
             .fetch_optional(self.pool())
             .await
             .map_err(|e| self.read_error(e, &format!("task {task_index} of run {run} (table `tasks`)")))
     }
+
+    /// Every model call of a run, in one pass. The figures sit after the raw bodies in
+    /// `model_calls`, so reading them reads the table; one pass instead of one per figure.
+    pub async fn call_figures(&self, run: RunId) -> Result<Vec<CallFigure>, StoreError> {
+        let rows: Vec<(bool, f64, i64, i64)> = sqlx::query_as(
+            "SELECT msg.role = 'user', m.latency_ms, m.prompt_tokens, m.completion_tokens
+             FROM model_calls m
+             JOIN sessions s ON s.id = m.session_id
+             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
+             WHERE s.run_id = $1",
+        )
+        .bind(run)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
+        Ok(rows
+            .into_iter()
+            .map(|(user, latency_ms, prompt_tokens, completion_tokens)| CallFigure {
+                user,
+                latency_ms,
+                prompt_tokens,
+                completion_tokens,
+            })
+            .collect())
+    }
 }
 
-/// The statement of a filtered keyset page of a run's sessions, one for both stores, whose pages
-/// differ only in their placeholders, which the builder writes. A page before `at` is the
+/// The statement of a filtered keyset page of a run's sessions. A page before `at` is the
 /// nearest `limit` ids below, read backwards: [`in_id_order`] turns it round.
-pub(crate) fn filtered_page<DB>(run: RunId, filter: &SessionFilter, at: PageAt, limit: usize) -> QueryBuilder<DB>
+fn filtered_page<DB>(run: RunId, filter: &SessionFilter, at: PageAt, limit: usize) -> QueryBuilder<DB>
 where
     DB: sqlx::Database,
     for<'t> &'static str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
@@ -181,10 +204,7 @@ where
 }
 
 /// A page read by [`filtered_page`], in id order.
-pub(crate) fn in_id_order(
-    at: PageAt,
-    page: Result<Vec<SessionRow>, StoreError>,
-) -> Result<Vec<SessionRow>, StoreError> {
+fn in_id_order(at: PageAt, page: Result<Vec<SessionRow>, StoreError>) -> Result<Vec<SessionRow>, StoreError> {
     let mut page = page?;
     if matches!(at, PageAt::Before(_)) {
         page.reverse();
@@ -192,9 +212,8 @@ pub(crate) fn in_id_order(
     Ok(page)
 }
 
-/// The filter's conditions, every value bound, never spliced into the statement; one for both
-/// stores, whose filtered pages differ only in their placeholders, which the builder writes.
-pub(crate) fn push_filter<DB>(query: &mut QueryBuilder<DB>, filter: &SessionFilter)
+/// The filter's conditions, every value bound, never spliced into the statement.
+fn push_filter<DB>(query: &mut QueryBuilder<DB>, filter: &SessionFilter)
 where
     DB: sqlx::Database,
     for<'t> &'static str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
@@ -232,31 +251,4 @@ pub struct CallFigure {
     pub latency_ms: f64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
-}
-
-impl SqliteStore {
-    /// Every model call of a run, in one pass. The figures sit after the raw bodies in
-    /// `model_calls`, so reading them reads the table; one pass instead of one per figure.
-    pub async fn call_figures(&self, run: RunId) -> Result<Vec<CallFigure>, StoreError> {
-        let rows: Vec<(bool, f64, i64, i64)> = sqlx::query_as(
-            "SELECT msg.role = 'user', m.latency_ms, m.prompt_tokens, m.completion_tokens
-             FROM model_calls m
-             JOIN sessions s ON s.id = m.session_id
-             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
-             WHERE s.run_id = ?",
-        )
-        .bind(run)
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
-        Ok(rows
-            .into_iter()
-            .map(|(user, latency_ms, prompt_tokens, completion_tokens)| CallFigure {
-                user,
-                latency_ms,
-                prompt_tokens,
-                completion_tokens,
-            })
-            .collect())
-    }
 }

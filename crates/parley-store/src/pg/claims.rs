@@ -1,16 +1,16 @@
 //! Who drives each session, on PostgreSQL: runs created with their sessions claimed, claims of
 //! what nobody holds, renewal and release, each one transaction on the pool.
 //!
-//! The statements are those of the SQLite store's `claims`, with PostgreSQL's locking added:
-//! machines claiming at once pass over each other's rows (`FOR UPDATE SKIP LOCKED`), and renewal
-//! and release lock an owner's rows in id order, the order the writer locks a batch's rows in,
-//! so that neither waits on the other in a cycle.
+//! Creating a run and claiming, the two that differ from SQLite's (the rest of `claims` is
+//! shared): machines claiming at once pass over each other's rows (`FOR UPDATE SKIP LOCKED`),
+//! and a run's tasks and sessions are bound as arrays, one statement of one shape for any
+//! number of rows.
 
 use std::sync::Arc;
 
-use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, StoreError, Task};
+use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, SessionSpec, StoreError, Task};
 
-use super::{PgStore, pg_now_ms, pg_now_text};
+use super::{PgStore, pg_now_ms};
 use crate::claims::lease_ms;
 
 impl PgStore {
@@ -89,38 +89,6 @@ impl PgStore {
         Ok((run, ids.into_iter().map(|session| Claim { session, fence }).collect()))
     }
 
-    /// The owners holding live leases on the run's unfinished sessions, with how many each holds.
-    pub async fn owners(&self, run: RunId) -> Result<Vec<(String, u64)>, StoreError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(concat!(
-            "SELECT owner, COUNT(*) FROM sessions WHERE run_id = $1 AND status = 'pending' AND owner IS NOT NULL
-             AND lease_until >= ",
-            pg_now_ms!(),
-            " GROUP BY owner ORDER BY owner"
-        ))
-        .bind(run)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.error(&format!("reading the owners of run {run} (table `sessions`)")))?;
-        Ok(rows.into_iter().map(|(owner, n)| (owner, n as u64)).collect())
-    }
-
-    /// Ends `owner`'s leases on the run's sessions now, for an owner known to be gone: its
-    /// sessions can be claimed at once. Its fences stay, so were it alive its commits would be
-    /// refused.
-    pub async fn expire_owner(&self, run: RunId, owner: &str) -> Result<u64, StoreError> {
-        let expired = sqlx::query(
-            "UPDATE sessions SET lease_until = 0
-             WHERE id IN (SELECT id FROM sessions WHERE run_id = $1 AND owner = $2 AND status = 'pending'
-                          ORDER BY id FOR UPDATE)",
-        )
-        .bind(run)
-        .bind(owner)
-        .execute(&self.pool)
-        .await
-        .map_err(self.error(&format!("expiring the leases of {owner} on run {run} (table `sessions`)")))?;
-        Ok(expired.rows_affected())
-    }
-
     pub(crate) async fn claim(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
         let error = self.error(&format!("claiming sessions of run {run} for {} (table `sessions`)", owner.id));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -162,55 +130,5 @@ impl PgStore {
         claimed.sort_unstable();
         let claims = claimed.into_iter().map(|(session, fence)| Claim { session, fence: Fence(fence) });
         Ok(Claimed { claims: claims.collect(), held_elsewhere: held_elsewhere as u64 })
-    }
-
-    pub(crate) async fn renew(&self, owner: &Owner) -> Result<u64, StoreError> {
-        let renewed = sqlx::query(concat!(
-            "UPDATE sessions SET lease_until = ",
-            pg_now_ms!(),
-            " + $1
-             WHERE id IN (SELECT id FROM sessions WHERE owner = $2 AND status = 'pending' ORDER BY id FOR UPDATE)"
-        ))
-        .bind(lease_ms(owner))
-        .bind(&owner.id)
-        .execute(&self.pool)
-        .await
-        .map_err(self.error(&format!("renewing the claims of {} (table `sessions`)", owner.id)))?;
-        Ok(renewed.rows_affected())
-    }
-
-    pub(crate) async fn release_one(&self, claim: Claim) -> Result<(), StoreError> {
-        sqlx::query("UPDATE sessions SET owner = NULL, lease_until = NULL WHERE id = $1 AND fence = $2")
-            .bind(claim.session)
-            .bind(claim.fence.0)
-            .execute(&self.pool)
-            .await
-            .map_err(self.error(&format!("releasing the claim on session {} (table `sessions`)", claim.session)))?;
-        Ok(())
-    }
-
-    pub(crate) async fn release(&self, owner: &Owner) -> Result<u64, StoreError> {
-        let released = sqlx::query(
-            "UPDATE sessions SET owner = NULL, lease_until = NULL
-             WHERE id IN (SELECT id FROM sessions WHERE owner = $1 ORDER BY id FOR UPDATE)",
-        )
-        .bind(&owner.id)
-        .execute(&self.pool)
-        .await
-        .map_err(self.error(&format!("releasing the claims of {} (table `sessions`)", owner.id)))?;
-        Ok(released.rows_affected())
-    }
-}
-
-impl PgStore {
-    /// Marks the run ended, now.
-    pub(crate) async fn set_run_status(&self, run: RunId, status: RunStatus) -> Result<(), StoreError> {
-        sqlx::query(concat!("UPDATE runs SET status = $1, finished_at = ", pg_now_text!(), " WHERE id = $2"))
-            .bind(status.as_str())
-            .bind(run)
-            .execute(&self.pool)
-            .await
-            .map_err(self.error(&format!("finishing run {run} (table `runs`)")))?;
-        Ok(())
     }
 }

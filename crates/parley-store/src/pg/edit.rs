@@ -1,6 +1,6 @@
-//! Changes to stored sessions after they ran, on PostgreSQL: re-scores, forks, failed sessions
-//! reopened, and the judge's verdicts. Each is one transaction; one that locks several session
-//! rows locks them in id order first, as the writer does.
+//! Changes to stored sessions after they ran, on PostgreSQL, where they differ from SQLite's
+//! (`edit`): re-scores and forks. Each is one transaction; one that locks several session rows
+//! locks them in id order first, as the writer does.
 
 use parley_core::{Reward, RunId, SessionId, StoreError};
 
@@ -117,48 +117,5 @@ impl PgStore {
         }
         tx.commit().await.map_err(&error)?;
         Ok(id)
-    }
-
-    /// Makes the run's sessions that failed for a reason outside the agent pending again,
-    /// unclaimed, keeping their committed turns (see
-    /// [`SqliteStore::reopen_failed`](crate::SqliteStore::reopen_failed)).
-    pub async fn reopen_failed(&self, run: RunId) -> Result<u64, StoreError> {
-        let reopened = sqlx::query(
-            "UPDATE sessions SET status = 'pending', termination = NULL, reward = NULL, error = NULL, failure = NULL,
-                                 finished_at = NULL, attempt = attempt + 1
-             WHERE id IN (SELECT id FROM sessions
-                          WHERE run_id = $1 AND status = 'finished' AND failure IS NOT NULL
-                            AND termination IN ('infrastructure_error', 'environment_error')
-                          ORDER BY id FOR UPDATE)",
-        )
-        .bind(run)
-        .execute(&self.pool)
-        .await
-        .map_err(self.error(&format!("reopening the failed sessions of run {run} (table `sessions`)")))?;
-        Ok(reopened.rows_affected())
-    }
-
-    /// The stored judge reply for a request's hash.
-    pub(crate) async fn verdict(&self, hash: &str) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar("SELECT reply FROM judge_verdicts WHERE request_hash = $1")
-            .bind(hash)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(self.error("reading a judge verdict (table `judge_verdicts`)"))
-    }
-
-    /// Stores a judge reply; two scorers asking the same question at once store one.
-    pub(crate) async fn record_verdict(&self, hash: String, model: String, reply: String) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO judge_verdicts (request_hash, model, reply) VALUES ($1, $2, $3)
-             ON CONFLICT (request_hash) DO NOTHING",
-        )
-        .bind(hash)
-        .bind(model)
-        .bind(reply)
-        .execute(&self.pool)
-        .await
-        .map_err(self.error("storing a judge verdict (table `judge_verdicts`)"))?;
-        Ok(())
     }
 }

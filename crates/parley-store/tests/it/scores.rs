@@ -43,15 +43,15 @@ async fn a_rescore_lands_one_version_for_the_whole_run_or_nothing() {
     // A re-score that names a session of no such run fails, and writes nothing at all.
     let mut scores: Vec<_> = ids.iter().map(|&id| (id, Reward::new(0.5).with("judge", "yes"))).collect();
     scores.push((9_999, Reward::new(1.0)));
-    let failed = store.add_scores(run, &scores).await;
+    let failed = store.add_scores(run, &scores, &serde_json::json!({})).await;
     assert!(failed.is_err());
     assert_eq!(versions(&store).await.len(), 3, "only the first versions");
     assert_eq!(store.sessions(run).await.unwrap()[0].reward, Some(0.0));
 
     scores.pop();
-    assert_eq!(store.add_scores(run, &scores).await.unwrap(), 2);
+    assert_eq!(store.add_scores(run, &scores, &serde_json::json!({})).await.unwrap(), 2);
     // A later re-score of part of the run still takes one version above every session's.
-    assert_eq!(store.add_scores(run, &scores[..1]).await.unwrap(), 3);
+    assert_eq!(store.add_scores(run, &scores[..1], &serde_json::json!({})).await.unwrap(), 3);
     let stored = versions(&store).await;
     let expected: Vec<(i64, i64, f64)> = vec![
         (ids[0], 1, 0.0),

@@ -391,7 +391,8 @@ pub async fn a_rescore_lands_one_version_for_the_run_or_nothing(db: &Db) {
         store.finish_session(Claim::unclaimed(id), TurnRecord::default(), &outcome()).await.unwrap();
     }
     let rescored: Vec<_> = ids.iter().map(|&id| (id, Reward::new(id as f64 / 10.0))).collect();
-    let version = store.add_scores(run, &rescored).await.unwrap();
+    let tried = serde_json::json!({"components": [{"scorer": "exact"}], "min": null, "max": null});
+    let version = store.add_scores(run, &rescored, &tried).await.unwrap();
     assert_eq!(version, 2, "the next after the score each session ended with");
     for (id, reward) in &rescored {
         assert_eq!(store.latest_score(*id).await.unwrap().as_ref(), Some(reward));
@@ -400,9 +401,20 @@ pub async fn a_rescore_lands_one_version_for_the_run_or_nothing(db: &Db) {
     assert_eq!(rewards, rescored.iter().map(|(_, r)| Some(r.value)).collect::<Vec<_>>());
     // A session of another run: refused, and nothing of that re-score is written.
     let mixed = [(ids[0], Reward::new(0.9)), (strays[0], Reward::new(0.9))];
-    assert!(matches!(store.add_scores(run, &mixed).await, Err(StoreError::NotFound(_))));
+    assert!(matches!(store.add_scores(run, &mixed, &tried).await, Err(StoreError::NotFound(_))));
     assert_eq!(store.latest_score(ids[0]).await.unwrap().as_ref(), Some(&rescored[0].1));
-    assert_eq!(store.add_scores(run, &rescored).await.unwrap(), version + 1);
+    assert_eq!(store.add_scores(run, &rescored, &serde_json::json!({})).await.unwrap(), version + 1);
+    // The versions, each with the reward it was scored with (none recorded for the first), and
+    // each version's scores by session.
+    let versions = store.score_versions(run).await.unwrap();
+    let listed: Vec<_> = versions.iter().map(|v| (v.version, v.sessions, v.reward.clone())).collect();
+    assert_eq!(listed, [(1, 3, None), (2, 3, Some(tried.clone())), (3, 3, Some(serde_json::json!({})))]);
+    assert!((versions[1].mean - rescored.iter().map(|(_, r)| r.value).sum::<f64>() / 3.0).abs() < 1e-12);
+    let at_two = store.scores_at(run, 2).await.unwrap();
+    let got: Vec<_> = at_two.iter().map(|s| (s.session, s.reward.clone())).collect();
+    assert_eq!(got, rescored);
+    assert!(store.scores_at(run, 9).await.unwrap().is_empty());
+    assert!(store.score_versions(other).await.unwrap().is_empty(), "the other run has no scores");
 
     let outcomes = store.run_outcomes(run).await.unwrap();
     assert_eq!((outcomes.total, outcomes.unfinished, outcomes.outcomes.len()), (3, 0, 3));

@@ -1,0 +1,107 @@
+//! One store, two dialects: the statements SQLite and PostgreSQL share are written once, in SQL
+//! both speak, and [`both_stores!`] makes each such method a method of both stores; [`Dialect`]
+//! holds the little that differs in a shared statement's text: how a list of ids is bound,
+//! the clock, and row locks.
+//!
+//! Both speak more alike than their mirrored code once showed: sqlx binds SQLite's `$1`, `$2`
+//! by number as PostgreSQL does; both count with `COUNT(*) FILTER (WHERE ...)`, compare with
+//! `IS NOT DISTINCT FROM`, `CAST` and upsert (`ON CONFLICT`) alike. What stays apart is
+//! written beside its store with the reason: SQLite's one writer task against PostgreSQL's
+//! pool of transactions, row locks (`FOR UPDATE`, `SKIP LOCKED` claims) that SQLite's single
+//! writer makes needless, a damaged SQLite file read past page by page, and the clock.
+
+use parley_core::StoreError;
+use sqlx::{PgConnection, Postgres, QueryBuilder, Sqlite, SqliteConnection};
+
+use crate::claims::now_ms;
+use crate::pg::{pg_now_ms, pg_now_text};
+use crate::writer::BoxFuture;
+use crate::{PgStore, SqliteStore};
+
+/// What a shared statement writes differently on each store.
+pub(crate) trait Dialect {
+    type Db: sqlx::Database;
+
+    /// Now, in milliseconds since the Unix epoch, by the database's clock: every owner
+    /// measures leases with the same clock, whatever its own says.
+    const NOW_MS: &str;
+    /// Now as text, `2025-01-31T12:00:00.000Z` on both.
+    const NOW_TEXT: &str;
+    /// What a subquery picking rows to update ends with, so that it locks them in its order
+    /// (by id): PostgreSQL's `FOR UPDATE`, so that two of its transactions never wait on each
+    /// other in a cycle; nothing on SQLite, whose one writer holds the only write lock.
+    const LOCK_ROWS: &str;
+
+    /// Writes ` IN (...)` of `ids`, bound as one parameter whatever their number: SQLite reads
+    /// a JSON array (`json_each`), so that no list meets its limit on bound parameters;
+    /// PostgreSQL an array (`= ANY`).
+    fn push_in_ids(query: &mut QueryBuilder<Self::Db>, ids: &[i64]);
+}
+
+impl Dialect for SqliteStore {
+    type Db = Sqlite;
+    const NOW_MS: &str = now_ms!();
+    const NOW_TEXT: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+    const LOCK_ROWS: &str = "";
+
+    fn push_in_ids(query: &mut QueryBuilder<Sqlite>, ids: &[i64]) {
+        query.push(" IN (SELECT value FROM json_each(");
+        query.push_bind(serde_json::to_string(ids).unwrap_or_default());
+        query.push("))");
+    }
+}
+
+impl Dialect for PgStore {
+    type Db = Postgres;
+    const NOW_MS: &str = pg_now_ms!();
+    const NOW_TEXT: &str = pg_now_text!();
+    const LOCK_ROWS: &str = " FOR UPDATE";
+
+    fn push_in_ids(query: &mut QueryBuilder<Postgres>, ids: &[i64]) {
+        query.push(" = ANY(").push_bind(ids.to_vec()).push(")");
+    }
+}
+
+// A write outside the turns, under one name on both stores; where it runs is the real
+// difference between them.
+
+impl SqliteStore {
+    /// Runs `f` on the writer's connection, the only one that writes, after every write sent
+    /// before it. A failure names the file rather than `what`: on SQLite what the user can do
+    /// about it (a full disk, a lock) is the file's.
+    pub(crate) async fn write<T, F>(&self, what: &str, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, sqlx::Error>> + Send + 'static,
+    {
+        let _ = what;
+        let error = self.write_error();
+        self.writer.exec(move |conn| Box::pin(async move { f(conn).await.map_err(error) })).await
+    }
+}
+
+impl PgStore {
+    /// Runs `f` on a connection of the pool: PostgreSQL takes writes from many connections at
+    /// once. A failure names the database and `what`.
+    pub(crate) async fn write<T, F>(&self, what: &str, f: F) -> Result<T, StoreError>
+    where
+        F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<T, sqlx::Error>>,
+    {
+        let error = self.error(what);
+        let mut conn = self.pool().acquire().await.map_err(&error)?;
+        f(&mut conn).await.map_err(error)
+    }
+}
+
+/// Methods written once for both stores: the items given become an `impl` block of
+/// [`SqliteStore`](crate::SqliteStore) and one of [`PgStore`](crate::PgStore). A body may use what both have under one name:
+/// `self.pool()`, `self.read_error(error, what)` (a failed read in its store's words),
+/// `self.write(what, f)` (a write, on the store's writing connection), the row mappers of
+/// `row` (both stores are `Unreadable`), and [`Dialect`]'s items on `Self`.
+macro_rules! both_stores {
+    ($($item:item)*) => {
+        impl $crate::SqliteStore { $($item)* }
+        impl $crate::PgStore { $($item)* }
+    };
+}
+pub(crate) use both_stores;
