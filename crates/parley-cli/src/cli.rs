@@ -668,6 +668,12 @@ pub struct StubArgs {
     /// Fraction of rows answered with no readable answer.
     #[arg(long, default_value_t = 0.0, value_name = "FRACTION", help_heading = "Answers")]
     pub malformed_answers: f64,
+    /// Answer every agent request with a reward-hack probe's script instead: `empty`,
+    /// `repeat-question`, `all-choices`, `wrong-value`, `long`, `copy-tool-outputs`, `hedges` or
+    /// `tool-flood` (the stub's documentation gives each script). The right answers and their
+    /// format come from `--answers` and `--answer-format`.
+    #[arg(long, value_name = "NAME", help_heading = "Answers")]
+    pub probe: Option<parley_stub::Probe>,
 }
 
 #[derive(Debug, Args)]
