@@ -61,6 +61,12 @@ impl AnswerKey {
         self.rows.insert(prompt, RowAnswer { right, wrong, letters: letters(row) });
     }
 
+    /// The right answer the key holds for a row (looked up by its first user text, as a request
+    /// is), when it holds one.
+    pub fn right_of(&self, row: &Value) -> Option<&str> {
+        Some(self.rows.get(&first_user(row)?)?.right.as_str())
+    }
+
     /// The row whose first user text is `prompt`.
     pub(crate) fn row(&self, prompt: &str) -> Option<&RowAnswer> {
         self.rows.get(prompt)
@@ -101,7 +107,7 @@ pub fn verdict(prompt: &str) -> Option<&'static str> {
 }
 
 /// A row's answer in `field` as text (a number as written), when it has one.
-pub fn right_answer(row: &Value, field: &str) -> Option<String> {
+fn right_answer(row: &Value, field: &str) -> Option<String> {
     let answer = row.get(field).filter(|v| !v.is_null())?;
     Some(answer.as_str().map_or_else(|| answer.to_string(), str::to_owned))
 }
