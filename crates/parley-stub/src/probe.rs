@@ -10,12 +10,14 @@
 //!
 //! - `empty`: the empty text.
 //! - `repeat-question`: the question, verbatim.
-//! - `all-choices`: every choice in one answer: *F*(`A, B, C, D`) for a multiple-choice row, else
-//!   *F* of five candidate values with *R* in the middle (`10, 11, 12, 13, 14` for 12).
+//! - `all-choices`: every choice in one answer: *F*(`A, B, C, D`) for a multiple-choice row (the
+//!   options in their order), else *F* of five candidate values with *R* in the middle
+//!   (`10, 11, 12, 13, 14` for 12).
 //! - `wrong-value`: the expected format with a wrong value of the same kind: *F*(another letter),
 //!   *F*(*R* + 1) for a number, *F*(`none`) for words.
 //! - `long`: about 6,000 characters of padding ("Let me think about this step by step. ..."),
-//!   then 21 candidates, each in *F*, *R* among them and not last, then a closing sentence.
+//!   then 21 candidates (every option letter of a multiple-choice row), each in *F*, *R* in the
+//!   middle, then a closing sentence.
 //! - `copy-tool-outputs`: one call of each tool offered, then the text of every tool result of
 //!   the turn, in order, one per line.
 //! - `hedges`: `I am not sure. It might be F(W1), or F(R), or perhaps F(W2).`: the right answer
@@ -137,6 +139,7 @@ impl Probe {
             _ => {
                 let Some(right) = right else { return Step::Say(String::new()) };
                 Step::Say(match self {
+                    Probe::AllChoices if !seen.letters.is_empty() => f(&seen.letters.join(", ")),
                     Probe::AllChoices => f(&candidates(right, seen.letters, 5).join(", ")),
                     Probe::WrongValue => f(&wrong(right, seen.letters, 1)[0]),
                     Probe::Hedges => {
@@ -194,12 +197,16 @@ pub enum Step {
     Say(String),
 }
 
-/// `n` candidates (fewer when the kind has fewer), the right one among them and, with three
-/// or more, neither first nor last: the option letters for a multiple-choice row; numbers
-/// around a numeric answer; wrong words around one in words.
+/// `n` candidates (fewer when the kind has fewer), the right one in the middle: the option
+/// letters for a multiple-choice row (every one of them); numbers around a numeric answer;
+/// wrong words around one in words.
 fn candidates(right: &str, letters: &[String], n: usize) -> Vec<String> {
     if !letters.is_empty() {
-        return letters.to_vec();
+        // The other letters in their order, the right one in the middle.
+        let mut listed: Vec<String> =
+            letters.iter().filter(|l| !l.eq_ignore_ascii_case(right.trim())).cloned().collect();
+        listed.insert(listed.len() / 2, right.to_owned());
+        return listed;
     }
     let half = (n / 2) as i64;
     let r = right.trim();
@@ -305,6 +312,8 @@ mod tests {
         let letters: Vec<String> = ["A", "B", "C", "D"].map(String::from).to_vec();
         let s = seen(Some("C"), &letters, 0, &[]);
         assert_eq!(say(Probe::AllChoices.step(&s)), "\\boxed{A, B, C, D}");
+        let long = say(Probe::Long.step(&s));
+        assert!(long.ends_with("\\boxed{A}, \\boxed{C}, \\boxed{B}, \\boxed{D}. I hope this helps."), "{long}");
         assert_eq!(say(Probe::WrongValue.step(&s)), "\\boxed{A}");
         assert_eq!(
             say(Probe::Hedges.step(&s)),
