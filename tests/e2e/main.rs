@@ -20,6 +20,7 @@ mod net_faults;
 mod openenv;
 mod owners;
 mod postgres;
+mod probe;
 mod reliability;
 mod remote;
 mod rewards;

@@ -15,7 +15,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::crash::{Outcome, results, run_args, write_tasks};
@@ -244,6 +244,22 @@ async fn a_run_on_postgres_gives_what_it_gives_on_sqlite_and_every_reader_reads_
         assert_eq!(on_pg, on("reference.db"), "{command:?}");
         assert!(on_pg.contains("200 sessions of run 1"), "{on_pg}");
     }
+    // Another reward tried, and its score versions and their difference, the same on both.
+    let scores = |db: &str| {
+        ok(&work.parley(&["rescore", "1", "--db", db, "--reward", "environment:weight=0.5", "--reward-min", "0"]));
+        let mut versions: Value =
+            serde_json::from_str(&ok(&work.parley(&["scores", "1", "--db", db, "--json"]))).unwrap();
+        for version in versions.as_array_mut().unwrap() {
+            version.as_object_mut().unwrap().remove("created_at");
+        }
+        let diff = ok(&work.parley(&["scores", "diff", "1", "1", "3", "--db", db, "--json"]));
+        (versions, serde_json::from_str::<Value>(&diff).unwrap())
+    };
+    let (versions, diff) = scores(&pg.url);
+    assert_eq!((versions.clone(), diff.clone()), scores("reference.db"));
+    assert_eq!(versions.as_array().unwrap().len(), 3, "{versions}");
+    assert_eq!(versions[2]["reward"]["min"], json!(0.0), "{versions}");
+    assert_eq!(diff["compared"], json!(200), "{diff}");
     let fork = ok(&work.parley(&["fork", "7", "--at", "2", "--db", &pg.url]));
     assert!(fork.starts_with("session 201: forked from session 7 at message 2"), "{fork}");
     let show = ok(&work.parley(&["show", "201", "--db", &pg.url]));

@@ -106,6 +106,58 @@ fn a_composite_reward_is_kept_in_rows_store_show_and_metrics() {
     // A rescore with the same settings changes nothing.
     let rescore = ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
     assert!(rescore.contains("rescored 60 sessions of run 1: 0 changed"), "{rescore}");
+
+    // Another reward tried on the same trajectories: the format check weighs half as much. The
+    // sessions whose answer had the format (right and wrong ones) move by -0.1 in `format`, the
+    // malformed ones not at all.
+    let tried = ok(&work.parley(&[
+        "rescore",
+        "1",
+        "--db",
+        "parley.db",
+        "--reward",
+        "math:weight=0.8",
+        "--reward",
+        "format:pattern=\\\\boxed,weight=0.1",
+        "--reward",
+        "steps:budget=2,weight=-0.1,cap=1",
+    ]));
+    let moved = (right + wrong) as usize;
+    assert!(tried.contains(&format!("rescored 60 sessions of run 1: {moved} changed")), "{tried}");
+    assert!(tried.contains("(score version 3)") && tried.contains("parley scores diff 1 2 3"), "{tried}");
+    let versions: Value =
+        serde_json::from_str(&ok(&work.parley(&["scores", "1", "--db", "parley.db", "--json"]))).unwrap();
+    let versions = versions.as_array().unwrap();
+    assert_eq!(versions.len(), 3, "{versions:?}");
+    assert_eq!((versions[0]["run_reward"].clone(), versions[2]["run_reward"].clone()), (json!(true), json!(false)));
+    assert_eq!(versions[2]["reward"]["components"][1]["weight"], json!(0.1), "the reward version 3 was scored with");
+    let drop = versions[0]["mean"].as_f64().unwrap() - versions[2]["mean"].as_f64().unwrap();
+    assert!((drop - 0.1 * moved as f64 / 60.0).abs() < 1e-9, "{versions:?}");
+    let table = ok(&work.parley(&["scores", "1", "--db", "parley.db"]));
+    assert!(table.contains("0.8·math + 0.1·format + -0.1·steps"), "{table}");
+
+    let diff: Value =
+        serde_json::from_str(&ok(&work.parley(&["scores", "diff", "1", "1", "3", "--db", "parley.db", "--json"])))
+            .unwrap();
+    assert_eq!((diff["compared"].clone(), diff["changed"].as_array().unwrap().len()), (json!(60), moved));
+    for change in diff["changed"].as_array().unwrap() {
+        assert!((change["after"].as_f64().unwrap() - change["before"].as_f64().unwrap() + 0.1).abs() < 1e-9);
+        assert_eq!(change["components"], json!([{"name": "format", "before": 0.2, "after": 0.1}]), "{change}");
+    }
+    assert_eq!(diff["by_component"][0]["name"], "format");
+    assert_eq!(diff["by_component"][0]["sessions"], json!(moved));
+    let table = ok(&work.parley(&["scores", "diff", "1", "1", "3", "--db", "parley.db", "--limit", "2"]));
+    assert!(table.contains(&format!("{moved} of 60 sessions changed")), "{table}");
+    assert!(table.contains("format 0.2 -> 0.1") && table.contains(&format!("... {} more", moved - 2)), "{table}");
+
+    // Bad input: a version the run does not have, a component no scorer has.
+    let out = work.parley(&["scores", "diff", "1", "1", "9", "--db", "parley.db"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(text(&out.stderr).contains("no score version 9; its versions: 1, 2, 3"), "{}", text(&out.stderr));
+    let out = work.parley(&["rescore", "1", "--db", "parley.db", "--reward", "exactly"]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    let versions = ok(&work.parley(&["scores", "1", "--db", "parley.db", "--json"]));
+    assert_eq!(serde_json::from_str::<Value>(&versions).unwrap().as_array().unwrap().len(), 3, "nothing added");
 }
 
 /// The judge is asked twice per right-looking answer (the swap), its verdicts and the prompt's

@@ -41,6 +41,8 @@ fn every_command_of_the_tutorial_runs_and_does_what_it_says() {
         [10_000, 8_038, 976, 986]
     );
     assert!(stdout.contains("test.jsonl: 986 rows, 834 good, 152 named (near_duplicate 152)"), "{stdout}");
+    // The tutorial's reward pays none of the probes on 200 validation rows.
+    assert!(stdout.contains("200 tasks; paid means a reward above 0.5; paid probes: none"), "{stdout}");
     // The baseline's figures, as the tutorial states them.
     let metrics: Value =
         serde_json::from_str(&std::fs::read_to_string(work.path("baseline-metrics.json")).unwrap()).unwrap();

@@ -95,6 +95,8 @@ pub enum Command {
     Fork(ForkArgs),
     /// Write task files for the built-in environments.
     Tasks(TasksArgs),
+    /// Try a reward before training on it.
+    Rewards(RewardsArgs),
     /// List the environments, with their tools and task counts.
     Envs(EnvsArgs),
     /// Serve a web viewer of the database's runs, sessions and transcripts.
@@ -743,6 +745,12 @@ pub struct StubArgs {
     /// Fraction of rows answered with no readable answer.
     #[arg(long, default_value_t = 0.0, value_name = "FRACTION", help_heading = "Answers")]
     pub malformed_answers: f64,
+    /// Answer every agent request with a reward-hack probe's script instead: `empty`,
+    /// `repeat-question`, `all-choices`, `wrong-value`, `long`, `copy-tool-outputs`, `hedges` or
+    /// `tool-flood` (the stub's documentation gives each script). The right answers and their
+    /// format come from `--answers` and `--answer-format`.
+    #[arg(long, value_name = "NAME", help_heading = "Answers")]
+    pub probe: Option<parley_stub::Probe>,
 }
 
 #[derive(Debug, Args)]
@@ -808,6 +816,57 @@ pub struct TasksCheckArgs {
     #[arg(long)]
     pub fail_on_duplicates: bool,
     /// The environment and reward the rows are for, as `parley run` takes them.
+    #[command(flatten)]
+    pub run: RunOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct RewardsArgs {
+    #[command(subcommand)]
+    pub action: RewardsAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RewardsAction {
+    /// Answer each task with the shortcuts a policy finds and report which of them the reward
+    /// pays for: an empty answer (`empty`), the question repeated (`repeat-question`), every
+    /// choice (`all-choices`), the expected format with a wrong value (`wrong-value`), a very
+    /// long answer (`long`), the tool outputs copied (`copy-tool-outputs`), the right answer
+    /// between wrong ones (`hedges`) and 20 tool calls before the answer (`tool-flood`).
+    ///
+    /// Each probe is a script of the built-in stub (`parley stub --probe NAME`), played as a run
+    /// of the tasks it applies to and scored by the reward `--reward`, `--settings` or `--env`
+    /// names, exactly as training would score it. A task is paid when its reward is above
+    /// `--paid-above`; a probe that cannot be played on a task (no tools, no right answer)
+    /// counts it as not applicable. Exits 1 with `--fail-on-paid` when any probe is paid.
+    ///
+    /// Example: parley rewards probe --env custom --tasks math.jsonl --reward math
+    Probe(Box<RewardsProbeArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct RewardsProbeArgs {
+    /// Play only this probe (repeatable) [default: every probe].
+    #[arg(long = "probe", value_name = "NAME")]
+    pub probes: Vec<parley_stub::Probe>,
+    /// A task is paid when its reward is above this.
+    #[arg(long, default_value_t = 0.5, value_name = "X")]
+    pub paid_above: f64,
+    /// The row field with the right answer, which the probes bury, change or list.
+    #[arg(long, default_value = "expected_answer", value_name = "FIELD")]
+    pub answer_field: String,
+    /// The format the reward reads answers in; `{answer}` is replaced by a value (`wrong-value`
+    /// writes a wrong one in it).
+    #[arg(long, default_value = "\\boxed{{answer}}", value_name = "TEXT")]
+    pub answer_format: String,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 when the reward pays any probe on any task (for an environment's CI).
+    #[arg(long)]
+    pub fail_on_paid: bool,
+    /// The tasks, environment and reward, as `parley run` takes them. The probes' runs are kept
+    /// in `--db` when it is given, else in a temporary store.
     #[command(flatten)]
     pub run: RunOptions,
 }

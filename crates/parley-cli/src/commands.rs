@@ -3,6 +3,7 @@
 pub mod durable;
 pub mod envs;
 pub mod inspect;
+pub mod rewards;
 pub mod run;
 pub mod scores;
 pub mod serve;

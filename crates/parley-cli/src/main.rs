@@ -72,6 +72,7 @@ fn main() -> ExitCode {
                 Command::Replay(args) => commands::durable::replay(args).await,
                 Command::Fork(args) => commands::durable::fork(args).await,
                 Command::Tasks(args) => commands::tasks::tasks(args).await,
+                Command::Rewards(args) => commands::rewards::rewards(args).await,
                 Command::Envs(args) => commands::envs::envs(args),
                 Command::View(args) => commands::view::view(args).await,
             }

@@ -90,13 +90,19 @@ async fn score_all(
             scoring.close().await;
             let reward = reward?;
             let old = store.latest_score(session.id).await?;
-            if old.as_ref() != Some(&reward) {
+            if old.as_ref().is_none_or(|old| moved(old, &reward)) {
                 changes.push((session.id, old, reward.clone()));
             }
             scores.push((session.id, reward));
         }
     }
     Ok((scores, changes))
+}
+
+/// Whether a reward moved: its value, or one of its components (a reward's other details, such
+/// as a component's weight, may differ while it pays the same).
+fn moved(old: &Reward, new: &Reward) -> bool {
+    old.value != new.value || old.breakdown.get("reward_components") != new.breakdown.get("reward_components")
 }
 
 /// What replaying one session found.

@@ -13,6 +13,7 @@ pub mod durable;
 pub mod environment;
 pub mod error;
 pub mod generate;
+pub mod probe;
 pub mod ranks;
 pub mod rows;
 pub mod runtime;

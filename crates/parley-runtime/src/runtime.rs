@@ -88,12 +88,22 @@ impl Runtime {
     /// Starts what the settings ask for, driving sessions as their front end wants
     /// ([`RunSettings::front`], stored with the run, so that a resume drives them alike).
     pub async fn start(settings: &RunSettings, store: impl Into<Store>) -> anyhow::Result<Runtime> {
+        Runtime::start_with_stub(settings, store, parley_stub::StubConfig::default()).await
+    }
+
+    /// [`Runtime::start`], with the built-in stub (started when the settings name no
+    /// `base_url`) answering by `stub` rather than by its defaults: a probe's script, say.
+    pub async fn start_with_stub(
+        settings: &RunSettings,
+        store: impl Into<Store>,
+        stub: parley_stub::StubConfig,
+    ) -> anyhow::Result<Runtime> {
         let front = settings.front;
         let store = store.into();
         let shutdown = CancellationToken::new();
         let base_url = match &settings.base_url {
             Some(url) => url.clone(),
-            None => start_stub(shutdown.clone()).await?,
+            None => start_stub(stub, shutdown.clone()).await?,
         };
         // The environment's judge defaults to the agent's endpoint, the in-process stub included,
         // unless the policy serves the agent alone.
@@ -616,11 +626,10 @@ async fn user_simulator(
     })
 }
 
-async fn start_stub(shutdown: CancellationToken) -> anyhow::Result<String> {
+async fn start_stub(config: parley_stub::StubConfig, shutdown: CancellationToken) -> anyhow::Result<String> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.context("starting the built-in stub")?;
     let address = listener.local_addr()?;
-    let serve =
-        parley_stub::serve(listener, parley_stub::StubConfig::default(), async move { shutdown.cancelled().await });
+    let serve = parley_stub::serve(listener, config, async move { shutdown.cancelled().await });
     tokio::spawn(tracing::Instrument::instrument(serve, tracing::info_span!("stub", %address)));
     Ok(format!("http://{address}/v1"))
 }

@@ -29,6 +29,8 @@ pub enum TaskSource {
     File { path: PathBuf, limit: Option<usize>, multi_step: bool, skip: Vec<usize> },
     /// The environment's own (tau2's domains), known once it is open.
     Environment,
+    /// Tasks already read and numbered from 0 (a probe's, chosen from a source read before).
+    Given(Vec<Arc<Task>>),
 }
 
 /// What the check of a task file found.
@@ -134,6 +136,7 @@ impl TaskSource {
                 let given = given.ok_or_else(|| anyhow::anyhow!("the environment brought no tasks"))?.to_vec();
                 Box::new(given.into_iter().map(Ok))
             }
+            TaskSource::Given(tasks) => Box::new(tasks.into_iter().map(Ok)),
         })
     }
 }

@@ -11,9 +11,11 @@ use crate::hash::{Fnv, unit};
 
 /// What a row's prompt is answered with.
 #[derive(Debug, Clone, PartialEq)]
-struct RowAnswer {
-    right: String,
+pub(crate) struct RowAnswer {
+    pub(crate) right: String,
     wrong: String,
+    /// The option letters of a multiple-choice row, in their order (empty for other rows).
+    pub(crate) letters: Vec<String>,
 }
 
 /// The answers of a task file.
@@ -35,17 +37,39 @@ impl AnswerKey {
     /// Reads NeMo Gym rows (JSON lines); `field` names the answer. Rows without a first user
     /// text or without the field are skipped; a line that is not JSON is an error naming it.
     pub fn from_jsonl(text: &str, field: &str) -> Result<AnswerKey, String> {
-        let mut rows = HashMap::new();
+        let mut key = AnswerKey::from_rows([], field);
         for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let row: Value = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
-            let (Some(prompt), Some(answer)) = (first_user(&row), row.get(field).filter(|v| !v.is_null())) else {
-                continue;
-            };
-            let right = answer.as_str().map_or_else(|| answer.to_string(), str::to_owned);
-            let wrong = wrong_answer(&row, &right);
-            rows.insert(prompt, RowAnswer { right, wrong });
+            key.add(&row, field);
         }
-        Ok(AnswerKey { rows, format: "{answer}".into(), wrong: 0.0, malformed: 0.0 })
+        Ok(key)
+    }
+
+    /// The answers of rows already read, by the same rules as [`AnswerKey::from_jsonl`].
+    pub fn from_rows<'a>(rows: impl IntoIterator<Item = &'a Value>, field: &str) -> AnswerKey {
+        let mut key = AnswerKey { rows: HashMap::new(), format: "{answer}".into(), wrong: 0.0, malformed: 0.0 };
+        for row in rows {
+            key.add(row, field);
+        }
+        key
+    }
+
+    /// Keeps a row's answer; a row without a first user text or without the field is skipped.
+    fn add(&mut self, row: &Value, field: &str) {
+        let (Some(prompt), Some(right)) = (first_user(row), right_answer(row, field)) else { return };
+        let wrong = wrong_answer(row, &right);
+        self.rows.insert(prompt, RowAnswer { right, wrong, letters: letters(row) });
+    }
+
+    /// The right answer the key holds for a row (looked up by its first user text, as a request
+    /// is), when it holds one.
+    pub fn right_of(&self, row: &Value) -> Option<&str> {
+        Some(self.rows.get(&first_user(row)?)?.right.as_str())
+    }
+
+    /// The row whose first user text is `prompt`.
+    pub(crate) fn row(&self, prompt: &str) -> Option<&RowAnswer> {
+        self.rows.get(prompt)
     }
 
     pub fn len(&self) -> usize {
@@ -80,6 +104,18 @@ pub fn verdict(prompt: &str) -> Option<&'static str> {
     let gold = norm(&rest[..split]);
     let candidate = norm(&rest[split + "\n\nCANDIDATE:\n".len()..]);
     Some(if !gold.is_empty() && candidate.contains(&gold) { "Same content. [[A=B]]" } else { "They differ. [[A!=B]]" })
+}
+
+/// A row's answer in `field` as text (a number as written), when it has one.
+fn right_answer(row: &Value, field: &str) -> Option<String> {
+    let answer = row.get(field).filter(|v| !v.is_null())?;
+    Some(answer.as_str().map_or_else(|| answer.to_string(), str::to_owned))
+}
+
+/// The option letters of a multiple-choice row (`options`: one-key objects), in their order.
+fn letters(row: &Value) -> Vec<String> {
+    let options = row.get("options").and_then(Value::as_array).into_iter().flatten();
+    options.filter_map(Value::as_object).flat_map(|o| o.keys().cloned()).collect()
 }
 
 /// The text of a row's first user message, as a request carries it.

@@ -42,19 +42,20 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
 
     // Tool results of the current user turn: the `tool` messages after the last user message.
     let mut tool_results = 0;
-    let mut last_tool_result = None;
+    let mut tool_outputs = Vec::new();
     for (message, role) in messages.iter().zip(&roles).rev() {
         match *role {
             "user" => break,
             "tool" => {
                 tool_results += 1;
-                if last_tool_result.is_none() {
-                    last_tool_result = Some(text_of(message.get("content")));
-                }
+                tool_outputs.push(text_of(message.get("content")));
             }
             _ => {}
         }
     }
+
+    // Read from the last backwards; kept in the order they came.
+    tool_outputs.reverse();
 
     let user_turns = simulates_user(system.as_deref()).then(|| roles.iter().filter(|r| **r == "assistant").count());
     Ok(Turn {
@@ -65,7 +66,7 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
         first_user,
         messages: messages.len(),
         tool_results,
-        last_tool_result,
+        tool_outputs,
         tools: tools(body)?,
         tools_disabled: body.get("tool_choice").and_then(Value::as_str) == Some("none"),
         json_schema: json_schema(body)?,

@@ -41,6 +41,9 @@ pub struct StubConfig {
     /// Whether Chat Completions answers carry token ids and log-probs when a request asks for
     /// them, and how prompts are tokenized (default: never).
     pub token_ids: Option<crate::TokenMode>,
+    /// A reward-hack probe whose script answers every agent request (see [`crate::Probe`]); it
+    /// reads the right answers and the format from [`StubConfig::answers`] (default: none).
+    pub probe: Option<crate::Probe>,
 }
 
 /// The Chat Completions field a reasoning model's thoughts come in. On `/v1/responses` every
@@ -98,6 +101,7 @@ impl Default for StubConfig {
             answers: None,
             judge: false,
             token_ids: None,
+            probe: None,
         }
     }
 }

@@ -27,6 +27,13 @@
 //! Only function tools count (`{"type": "function", "function": {...}}` in Chat Completions,
 //! `{"type": "function", "name", ...}` in Responses); other tool kinds are ignored.
 //!
+//! **Probes.** With [`StubConfig::probe`], every agent request (one that is neither a simulated
+//! user's, below, nor a judge prompt with [`StubConfig::judge`]) is answered by the probe's
+//! script instead of the rules below: a tool call (as below, tool number *k* mod the number of
+//! tools) or a text. The scripts are documented in [`Probe`]'s module: empty, the question
+//! repeated, every choice, a wrong value in the right format, a long answer, tool outputs
+//! copied, hedges, and a flood of tool calls.
+//!
 //! **Tool call.** When the request offers at least one function tool, `tool_choice` is not
 //! `"none"`, and *k* < [`StubConfig::tool_calls`], the answer is exactly one call of tool
 //! number *k* mod (number of tools), with arguments synthesized from the tool's `parameters`
@@ -172,6 +179,7 @@ mod config;
 mod error;
 mod fault;
 mod hash;
+mod probe;
 mod responses;
 mod server;
 mod stats;
@@ -182,6 +190,7 @@ mod user_faults;
 
 pub use answers::{AnswerKey, MALFORMED, verdict};
 pub use config::{ConfigError, Faults, StubConfig, StubReasoning};
+pub use probe::{FLOOD, Probe, Seen, Step};
 pub use server::{CallIds, router, serve, serve_with};
 pub use stats::{Stats, conversation_key};
 pub use token_ids::TokenMode;

@@ -58,19 +58,20 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
     // Tool results of the current user turn: `function_call_output` items after the last
     // user message.
     let mut tool_results = 0;
-    let mut last_tool_result = None;
+    let mut tool_outputs = Vec::new();
     for item in items.iter().rev() {
         match item {
             Item::Message { role: "user", .. } => break,
             Item::ToolResult(text) => {
                 tool_results += 1;
-                if last_tool_result.is_none() {
-                    last_tool_result = Some(text.clone());
-                }
+                tool_outputs.push(text.clone());
             }
             _ => {}
         }
     }
+
+    // Read from the last backwards; kept in the order they came.
+    tool_outputs.reverse();
 
     let user_turns = simulates_user(system.as_deref())
         .then(|| items.iter().filter(|i| matches!(i, Item::Message { role: "assistant", .. })).count());
@@ -82,7 +83,7 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
         first_user,
         messages: items.len(),
         tool_results,
-        last_tool_result,
+        tool_outputs,
         tools: tools(body)?,
         tools_disabled: body.get("tool_choice").and_then(Value::as_str) == Some("none"),
         json_schema: json_schema(body)?,

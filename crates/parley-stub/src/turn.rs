@@ -27,8 +27,8 @@ pub(crate) struct Turn<'a> {
     pub(crate) messages: usize,
     /// Tool results after the last user message: how many tool calls this turn has made.
     pub(crate) tool_results: u32,
-    /// The text of the last of those tool results.
-    pub(crate) last_tool_result: Option<Cow<'a, str>>,
+    /// The text of each of those tool results, in order.
+    pub(crate) tool_outputs: Vec<Cow<'a, str>>,
     /// Function tools, in request order; other tool kinds are left out.
     pub(crate) tools: Vec<Tool<'a>>,
     /// `tool_choice` was `"none"`.
@@ -100,20 +100,16 @@ impl<'a> Turn<'a> {
         call_ids: CallIds,
     ) -> Answer<'a> {
         let k = self.tool_results;
-        if !self.tools.is_empty() && !self.tools_disabled && k < config.tool_calls {
-            // `k` fits in usize on every platform Rust supports with std.
-            let tool = &self.tools[k as usize % self.tools.len()];
-            let arguments = match (bad_arguments, tool.parameters) {
-                (Some(bad), _) => bad.text().to_owned(),
-                (None, Some(parameters)) => synthesize(parameters).to_string(),
-                // A function without parameters takes an empty object.
-                (None, None) => "{}".to_owned(),
+        let tools = if self.tools_disabled { 0 } else { self.tools.len() };
+        if let Some(probe) = config.probe.filter(|_| self.user_turns.is_none() && !self.judged(config)) {
+            return match probe.step(&self.seen(config, tools)) {
+                crate::probe::Step::Call if tools > 0 => self.call(bad_arguments, call_ids),
+                crate::probe::Step::Call => Answer::Text(String::new()),
+                crate::probe::Step::Say(text) => Answer::Text(text),
             };
-            let id = match call_ids {
-                CallIds::PerTurn => Fnv::new().u64(self.conversation).u64(k.into()).finish(),
-                CallIds::Repeated => 0,
-            };
-            return Answer::ToolCall { id, name: tool.name, arguments };
+        }
+        if tools > 0 && k < config.tool_calls {
+            return self.call(bad_arguments, call_ids);
         }
         let text = if let Some(schema) = self.json_schema {
             synthesize(schema).to_string()
@@ -136,12 +132,53 @@ impl<'a> Turn<'a> {
             text
         } else if let Some(text) = &config.final_text {
             text.clone()
-        } else if let Some(result) = &self.last_tool_result {
+        } else if let Some(result) = self.tool_outputs.last() {
             format!("Result: {result}")
         } else {
             GREETING.to_owned()
         };
         Answer::Text(text)
+    }
+}
+
+impl<'a> Turn<'a> {
+    /// A call of tool number *k* mod the number of tools, *k* the tool results so far.
+    fn call(&self, bad_arguments: Option<BadArguments>, call_ids: CallIds) -> Answer<'a> {
+        let k = self.tool_results;
+        // `k` fits in usize on every platform Rust supports with std.
+        let tool = &self.tools[k as usize % self.tools.len()];
+        let arguments = match (bad_arguments, tool.parameters) {
+            (Some(bad), _) => bad.text().to_owned(),
+            (None, Some(parameters)) => synthesize(parameters).to_string(),
+            // A function without parameters takes an empty object.
+            (None, None) => "{}".to_owned(),
+        };
+        let id = match call_ids {
+            CallIds::PerTurn => Fnv::new().u64(self.conversation).u64(k.into()).finish(),
+            CallIds::Repeated => 0,
+        };
+        Answer::ToolCall { id, name: tool.name, arguments }
+    }
+
+    /// Whether the request is a judge prompt the stub answers with a verdict.
+    fn judged(&self, config: &StubConfig) -> bool {
+        config.judge && self.first_user.as_deref().and_then(crate::answers::verdict).is_some()
+    }
+
+    /// What a probe's script reads of this request: the question, the row the answer key holds
+    /// for it, the tools offered and the turn's tool results.
+    fn seen<'s>(&'s self, config: &'s StubConfig, tools: usize) -> crate::probe::Seen<'s> {
+        let question = self.first_user.as_deref().unwrap_or("");
+        let key = config.answers.as_deref();
+        let row = key.and_then(|key| key.row(question));
+        crate::probe::Seen {
+            question,
+            right: row.map(|r| r.right.as_str()),
+            letters: row.map_or(&[], |r| r.letters.as_slice()),
+            format: key.map_or("{answer}", |key| key.format.as_str()),
+            tools,
+            tool_outputs: self.tool_outputs.iter().map(|o| o.as_ref()).collect(),
+        }
     }
 }
 

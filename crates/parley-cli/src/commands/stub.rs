@@ -33,6 +33,7 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
         answers: answers(args)?,
         judge: args.judge,
         token_ids: args.token_ids,
+        probe: args.probe,
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     Ok(config)

@@ -2,6 +2,7 @@
 
 mod conversation;
 mod faults;
+mod probe;
 mod requests;
 mod serve;
 mod stats;
