@@ -199,8 +199,7 @@ impl RewardOptions {
             return Err(usage(format!(
                 "--settings {}: no [[reward]] table, and no --reward given: name the reward to try",
                 path.display()
-            ))
-            .into());
+            )));
         }
         Ok(Some(reward))
     }
