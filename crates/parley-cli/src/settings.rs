@@ -433,4 +433,24 @@ mod tests {
             assert!(compared.iter().any(|c| c == id), "--{id}'s default was not compared: {compared:?}");
         }
     }
+
+    #[test]
+    fn a_rescore_tries_the_reward_of_its_flags_or_its_settings_file_or_keeps_the_runs() {
+        assert!(RewardOptions::default().for_rescore(None).unwrap().is_none(), "nothing named: the run's own");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("try.toml");
+        std::fs::write(&path, "[run]\nreward_min = 0\n\n[[reward]]\nscorer = \"math\"\nweight = 0.9\n").unwrap();
+        let tried = RewardOptions::default().for_rescore(Some(&path)).unwrap().unwrap();
+        assert_eq!((tried.components.len(), tried.components[0].weight, tried.min), (1, 0.9, Some(0.0)));
+        let flags = RewardOptions { reward: vec!["exact".parse().unwrap()], ..RewardOptions::default() };
+        let tried = flags.for_rescore(Some(&path)).unwrap().unwrap();
+        assert_eq!(
+            (tried.components[0].name(), tried.min),
+            ("exact".to_owned(), Some(0.0)),
+            "flags replace the file's"
+        );
+        std::fs::write(&path, "[run]\nconcurrency = 2\n").unwrap();
+        let err = RewardOptions::default().for_rescore(Some(&path)).unwrap_err();
+        assert!(err.to_string().contains("no [[reward]] table"), "{err}");
+    }
 }
