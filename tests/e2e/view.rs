@@ -141,6 +141,46 @@ fn the_viewer_answers_strangers_and_bad_input_with_pages() {
     assert!(TcpStream::connect(view.base.trim_start_matches("http://")).is_err(), "still listening after it stopped");
 }
 
+/// A run's score versions and what a rescore moved are pages: the run lists its versions with the
+/// reward of each, and the scores page compares two, each changed session linked.
+#[test]
+fn a_runs_score_versions_and_what_a_rescore_moved_are_pages() {
+    let work = Workdir::new();
+    work.tasks(4);
+    let stub = Stub::start(&[]);
+    ok(&run(&work, &stub, &["--trials", "2"]));
+    for weight in ["0.5", "0.25"] {
+        let reward = format!("environment:weight={weight}");
+        ok(&work.parley(&["rescore", "1", "--db", "parley.db", "--reward", &reward]));
+    }
+    let view = View::start(&work, &[], &[]);
+    let (status, _, body) = view.get("/runs/1", &[]);
+    assert_eq!(status, 200);
+    assert!(body.contains("Score versions") && body.contains("0.5·environment"), "{body}");
+    assert!(body.contains("the environment&#39;s own") || body.contains("the environment's own"), "{body}");
+    assert!(body.contains("href=\"/runs/1/scores?a=2&amp;b=3\""), "{body}");
+
+    // By default the latest two: the four sessions that failed score 0 either way, the four
+    // that succeeded (mean 0.5 at version 1) pay half as much.
+    let (status, _, body) = view.get("/runs/1/scores", &[]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Version 2 → 3") && body.contains("4 of 8 sessions changed"), "{body}");
+    assert!(body.contains("<td>environment</td>"), "{body}");
+    assert_eq!(body.matches("href=\"/sessions/").count(), 4, "{body}");
+    let (status, _, body) = view.get("/runs/1/scores?a=1&b=3", &[]);
+    assert_eq!(status, 200);
+    assert!(body.contains("Version 1 → 3"), "{body}");
+    for (path, status, says) in [
+        ("/runs/1/scores?a=1&b=9", 404, "score version 9 of run 1 not found"),
+        ("/runs/1/scores?a=1", 400, "compare two versions"),
+        ("/runs/1/scores?a=x&b=2", 400, "`x`"),
+    ] {
+        let (got, _, body) = view.get(path, &[]);
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
+}
+
 /// The browser and playwright-core that `.ci/setup-browser` installs, or why they are missing.
 fn browser() -> Result<std::path::PathBuf, String> {
     let module = root().join(".browser-tests/node_modules/playwright-core");

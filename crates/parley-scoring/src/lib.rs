@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub mod training;
+pub mod versions;
 
 /// A reward at or above this counts as a success for pass@k and pass^k (tau2 counts reward 1).
 pub const SUCCESS: f64 = 1.0 - 1e-6;

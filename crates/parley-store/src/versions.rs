@@ -99,3 +99,40 @@ impl PgStore {
         Ok(rows.into_iter().map(score).collect())
     }
 }
+
+impl SessionScore {
+    /// The score as a comparison of versions reads it: its value and its components by name.
+    pub fn scored(&self) -> parley_scoring::versions::Scored {
+        let components = self.reward.breakdown.get("reward_components").and_then(Value::as_object);
+        parley_scoring::versions::Scored {
+            session: self.session,
+            task_index: self.task_index,
+            value: self.reward.value,
+            components: components.into_iter().flatten().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect(),
+        }
+    }
+}
+
+/// A version's reward in one line, from the settings stored with it (or the run's): its
+/// components with their weights (`0.8·math + 0.1·format`), then its bounds.
+pub fn describe_reward(reward: &Value) -> String {
+    let components: Vec<String> = reward["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let name = c["name"].as_str().or_else(|| c["scorer"].as_str()).unwrap_or("?");
+            match c["weight"].as_f64() {
+                Some(w) if w != 1.0 => format!("{w}·{name}"),
+                _ => name.to_owned(),
+            }
+        })
+        .collect();
+    let mut text = if components.is_empty() { "the environment's own".to_owned() } else { components.join(" + ") };
+    for (key, word) in [("min", "at least"), ("max", "at most")] {
+        if let Some(bound) = reward.get(key).and_then(Value::as_f64) {
+            text.push_str(&format!(", {word} {bound}"));
+        }
+    }
+    text
+}

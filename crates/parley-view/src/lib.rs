@@ -40,6 +40,7 @@ pub fn router(store: impl Into<Store>, access: Access) -> Router {
         .route("/", get(pages::runs::page))
         .route("/runs/{run}", get(pages::run::page))
         .route("/runs/{run}/sessions", get(pages::sessions::page))
+        .route("/runs/{run}/scores", get(pages::scores::page))
         .route("/sessions/{session}", get(pages::session::page))
         .route("/compare", get(pages::compare::page))
         .route("/style.css", get(layout::style))

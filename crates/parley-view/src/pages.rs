@@ -4,6 +4,7 @@
 pub mod compare;
 pub mod run;
 pub mod runs;
+pub mod scores;
 pub mod session;
 pub mod sessions;
 

@@ -3,8 +3,9 @@
 
 use std::io::Write;
 
-use parley_runtime::scores::{self, Diff, Version};
-use serde_json::Value;
+use parley_runtime::scores::{self, Version};
+use parley_scoring::versions::Diff;
+use parley_store::describe_reward;
 
 use crate::cli::{ScoresAction, ScoresArgs, ScoresDiffArgs};
 use crate::commands::inspect::open;
@@ -34,31 +35,10 @@ pub async fn scores(args: ScoresArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A version's reward in one line: its components with their weights, and its bounds.
+/// A version's reward in one line, saying when it is the run's own.
 fn describe(version: &Version) -> String {
-    let reward = &version.reward;
-    let components: Vec<String> = reward["components"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            let name = c["name"].as_str().or_else(|| c["scorer"].as_str()).unwrap_or("?");
-            match c["weight"].as_f64() {
-                Some(w) if w != 1.0 => format!("{w}·{name}"),
-                _ => name.to_owned(),
-            }
-        })
-        .collect();
-    let mut text = if components.is_empty() { "the environment's own".to_owned() } else { components.join(" + ") };
-    for (key, word) in [("min", "at least"), ("max", "at most")] {
-        if let Some(bound) = reward.get(key).and_then(Value::as_f64) {
-            text.push_str(&format!(", {word} {bound}"));
-        }
-    }
-    if version.run_reward {
-        text.push_str(" (the run's)");
-    }
-    text
+    let text = describe_reward(&version.reward);
+    if version.run_reward { format!("{text} (the run's)") } else { text }
 }
 
 async fn diff(args: ScoresDiffArgs) -> anyhow::Result<()> {

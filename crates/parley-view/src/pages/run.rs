@@ -63,6 +63,8 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
     };
     let latency_top = percentile(latencies, 0.99).unwrap_or(1.0).max(1e-3);
     let latency_bars = histogram(latencies, 20, 0.0, latency_top, " ms");
+    let versions = store.score_versions(id).await?;
+    let own_reward = record.config.get("reward").cloned().unwrap_or_default();
     let running = running && unfinished > 0;
     let sessions = format!("/runs/{id}/sessions");
     let finished = total - unfinished;
@@ -135,6 +137,12 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
                     tr { td { (k) } td.num { (fraction(*at)) } td.num { (fraction(*hat)) } }
                 }
             }
+        }
+
+        @if versions.len() > 1 {
+            h2 { "Score versions" }
+            (crate::pages::scores::versions_table(id, &versions, &own_reward))
+            p { a href=(format!("/runs/{id}/scores")) { "What the latest rescore moved" } }
         }
 
         h2 { "Plots" }
