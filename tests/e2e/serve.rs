@@ -94,6 +94,15 @@ fn run_answers_verify_responses_with_the_rewards_of_parley_run() {
     }
     assert!(metrics.contains("parley_sessions_finished_total{termination=\"agent_stop\",failure=\"\"} 4"), "{metrics}");
     assert!(metrics.contains("parley_run_seconds_count 4"), "{metrics}");
+
+    // A served run's trajectories take another reward as any run's do: its rows are stored.
+    let rescored = ok(&work.parley(&["rescore", "1", "--db", "serve.db", "--reward", "environment:weight=0.5"]));
+    assert!(rescored.contains("rescored 4 sessions of run 1"), "{rescored}");
+    let diff = ok(&work.parley(&["scores", "diff", "1", "1", "2", "--db", "serve.db", "--json"]));
+    let diff: Value = serde_json::from_str(&diff).unwrap();
+    assert_eq!(diff["compared"], 4, "{diff}");
+    let (before, after) = (diff["mean_before"].as_f64().unwrap(), diff["mean_after"].as_f64().unwrap());
+    assert!(before > 0.0 && (after - before / 2.0).abs() < 1e-12, "{diff}");
 }
 
 #[test]
