@@ -136,3 +136,42 @@ pub fn describe_reward(reward: &Value) -> String {
     }
     text
 }
+
+/// How often each task passed, by task id, over every run of the store that recorded it with
+/// `environment`: (task id, passed, scored). A session counts when it finished without an
+/// infrastructure failure and was scored; it passed when its reward is 1 (within 1e-6).
+const PASS_COUNTS: &str = "SELECT t.task_id,
+            COUNT(*) FILTER (WHERE s.reward >= 0.999999),
+            COUNT(*)
+     FROM sessions s
+     JOIN tasks t ON t.run_id = s.run_id AND t.task_index = s.task_index
+     JOIN runs r ON r.id = s.run_id
+     WHERE r.environment = $1 AND s.status = 'finished' AND s.failure IS NULL AND s.reward IS NOT NULL
+     GROUP BY t.task_id";
+
+type PassRow = (String, i64, i64);
+
+fn pass((task, passed, scored): PassRow) -> (String, u64, u64) {
+    (task, u64::try_from(passed).unwrap_or_default(), u64::try_from(scored).unwrap_or_default())
+}
+
+impl SqliteStore {
+    /// Each task's passed and scored sessions, by task id, over every run of `environment`.
+    pub async fn pass_counts_by_task(&self, environment: &str) -> Result<Vec<(String, u64, u64)>, StoreError> {
+        let rows: Vec<PassRow> = sqlx::query_as(PASS_COUNTS)
+            .bind(environment)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, "the pass counts of the store's tasks (tables `sessions`, `tasks`)"))?;
+        Ok(rows.into_iter().map(pass).collect())
+    }
+}
+
+impl PgStore {
+    /// Each task's passed and scored sessions, by task id, over every run of `environment`.
+    pub async fn pass_counts_by_task(&self, environment: &str) -> Result<Vec<(String, u64, u64)>, StoreError> {
+        let error = self.error("the pass counts of the store's tasks (tables `sessions`, `tasks`)");
+        let rows: Vec<PassRow> = sqlx::query_as(PASS_COUNTS).bind(environment).fetch_all(self.pool()).await.map_err(error)?;
+        Ok(rows.into_iter().map(pass).collect())
+    }
+}
