@@ -87,6 +87,17 @@ impl Workdir {
         command.output().expect("run parley")
     }
 
+    /// Runs `parley` in this folder without the variables `unset` (which the tests' own
+    /// environment may carry).
+    pub fn parley_without_env(&self, args: &[&str], unset: &[&str]) -> Output {
+        let mut command = Command::new(PARLEY);
+        command.current_dir(self.dir.path()).args(args).env("NO_COLOR", "1");
+        for k in unset {
+            command.env_remove(k);
+        }
+        command.output().expect("run parley")
+    }
+
     /// The first row of the task file [`Workdir::tasks`] wrote, as its text.
     pub fn first_task_row(&self) -> String {
         let rows = std::fs::read_to_string(self.path("tasks.jsonl")).expect("tasks.jsonl, written by Workdir::tasks");

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use agent_oracle::{agent_gold_actions, closing_message};
 use async_trait::async_trait;
-use environment_tau2::{DomainOptions, load};
+use environment_tau2::{Data, DomainOptions, load};
 use parley_core::{
     Agent, AgentFailure, AgentTurn, AgentView, Limits, Message, Player, Role, RunSpec, SessionSpec, SessionStore, Task,
     stable_seed,
@@ -219,7 +219,7 @@ async fn openenv_clients_score_every_airline_task_as_parley_run_does() {
     }
     assert_eq!(expected, vec![1.0; 50], "the oracle solves every airline task");
 
-    let domain = load(&dir, "airline", DomainOptions::default()).unwrap();
+    let domain = load(&Data::Folder(dir.clone()), "airline", DomainOptions::default()).unwrap();
     let all: Vec<usize> = (0..domain.tasks.len()).collect();
     std::fs::write(work.path("gold.json"), scripts(&domain.tasks, &all, gold).to_string()).unwrap();
     let served = Served::start(&work, &["--env", "tau2:airline", "--user", "scripted", "--data-dir", &data]);
@@ -285,7 +285,7 @@ async fn openenv_200_websocket_sessions_at_once_keep_their_own_state() {
     let (Some(python), Some(dir)) = (client(), data()) else { return };
     let data = dir.display().to_string();
     // tau2's mock domain: its world is small, so that 200 scores at once take little time.
-    let tasks = load(&dir, "mock", DomainOptions::default()).unwrap().tasks.len();
+    let tasks = load(&Data::Folder(dir.clone()), "mock", DomainOptions::default()).unwrap().tasks.len();
     let work = Workdir::new();
     let stub = Stub::start(&[]);
     let args = ["--env", "tau2:mock", "--data-dir", &data, "--user", "llm", "--user-base-url", &stub.url];
@@ -406,7 +406,7 @@ fn openenv_bad_frames_and_bodies_get_openenvs_error_shapes() {
 fn openenv_a_dropped_connection_leaves_its_session_to_continue_by_id() {
     let (Some(python), Some(dir)) = (client(), data()) else { return };
     let data = dir.display().to_string();
-    let domain = load(&dir, "airline", DomainOptions::default()).unwrap();
+    let domain = load(&Data::Folder(dir.clone()), "airline", DomainOptions::default()).unwrap();
     let i = (0..domain.tasks.len()).find(|&i| agent_gold_actions(&domain.tasks[i]).len() >= 3).unwrap();
     let work = Workdir::new();
     let script = &scripts(&domain.tasks, &[i], gold)[0];

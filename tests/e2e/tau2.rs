@@ -1,6 +1,7 @@
 //! tau2's domains through the binary: the oracle with a scripted user solves every solvable
 //! task; the mock domain in a multi-turn conversation with the LLM user (the stub playing both
-//! sides); `parley envs` lists the domains. The data is read from `../shared/data/tau2`.
+//! sides); `parley envs` lists the domains. The data is read from `../shared/data/tau2`, except
+//! where a test shows the copy built into the binary at work, with no folder named.
 
 use std::path::PathBuf;
 
@@ -176,6 +177,36 @@ fn envs_lists_the_domains_with_their_counts() {
     }
     let airline = out.lines().find(|l| l.starts_with("tau2:airline")).unwrap();
     assert!(airline.split_whitespace().any(|w| w == "50"), "{airline}");
+}
+
+/// With no `--data-dir` and no `PARLEY_TAU2_DATA`, tau2's domains come from the copy built into
+/// the binary: `parley envs` counts their tasks and credits the data, a multi-turn run of the mock
+/// domain with the LLM user (the in-process stub on both sides) and the oracle's airline run need
+/// no download. A folder named by the flag or the variable wins over the built-in copy.
+#[test]
+fn the_built_in_data_needs_no_folder() {
+    let work = Workdir::new();
+    let unset = ["PARLEY_TAU2_DATA"];
+    let out = ok(&work.parley_without_env(&["envs"], &unset));
+    for (env, tasks) in [("tau2:mock", "10"), ("tau2:airline", "50"), ("tau2:retail", "114"), ("tau2:telecom", "20")] {
+        let line = out.lines().find(|l| l.starts_with(env)).unwrap_or_else(|| panic!("{env} listed: {out}"));
+        assert!(line.split_whitespace().nth(3) == Some(tasks) && line.contains("(built in)"), "{line}");
+    }
+    assert!(out.contains("tau2-bench (MIT License, Copyright (c) 2025 Sierra Research"), "{out}");
+
+    let out =
+        ok(&work.parley_without_env(&["run", "--env", "tau2:mock", "--user", "llm", "--db", "parley.db"], &unset));
+    assert!(out.contains("10 sessions"), "{out}");
+    assert!(out.contains("user tokens"), "the simulated user spoke: {out}");
+    let args = ["run", "--env", "tau2:airline", "--agent", "oracle", "--user", "scripted", "--db", "parley.db"];
+    let out = ok(&work.parley_without_env(&args, &unset));
+    assert!(out.contains("reward         1.000 ± 0.000 (95% interval, n=50)"), "{out}");
+
+    let folder = ok(&work.parley_without_env(&["envs", "--data-dir", &data()], &unset));
+    assert!(folder.contains(&format!("tau2's airline domain (from {})", data())), "{folder}");
+    assert!(!folder.contains("built in"), "{folder}");
+    let missing = ok(&work.parley_with_env(&["envs"], &[("PARLEY_TAU2_DATA", "/nonexistent-tau2-data")]));
+    assert!(missing.contains("tau2 data directory /nonexistent-tau2-data does not exist"), "{missing}");
 }
 
 /// `--num-tasks` takes the first N tasks of the split; `--tasks` is refused, as the domain brings

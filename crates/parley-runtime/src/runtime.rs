@@ -587,8 +587,8 @@ async fn user_simulator(
                 Some(own) if tau2 => simulator_llm::Prompt::tau2(own.clone(), own),
                 Some(own) => simulator_llm::Prompt::default().with_guidelines(own),
                 None if tau2 => {
-                    let dir = settings.tau2.data_dir()?;
-                    let theirs = environment_tau2::user_guidelines(&dir).map_err(|e| usage(e.to_string()))?;
+                    let data = settings.tau2.data()?;
+                    let theirs = environment_tau2::user_guidelines(&data).map_err(|e| usage(e.to_string()))?;
                     simulator_llm::Prompt::tau2(theirs.plain, theirs.tools)
                 }
                 None => simulator_llm::Prompt::default(),

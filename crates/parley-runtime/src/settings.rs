@@ -212,12 +212,13 @@ impl RunSettings {
 pub const TAU2_DATA_VARIABLE: &str = "PARLEY_TAU2_DATA";
 
 impl Tau2Settings {
-    /// tau2's data folder, checked. A run recorded without one (by a Parley whose flag did not
-    /// yet read the variable) finds it where its front end did, in [`TAU2_DATA_VARIABLE`].
-    pub fn data_dir(&self) -> Result<PathBuf, UsageError> {
+    /// tau2's data: the folder named (checked to be one), else the copy built into Parley. A run
+    /// recorded without a folder (by a Parley whose flag did not yet read the variable) finds it
+    /// where its front end did, in [`TAU2_DATA_VARIABLE`].
+    pub fn data(&self) -> Result<environment_tau2::Data, UsageError> {
         let recorded_without = || std::env::var_os(TAU2_DATA_VARIABLE).filter(|d| !d.is_empty()).map(PathBuf::from);
         let dir = self.data_dir.clone().or_else(recorded_without);
-        environment_tau2::data_dir(dir.as_deref()).map_err(|e| usage(e.to_string()))
+        environment_tau2::Data::new(dir.as_deref()).map_err(|e| usage(e.to_string()))
     }
 }
 
@@ -476,7 +477,7 @@ impl RunSettings {
                     dir.display()
                 )));
             }
-            self.tau2.data_dir()?;
+            self.tau2.data()?;
             if let Some(tasks) = &self.tasks {
                 return Err(usage(format!(
                     "--tasks {}: tau2 domains bring their own tasks; choose them with --split and --num-tasks",

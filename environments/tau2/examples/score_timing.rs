@@ -20,7 +20,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use environment_tau2::{DomainOptions, load};
+use environment_tau2::{Data, DomainOptions, load};
 use parley_core::{EnvSession, Message, Party, Role, Task, Termination, ToolCall};
 use serde_json::Value;
 
@@ -35,7 +35,7 @@ async fn main() {
         .or_else(|| std::env::var_os("PARLEY_TAU2_DATA").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau2"));
     let rounds: usize = args.next().map(|n| n.parse().expect("ROUNDS is a number")).unwrap_or(1);
-    let domain = load(&data, &domain_name, DomainOptions::default()).expect("the domain loads");
+    let domain = load(&Data::Folder(data), &domain_name, DomainOptions::default()).expect("the domain loads");
     let env = domain.tau2_environment();
 
     let kinds = ["gold", "nothing", "all but the last write"];

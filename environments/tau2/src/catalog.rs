@@ -3,11 +3,10 @@
 //! name (for Python-style error messages) and whether it mutates state (what replay re-runs
 //! and what `ToolOutput.write` reports). It never embeds the data.
 
-use std::path::Path;
-
 use parley_core::ToolSpec;
 use serde_json::Value;
 
+use crate::data::Data;
 use crate::error::Tau2Error;
 use crate::toolkit::Requestor;
 
@@ -30,10 +29,10 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn load(data_dir: &Path, domain: &str) -> Result<Catalog, Tau2Error> {
-        let path = data_dir.join("derived").join("tools.openai.json");
-        let all: Value = crate::domains::read_json(&path)?;
-        let bad = |message: String| Tau2Error::Parse { path: path.clone(), message };
+    pub fn load(data: &Data, domain: &str) -> Result<Catalog, Tau2Error> {
+        const FILE: &str = "derived/tools.openai.json";
+        let all: Value = data.read_json(FILE)?;
+        let bad = |message: String| data.parse_error(FILE, message);
         let entries = all
             .get(domain)
             .and_then(Value::as_array)

@@ -1,16 +1,16 @@
 //! A loaded domain: its tasks (as Parley tasks), splits, system prompt, tool catalogue and
 //! initial world, and the [`Environment`] that opens sessions on it. Loading reads everything
-//! from the data folder and validates every task up front; nothing is read afterwards.
+//! from the [`Data`] and validates every task up front; nothing is read afterwards.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use parley_core::{Environment, Message, ModelClient, Task, ToolSpec};
 use serde_json::Value;
 
 use crate::catalog::Catalog;
-use crate::domains::{load_state, read_json};
+use crate::data::Data;
+use crate::domains::load_state;
 use crate::error::Tau2Error;
 use crate::prompt;
 use crate::pyjson::Py;
@@ -91,37 +91,27 @@ impl std::fmt::Debug for Domain {
     }
 }
 
-/// The tau2 data folder given (the front end's `--data-dir`, which also reads
-/// `PARLEY_TAU2_DATA`), checked to be a folder.
-pub fn data_dir(given: Option<&Path>) -> Result<PathBuf, Tau2Error> {
-    let dir = given.ok_or(Tau2Error::NoDataDir)?.to_owned();
-    if !dir.is_dir() {
-        return Err(Tau2Error::MissingDataDir(dir));
-    }
-    Ok(dir)
-}
-
-/// Loads a domain (`mock`, `airline`, `retail` or `telecom`) from the tau2 data folder.
-pub fn load(data_dir: &Path, name: &str, options: DomainOptions) -> Result<Domain, Tau2Error> {
+/// Loads a domain (`mock`, `airline`, `retail` or `telecom`) from tau2's data.
+pub fn load(data: &Data, name: &str, options: DomainOptions) -> Result<Domain, Tau2Error> {
     if !DOMAINS.contains(&name) {
         return Err(Tau2Error::UnknownDomain(name.to_owned()));
     }
-    let dir = data_dir.join(name);
-    let policy = prompt::policy(&dir, name, options.solo)?.ok_or_else(|| {
+    let policy = prompt::policy(data, name, options.solo)?.ok_or_else(|| {
         Tau2Error::Invalid(format!(
             "the {name} domain has no solo variant (tau2 ships solo policies for mock and telecom)"
         ))
     })?;
-    let catalog = Arc::new(Catalog::load(data_dir, name)?);
-    let base = load_state(name, &dir)?;
+    let catalog = Arc::new(Catalog::load(data, name)?);
+    let base = load_state(name, data)?;
 
-    let task_file = dir.join(if name == "telecom" { "tasks_small.json" } else { "tasks.json" });
-    let rows: Vec<Value> = read_json(&task_file)?;
-    let ordered: Vec<Py> = match Py::parse(&crate::domains::read(&task_file)?) {
+    let task_file = format!("{name}/{}", if name == "telecom" { "tasks_small.json" } else { "tasks.json" });
+    let text = data.read(&task_file)?;
+    let rows: Vec<Value> = serde_json::from_str(&text).map_err(|e| data.parse_error(&task_file, e))?;
+    let ordered: Vec<Py> = match Py::parse(&text) {
         Ok(Py::List(items)) => items,
         _ => Vec::new(),
     };
-    let bad = |message: String| Tau2Error::Parse { path: task_file.clone(), message };
+    let bad = |message: String| data.parse_error(&task_file, message);
 
     let mut agent_tools = catalog.specs(Requestor::Assistant);
     if options.solo {
@@ -160,8 +150,7 @@ pub fn load(data_dir: &Path, name: &str, options: DomainOptions) -> Result<Domai
     if name == "telecom" {
         splits.insert("small".to_owned(), tasks.iter().map(|t| t.id.clone()).collect());
     } else {
-        let path = dir.join("split_tasks.json");
-        let all: BTreeMap<String, Vec<String>> = read_json(&path)?;
+        let all: BTreeMap<String, Vec<String>> = data.read_json(&format!("{name}/split_tasks.json"))?;
         for (split, ids) in all {
             splits.insert(split, ids.into_iter().filter(|id| specs.contains_key(id)).collect());
         }

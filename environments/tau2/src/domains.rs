@@ -8,24 +8,23 @@ pub mod mock;
 pub mod retail;
 pub mod telecom;
 
-use std::path::Path;
-
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::args::Args;
+use crate::data::Data;
 use crate::error::Tau2Error;
 use crate::pyjson::Py;
 use crate::toolkit::{DomainState, Requestor, ToolError, ToolResult};
 use crate::view::View;
 
-/// Loads a domain's initial world from its data folder.
-pub fn load_state(domain: &str, dir: &Path) -> Result<Box<dyn DomainState>, Tau2Error> {
+/// Loads a domain's initial world from its folder of the data.
+pub fn load_state(domain: &str, data: &Data) -> Result<Box<dyn DomainState>, Tau2Error> {
     Ok(match domain {
-        "mock" => Box::new(mock::load(dir)?),
-        "airline" => Box::new(State::<airline::Airline> { db: read_json(&dir.join("db.json"))?, user_db: None }),
-        "retail" => Box::new(State::<retail::Retail> { db: read_json(&dir.join("db.json"))?, user_db: None }),
-        "telecom" => Box::new(telecom::load(dir)?),
+        "mock" => Box::new(mock::load(data)?),
+        "airline" => Box::new(State::<airline::Airline> { db: data.read_json("airline/db.json")?, user_db: None }),
+        "retail" => Box::new(State::<retail::Retail> { db: data.read_json("retail/db.json")?, user_db: None }),
+        "telecom" => Box::new(telecom::load(data)?),
         other => return Err(Tau2Error::UnknownDomain(other.to_owned())),
     })
 }
@@ -117,18 +116,6 @@ impl<T: Toolkits> DomainState for State<T> {
     fn user_tool_on_agent_db(&self) -> ToolError {
         ToolError::new(format!("'{}' object has no attribute '{}'", T::AGENT_DB_CLASS, T::USER_DB_FIELD))
     }
-}
-
-pub(crate) fn read(path: &Path) -> Result<String, Tau2Error> {
-    std::fs::read_to_string(path).map_err(|source| Tau2Error::Io { path: path.to_owned(), source })
-}
-
-pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, Tau2Error> {
-    serde_json::from_str(&read(path)?).map_err(|e| Tau2Error::Parse { path: path.to_owned(), message: e.to_string() })
-}
-
-pub(crate) fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, Tau2Error> {
-    toml::from_str(&read(path)?).map_err(|e| Tau2Error::Parse { path: path.to_owned(), message: e.to_string() })
 }
 
 /// A model as tau2 returns it from a tool (`model_dump()` then `json.dumps`).

@@ -5,11 +5,6 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Tau2Error {
-    #[error(
-        "no tau2 data directory: pass one explicitly (--data-dir) or set PARLEY_TAU2_DATA to the folder holding \
-         mock/, airline/, retail/, telecom/ and derived/tools.openai.json"
-    )]
-    NoDataDir,
     #[error("tau2 data directory {0} does not exist")]
     MissingDataDir(PathBuf),
     #[error(

@@ -3,9 +3,7 @@
 //! instruction (stop tool `done`) with the task's ticket. Also the domain policies, assembled
 //! from the data files as each domain's `get_environment` does. It never reads task data.
 
-use std::path::Path;
-
-use crate::domains::read;
+use crate::data::Data;
 use crate::error::Tau2Error;
 
 const AGENT_INSTRUCTION: &str =
@@ -44,18 +42,19 @@ pub fn solo_system_prompt(policy: &str, ticket: &str) -> String {
 }
 
 /// The domain policy (`env.get_policy()`), `None` where tau2 has no variant for that mode.
-pub fn policy(dir: &Path, domain: &str, solo: bool) -> Result<Option<String>, Tau2Error> {
+pub fn policy(data: &Data, domain: &str, solo: bool) -> Result<Option<String>, Tau2Error> {
+    let read = |file: &str| data.read(&format!("{domain}/{file}")).map(String::from);
     Ok(match (domain, solo) {
         ("telecom", _) => {
-            let main = read(&dir.join(if solo { "main_policy_solo.md" } else { "main_policy.md" }))?;
+            let main = read(if solo { "main_policy_solo.md" } else { "main_policy.md" })?;
             // tau2's "manual" policy type; its solo variant reuses the same manual.
-            let tech = read(&dir.join("tech_support_manual.md"))?;
+            let tech = read("tech_support_manual.md")?;
             Some(format!(
                 "<main_policy>\n{main}\n</main_policy>\n<tech_support_policy>\n{tech}\n</tech_support_policy>"
             ))
         }
-        ("mock", true) => Some(read(&dir.join("policy_solo.md"))?),
+        ("mock", true) => Some(read("policy_solo.md")?),
         (_, true) => None,
-        (_, false) => Some(read(&dir.join("policy.md"))?),
+        (_, false) => Some(read("policy.md")?),
     })
 }

@@ -2,9 +2,7 @@
 //! `tau2/user/user_simulator.py` reads them: `user_simulator/simulation_guidelines.md`, and
 //! `simulation_guidelines_tools.md` for a user with tools of its own (dual control).
 
-use std::path::Path;
-
-use crate::domains::read;
+use crate::data::Data;
 use crate::error::Tau2Error;
 
 /// Where the guidelines are, inside the data folder.
@@ -25,15 +23,15 @@ pub struct UserGuidelines {
     pub tools: String,
 }
 
-/// Reads tau2's user guidelines from `<data_dir>/user_simulator/`, or from beside the data folder
-/// when it is tau2's own `data/tau2/domains` (whose sibling is `data/tau2/user_simulator`).
-pub fn user_guidelines(data_dir: &Path) -> Result<UserGuidelines, Tau2Error> {
-    let folder = [data_dir.join(FOLDER), data_dir.join("..").join(FOLDER)]
+/// Reads tau2's user guidelines from the data's `user_simulator/`, or from beside a data folder
+/// that is tau2's own `data/tau2/domains` (whose sibling is `data/tau2/user_simulator`).
+pub fn user_guidelines(data: &Data) -> Result<UserGuidelines, Tau2Error> {
+    let folder = [FOLDER.to_owned(), format!("../{FOLDER}")]
         .into_iter()
-        .find(|f| f.join(PLAIN).is_file())
-        .ok_or_else(|| Tau2Error::NoUserGuidelines(data_dir.join(FOLDER).join(PLAIN)))?;
+        .find(|f| data.exists(&format!("{f}/{PLAIN}")))
+        .ok_or_else(|| Tau2Error::NoUserGuidelines(data.path(&format!("{FOLDER}/{PLAIN}"))))?;
     let guidelines = |name: &str| -> Result<String, Tau2Error> {
-        Ok(python_text(&read(&folder.join(name))?).replace(PERSONA_MARK, ""))
+        Ok(python_text(&data.read(&format!("{folder}/{name}"))?).replace(PERSONA_MARK, ""))
     };
     Ok(UserGuidelines { plain: guidelines(PLAIN)?, tools: guidelines(TOOLS)? })
 }
@@ -55,15 +53,19 @@ mod tests {
         std::fs::create_dir_all(inside.join(FOLDER)).unwrap();
         std::fs::write(inside.join(FOLDER).join(PLAIN), "plain\r\nrules<PERSONA_GUIDELINES>\n").unwrap();
         std::fs::write(inside.join(FOLDER).join(TOOLS), "tools").unwrap();
-        let read = user_guidelines(&inside).unwrap();
+        let read = user_guidelines(&Data::Folder(inside.clone())).unwrap();
         assert_eq!(read, UserGuidelines { plain: "plain\nrules\n".into(), tools: "tools".into() });
 
         // tau2's layout: data/tau2/domains beside data/tau2/user_simulator.
         let domains = inside.join("domains");
         std::fs::create_dir_all(&domains).unwrap();
-        assert_eq!(user_guidelines(&domains).unwrap(), read);
+        assert_eq!(user_guidelines(&Data::Folder(domains)).unwrap(), read);
 
-        let err = user_guidelines(dir.path()).unwrap_err();
+        let err = user_guidelines(&Data::Folder(dir.path().to_owned())).unwrap_err();
         assert!(err.to_string().contains("simulation_guidelines.md"), "{err}");
+
+        // The built-in copy has them in its own user_simulator/.
+        let built_in = user_guidelines(&Data::Embedded).unwrap();
+        assert!(built_in.plain.contains("customer") && built_in.tools.contains("tool"), "{built_in:?}");
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use agent_oracle::{Oracle, gold_script};
 use async_trait::async_trait;
-use environment_tau2::{DomainOptions, load};
+use environment_tau2::{Data, DomainOptions, load};
 use parley_core::{
     Agent, AgentView, ChatReply, ChatRequest, EnvSession, Message, ModelCall, ModelClient, ModelFailure, Party, Reward,
     Task, Termination,
@@ -93,7 +93,7 @@ async fn the_oracle_passes_every_task_but_the_documented_ones() {
     let mut unexpected = Vec::new();
     for name in environment_tau2::DOMAINS {
         let options = DomainOptions { judge: Some(judge.clone()), ..DomainOptions::default() };
-        let domain = load(&dir, name, options).unwrap();
+        let domain = load(&Data::Folder(dir.clone()), name, options).unwrap();
         let env = domain.environment();
         let mut passed = 0;
         for task in &domain.tasks {
@@ -117,7 +117,7 @@ async fn the_oracle_passes_every_task_but_the_documented_ones() {
 #[tokio::test]
 async fn without_a_judge_nl_assertions_in_the_basis_fail_loudly() {
     let Some(dir) = data() else { return };
-    let domain = load(&dir, "retail", DomainOptions::default()).unwrap();
+    let domain = load(&Data::Folder(dir.clone()), "retail", DomainOptions::default()).unwrap();
     let env = domain.environment();
     let task = domain
         .tasks

@@ -1,12 +1,11 @@
 //! The mock domain: tasks and users on the agent's side, a notification inbox on the user's.
 //! Models, tools and helpers mirror tau2's `domains/mock`; it never touches another domain.
 
-use std::path::Path;
-
 use serde::{Deserialize, Serialize};
 
 use crate::args::Args;
-use crate::domains::{State, Toolkits, model, read_json};
+use crate::data::Data;
+use crate::domains::{State, Toolkits, model};
 use crate::error::Tau2Error;
 use crate::ordered_map::OrderedMap;
 use crate::pyjson::Py;
@@ -57,8 +56,8 @@ pub struct MockUserDb {
 
 pub struct Mock;
 
-pub fn load(dir: &Path) -> Result<State<Mock>, Tau2Error> {
-    Ok(State { db: read_json(&dir.join("db.json"))?, user_db: Some(read_json(&dir.join("user_db.json"))?) })
+pub fn load(data: &Data) -> Result<State<Mock>, Tau2Error> {
+    Ok(State { db: data.read_json("mock/db.json")?, user_db: Some(data.read_json("mock/user_db.json")?) })
 }
 
 fn create_task(db: &mut MockDb, args: &Args) -> ToolResult {

@@ -7,10 +7,9 @@ mod tools;
 mod user_model;
 mod user_tools;
 
-use std::path::Path;
-
 use crate::args::Args;
-use crate::domains::{State, Toolkits, read_toml};
+use crate::data::Data;
+use crate::domains::{State, Toolkits};
 use crate::error::Tau2Error;
 use crate::ordered_map::toml_table_keys;
 use crate::toolkit::{Requestor, ToolError, ToolResult};
@@ -20,13 +19,13 @@ pub use user_model::TelecomUserDb;
 
 pub struct Telecom;
 
-pub fn load(dir: &Path) -> Result<State<Telecom>, Tau2Error> {
-    let mut db: TelecomDb = read_toml(&dir.join("db.toml"))?;
-    let mut user_db: TelecomUserDb = read_toml(&dir.join("user_db.toml"))?;
+pub fn load(data: &Data) -> Result<State<Telecom>, Tau2Error> {
+    let mut db: TelecomDb = data.read_toml("telecom/db.toml")?;
+    let mut user_db: TelecomUserDb = data.read_toml("telecom/user_db.toml")?;
     // Restore the files' key order, which the TOML parser drops and tau2 keeps.
-    let text = crate::domains::read(&dir.join("db.toml"))?;
+    let text = data.read("telecom/db.toml")?;
     db.phone_number_aliases.reorder(&toml_table_keys(&text, "phone_number_aliases"));
-    let text = crate::domains::read(&dir.join("user_db.toml"))?;
+    let text = data.read("telecom/user_db.toml")?;
     user_db.device.app_statuses.reorder(&toml_table_keys(&text, "device.app_statuses"));
     user_db.surroundings.signal_strength.reorder(&toml_table_keys(&text, "surroundings.signal_strength"));
     Ok(State { db, user_db: Some(user_db) })

@@ -241,11 +241,11 @@ mod tests {
             (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
         };
         for (domain, worlds) in [("airline", 10), ("retail", 10), ("mock", 30), ("telecom", 20)] {
-            let dir = data.join(domain);
-            let base = crate::domains::load_state(domain, &dir).unwrap();
+            let data = crate::data::Data::Folder(data.clone());
+            let base = crate::domains::load_state(domain, &data).unwrap();
             let catalog = Arc::new(Catalog::load(&data, domain).unwrap());
             let tasks = if domain == "telecom" { "tasks_small.json" } else { "tasks.json" };
-            let tasks: Vec<Value> = crate::domains::read_json(&dir.join(tasks)).unwrap();
+            let tasks: Vec<Value> = data.read_json(&format!("{domain}/{tasks}")).unwrap();
             let calls: Vec<(Requestor, String, Value)> = tasks
                 .iter()
                 .filter_map(|t| t.pointer("/evaluation_criteria/actions")?.as_array())

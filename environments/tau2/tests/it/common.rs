@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use environment_tau2::{Domain, DomainOptions, Tau2Session, load};
+use environment_tau2::{Data, Domain, DomainOptions, Tau2Session, load};
 use parley_core::{EnvSession, Party, Task};
 use serde_json::{Value, json};
 
@@ -16,8 +16,13 @@ pub fn data() -> PathBuf {
     dir
 }
 
+/// That folder as the loader reads it.
+pub fn folder() -> Data {
+    Data::Folder(data())
+}
+
 pub fn domain(name: &str) -> Domain {
-    load(&data(), name, DomainOptions::default()).unwrap()
+    load(&folder(), name, DomainOptions::default()).unwrap()
 }
 
 pub fn blank_task() -> Task {

@@ -1,24 +1,49 @@
 //! Data discovery, task conversion, splits, prompts and counts.
 
-use environment_tau2::{DomainOptions, GREETING, Tau2Error, data_dir, load};
+use environment_tau2::{Data, DomainOptions, GREETING, Tau2Error, load, user_guidelines};
 use parley_core::Role;
 
-use crate::common::{data, domain};
+use crate::common::{data, domain, folder};
 
 #[test]
-fn data_dir_prefers_the_explicit_path_and_names_both_sources_when_missing() {
+fn a_folder_given_is_read_and_none_means_the_built_in_copy() {
     let dir = data();
-    assert_eq!(data_dir(Some(&dir)).unwrap(), dir);
+    assert_eq!(Data::new(Some(&dir)).unwrap(), Data::Folder(dir.clone()));
     let missing = dir.join("nope");
-    assert!(matches!(data_dir(Some(&missing)), Err(Tau2Error::MissingDataDir(_))));
-    // Without an explicit path the answer depends on PARLEY_TAU2_DATA; the error must name both.
-    let message = Tau2Error::NoDataDir.to_string();
-    assert!(message.contains("--data-dir") && message.contains("PARLEY_TAU2_DATA"), "{message}");
+    assert!(matches!(Data::new(Some(&missing)), Err(Tau2Error::MissingDataDir(_))));
+    assert_eq!(Data::new(None).unwrap(), Data::Embedded);
+}
+
+/// The built-in copy loads into the same domains as the folder: tasks, splits, prompts, tools,
+/// initial databases (by tau2's hash) and the user's guidelines, solo variants included. With
+/// `embedded::tests`, which compares the packed files with the folder's, this is what keeps the
+/// copy from going stale.
+#[test]
+fn the_built_in_copy_loads_as_the_folder_does() {
+    for name in environment_tau2::DOMAINS {
+        for solo in [false, true] {
+            let options = DomainOptions { solo, ..DomainOptions::default() };
+            let (Ok(ours), theirs) = (load(&folder(), name, options.clone()), load(&Data::Embedded, name, options))
+            else {
+                continue;
+            };
+            let built_in = theirs.unwrap();
+            assert_eq!(built_in.tasks, ours.tasks, "{name} solo={solo}");
+            assert_eq!(built_in.splits, ours.splits, "{name}");
+            assert_eq!(built_in.policy(), ours.policy(), "{name}");
+            assert_eq!(built_in.counts(), ours.counts(), "{name}");
+            assert_eq!(built_in.user_tools(), ours.user_tools(), "{name}");
+            let hashes =
+                |d: &environment_tau2::Domain| d.tau2_environment().open_session(&d.tasks[0]).unwrap().db_hashes();
+            assert_eq!(hashes(&built_in), hashes(&ours), "{name}: the initial databases");
+        }
+    }
+    assert_eq!(user_guidelines(&Data::Embedded).unwrap(), user_guidelines(&folder()).unwrap());
 }
 
 #[test]
 fn every_domain_loads_with_its_counts_and_splits() {
-    let dir = data();
+    let dir = folder();
     let expected = [("mock", 4, 2, 10), ("airline", 14, 0, 50), ("retail", 16, 0, 114), ("telecom", 13, 30, 20)];
     for (name, tools, user_tools, tasks) in expected {
         let d = load(&dir, name, DomainOptions::default()).unwrap();
@@ -69,7 +94,7 @@ fn the_system_prompt_is_taus() {
 
 #[test]
 fn solo_variants_exist_for_mock_and_telecom_only() {
-    let dir = data();
+    let dir = folder();
     let solo = DomainOptions { solo: true, ..DomainOptions::default() };
     let mock = load(&dir, "mock", solo.clone()).unwrap();
     assert!(!mock.tasks.is_empty());

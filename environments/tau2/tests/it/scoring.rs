@@ -10,7 +10,7 @@ use parley_core::{
 };
 use serde_json::{Value, json};
 
-use crate::common::{data, domain, open};
+use crate::common::{domain, folder, open};
 
 fn task<'a>(domain: &'a environment_tau2::Domain, id: &str) -> &'a Task {
     domain.tasks.iter().find(|t| t.id == id).unwrap()
@@ -195,7 +195,7 @@ async fn judged(answer: &str) -> (Reward, Arc<Judge>) {
     let judge = Arc::new(Judge { answer: answer.into(), seen: Mutex::new(Vec::new()) });
     let options =
         DomainOptions { judge: Some(judge.clone()), judge_model: Some("judge-model".into()), ..Default::default() };
-    let retail = load(&data(), "retail", options).unwrap();
+    let retail = load(&folder(), "retail", options).unwrap();
     let t = retail
         .tasks
         .iter()
