@@ -410,11 +410,11 @@ def main():
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", choices=["stream", "serve", "openenv", "workers", "ranks", "users"],
+        "--only", choices=["stream", "serve", "openenv", "workers", "ranks", "users", "curriculum"],
         help="run only this part (its results are not latest.json)"
     )
     args = parser.parse_args()
-    if args.only not in ("stream", "workers", "ranks", "users") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
+    if args.only not in ("stream", "workers", "ranks", "users", "curriculum") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
         raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
     p = plan(args.quick)
     parley = args.parley
@@ -439,6 +439,16 @@ def main():
         return
     if args.only == "workers":
         results["workers"] = workers(parley, work, p)
+        finish(results, args, work, latest=False)
+        return
+    if args.only == "curriculum":
+        # A simulated learner under the uniform and the learnable sampler (bench/curriculum.py).
+        import curriculum
+
+        c = curriculum.measure(parley, work, args.quick)
+        curriculum.report(c)
+        curriculum.check(c)
+        results["curriculum"] = c
         finish(results, args, work, latest=False)
         return
     if args.only == "users":
@@ -550,7 +560,7 @@ def finish(results, args, work, *, latest):
         report_workers(results["workers"])
     elif "ranks" in results:
         report_ranks(results["ranks"])
-    elif "users" in results:
+    elif "users" in results or "curriculum" in results:
         pass  # reported as it was measured
     else:
         report_service(results["service"])

@@ -113,3 +113,72 @@ fn tasks_are_selected_by_their_stored_pass_rates() {
     let bad = work.parley(&["tasks", "select", "--run", "1", "--pass-between", "0.9", "0.1"]);
     assert_eq!(bad.status.code(), Some(64), "{}", text(&bad.stderr));
 }
+
+/// `parley run --budget N`: N sessions drawn from the tasks a round at a time, the tasks in turn
+/// (`uniform`) or by their outcomes so far (`learnable`), which count the store's earlier runs of
+/// the environment: a task no run has seen is drawn first.
+#[tokio::test]
+async fn a_budget_is_drawn_from_the_tasks_in_turn_or_unseen_first() {
+    let work = Workdir::new();
+    work.tasks(6);
+    let stub = crate::harness::Stub::start(&[]);
+    let run = |extra: &[&str]| crate::harness::run(&work, &stub, extra);
+    let out = run(&["--budget", "14", "--concurrency", "4"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("14 sessions drawn (uniform sampler) from 6 tasks"), "{}", text(&out.stderr));
+    assert_eq!(crate::harness::read_jsonl(&work.path("out.jsonl")).len(), 14);
+    let db = work.db().await;
+    let drawn = |run: i64| {
+        let db = db.clone();
+        async move {
+            let rows: Vec<(i64, i64)> = sqlx::query_as(
+                "SELECT task_index, COUNT(*) FROM sessions WHERE run_id = ? AND status = 'finished' GROUP BY task_index",
+            )
+            .bind(run)
+            .fetch_all(&db)
+            .await
+            .unwrap();
+            rows
+        }
+    };
+    assert_eq!(drawn(1).await, [(0, 3), (1, 3), (2, 2), (3, 2), (4, 2), (5, 2)], "in turn");
+
+    // In a store of its own, a run of the tasks' first half gives them outcomes; then the
+    // learnable sampler draws the tasks no run has seen before any other.
+    let fresh = Workdir::new();
+    let tasks = std::fs::read_to_string(work.path("tasks.jsonl")).unwrap();
+    std::fs::write(fresh.path("tasks.jsonl"), &tasks).unwrap();
+    std::fs::write(fresh.path("half.jsonl"), tasks.lines().take(3).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let seen = fresh.parley(&[
+        "run",
+        "--tasks",
+        "half.jsonl",
+        "--base-url",
+        &stub.url,
+        "--db",
+        "parley.db",
+        "--out",
+        "a.jsonl",
+    ]);
+    assert!(seen.status.success(), "{}", text(&seen.stderr));
+    let args = ["run", "--tasks", "tasks.jsonl", "--base-url", &stub.url, "--db", "parley.db", "--out", "b.jsonl"];
+    let out = fresh.parley(&[&args[..], &["--budget", "3", "--sampler", "learnable", "--concurrency", "3"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let db = fresh.db().await;
+    let rows: Vec<(i64,)> = sqlx::query_as("SELECT task_index FROM sessions WHERE run_id = 2 ORDER BY task_index")
+        .fetch_all(&db)
+        .await
+        .unwrap();
+    assert_eq!(rows, [(3,), (4,), (5,)], "the tasks the first run never saw come first");
+
+    // Bad input: a learnable sampler with no budget, a budget of 0, a budget left to workers.
+    for (extra, says) in [
+        (&["--sampler", "learnable"][..], "--budget N"),
+        (&["--budget", "0"][..], "--budget must be greater than 0"),
+        (&["--budget", "5", "--detach"][..], "--detach"),
+    ] {
+        let out = fresh.parley(&[&args[..], extra].concat());
+        assert_eq!(out.status.code(), Some(64), "{extra:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(says), "{extra:?}: {}", text(&out.stderr));
+    }
+}

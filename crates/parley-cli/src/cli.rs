@@ -523,6 +523,16 @@ crate::settings::options! {
         /// Trials (rollouts) per task [default: 1].
         #[arg(long, short = 'k', value_name = "K")]
         pub trials: Option<u32>,
+        /// Draw N sessions from the tasks instead of running every task × trial: a round of
+        /// --concurrency sessions at a time, each round's tasks chosen by --sampler.
+        #[arg(long, value_name = "N")]
+        pub budget: Option<u64>,
+        /// How a --budget is spent on the tasks: `uniform` (the tasks in turn) or `learnable`
+        /// (unseen tasks first, then by their outcomes so far, in this run and the store's
+        /// earlier runs of the environment: tasks that always pass or always fail are drawn less,
+        /// never not at all) [default: uniform].
+        #[arg(long, value_enum, value_name = "HOW")]
+        pub sampler: Option<parley_runtime::curriculum::Sampler>,
         /// The store holding every run: a SQLite file, or a PostgreSQL database as
         /// `postgres://USER@HOST:PORT/DATABASE` [default: parley.db].
         #[arg(long, value_name = "FILE|URL")]
@@ -746,6 +756,12 @@ pub struct StubArgs {
     /// Fraction of rows answered with no readable answer.
     #[arg(long, default_value_t = 0.0, value_name = "FRACTION", help_heading = "Answers")]
     pub malformed_answers: f64,
+    /// Answer as a simulated learner instead: a row is answered right with a chance that starts
+    /// at the row's difficulty (uniform in [0, 1), from a hash of its prompt) and rises by RATE
+    /// each time the row is asked again, up to 1. `/stub/stats` reports the learner's mean
+    /// chance over every row and how many answers fell in the learnable band [0.1, 0.9].
+    #[arg(long, value_name = "RATE", help_heading = "Answers")]
+    pub learner: Option<f64>,
     /// Answer every agent request with a reward-hack probe's script instead: `empty`,
     /// `repeat-question`, `all-choices`, `wrong-value`, `long`, `copy-tool-outputs`, `hedges` or
     /// `tool-flood` (the stub's documentation gives each script). The right answers and their

@@ -170,6 +170,8 @@ impl RunOptions {
             shutdown_grace_secs: o.shutdown_grace.unwrap_or_else(defaults::shutdown_grace),
             bad_rows: o.bad_rows.unwrap_or_default(),
             reward,
+            sampler: o.sampler.unwrap_or_default(),
+            budget: o.budget,
         };
         o.policy.over(&mut settings);
         settings.check_for(need)?;

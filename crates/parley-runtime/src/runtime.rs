@@ -75,13 +75,16 @@ pub struct Runtime {
 }
 
 /// A run just recorded.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Created {
     pub run: RunId,
     pub tasks: u64,
     pub sessions: u64,
     /// Every task of the source was recorded (not so when the recording was stopped).
     pub whole: bool,
+    /// With a `--budget`, the tasks' ids in task order, which [`Runtime::drive_budget`] draws
+    /// sessions from (no session is recorded up front); empty otherwise.
+    pub task_ids: Vec<String>,
 }
 
 impl Runtime {
@@ -226,6 +229,10 @@ impl Runtime {
         let spec = self.run_spec()?;
         let mut tasks = source.tasks(self.environments.tasks.as_deref())?;
         let mut created: Option<Created> = None;
+        // With a budget, the sessions are drawn as the run goes (`drive_budget`): none up front.
+        let budgeted = settings.budget.is_some();
+        let trials = if budgeted { 0 } else { settings.trials };
+        let mut task_ids = Vec::new();
         loop {
             let batch: Vec<_> = tasks.by_ref().take(CREATE_BATCH).collect::<anyhow::Result<_>>()?;
             if batch.is_empty() && created.is_some() {
@@ -235,10 +242,13 @@ impl Runtime {
                 c.whole = false;
                 break;
             }
+            if budgeted {
+                task_ids.extend(batch.iter().map(|t| t.id.clone()));
+            }
             let specs: Vec<SessionSpec> = batch
                 .iter()
                 .flat_map(|t| {
-                    (0..settings.trials).map(|trial| SessionSpec {
+                    (0..trials).map(|trial| SessionSpec {
                         task_index: t.index,
                         trial,
                         seed: stable_seed(&t.id, trial),
@@ -253,7 +263,8 @@ impl Runtime {
                         return Err(usage("no tasks to run").into());
                     }
                     let (run, _) = self.store.create_run(&spec, &batch, &specs).await.context("recording the run")?;
-                    created = Some(Created { run, tasks: batch.len() as u64, sessions, whole: true });
+                    created =
+                        Some(Created { run, tasks: batch.len() as u64, sessions, whole: true, task_ids: Vec::new() });
                 }
                 Some(c) => {
                     self.store.extend_run(c.run, &batch, &specs, None).await.context("recording the run's sessions")?;
@@ -262,7 +273,74 @@ impl Runtime {
                 }
             }
         }
-        Ok(created.expect("the loop records a first batch or returns"))
+        let mut created = created.expect("the loop records a first batch or returns");
+        created.task_ids = task_ids;
+        Ok(created)
+    }
+
+    /// Spends the run's `--budget` of sessions on its tasks, a round of `--concurrency` sessions
+    /// at a time: each round's tasks are drawn by the run's sampler (uniform: the tasks in turn;
+    /// learnable: by the outcomes so far, this run's and the store's earlier runs' of the same
+    /// environment, see [`Learnable`](crate::curriculum::Learnable)), recorded, driven, and
+    /// their outcomes taken into the next draw. `sink` sees each session's result as it ends.
+    /// Once `stop` drains, no further round is drawn. Returns the sessions drawn.
+    pub async fn drive_budget(
+        &self,
+        run: RunId,
+        task_ids: &[String],
+        stop: Stop,
+        mut sink: impl FnMut(&SessionResult) -> anyhow::Result<()>,
+    ) -> anyhow::Result<u64> {
+        use crate::curriculum::{Learnable, Sampler};
+        let settings = &self.settings;
+        let budget = settings.budget.unwrap_or(task_ids.len() as u64 * u64::from(settings.trials));
+        if task_ids.is_empty() {
+            return Err(usage("no tasks to draw sessions from").into());
+        }
+        let history = match settings.sampler {
+            Sampler::Learnable => self.store.pass_counts_by_task(&settings.env.to_string()).await?,
+            Sampler::Uniform => Vec::new(),
+        };
+        let mut learnable = Learnable::new(task_ids, &history, run as u64);
+        let mut trials = vec![0u32; task_ids.len()];
+        let (mut spent, mut turn) = (0u64, 0usize);
+        while spent < budget && !stop.is_stopping() {
+            let round = (budget - spent).min(settings.concurrency as u64);
+            let specs: Vec<SessionSpec> = (0..round)
+                .map(|_| {
+                    let task = match settings.sampler {
+                        Sampler::Learnable => learnable.draw(),
+                        Sampler::Uniform => {
+                            turn += 1;
+                            (turn - 1) % task_ids.len()
+                        }
+                    };
+                    let trial = trials[task];
+                    trials[task] += 1;
+                    SessionSpec {
+                        task_index: task,
+                        trial,
+                        seed: stable_seed(&task_ids[task], trial),
+                        player: Player::Run,
+                    }
+                })
+                .collect();
+            self.store.extend_run(run, &[], &specs, None).await.context("recording the run's next sessions")?;
+            spent += round;
+            let pending = self.pending(run, false).await?;
+            let mut results = self.drive(pending.jobs, stop.clone());
+            while let Some(result) = results.next().await {
+                if result.outcome.failure.is_none() {
+                    let passed = result.outcome.reward.as_ref().is_some_and(|r| r.value >= parley_scoring::SUCCESS);
+                    learnable.record(result.task.index, passed);
+                }
+                sink(&result)?;
+            }
+            if let Some(e) = pending.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+                return Err(e);
+            }
+        }
+        Ok(spent)
     }
 
     /// Records a run with no sessions yet, which a service extends with a session per request.

@@ -81,6 +81,13 @@ pub struct RunSettings {
     /// recorded): a resume drives them the same way.
     #[serde(default)]
     pub front: Front,
+    /// How the run spends its sessions on its tasks: every task × trial, or `budget` sessions
+    /// drawn from the tasks.
+    #[serde(default)]
+    pub sampler: crate::curriculum::Sampler,
+    /// Sessions drawn from the tasks instead of every task × trial.
+    #[serde(default)]
+    pub budget: Option<u64>,
 }
 
 /// How a front end wants its sessions driven, beyond the run's settings.
@@ -410,6 +417,13 @@ impl RunSettings {
                 return Err(usage(format!("{flag} must be greater than 0, not 0")));
             }
         }
+        match (self.sampler, self.budget) {
+            (_, Some(0)) => return Err(usage("--budget must be greater than 0, not 0")),
+            (crate::curriculum::Sampler::Learnable, None) => {
+                return Err(usage("--sampler learnable draws --budget N sessions from the tasks: name N"));
+            }
+            _ => {}
+        }
         check_seconds("--session-timeout", self.session_timeout_secs, false)?;
         check_seconds("--call-timeout", self.call_timeout_secs, false)?;
         check_seconds("--shutdown-grace", self.shutdown_grace_secs, true)?;
@@ -702,6 +716,7 @@ mod tests {
             "reasoning": "keep", "token_ids": true,
             "reward": {"components": [component], "min": -1.0, "max": 2.0},
             "front": {"sampling_from_row": true, "policy_for_agent_only": true},
+            "sampler": "learnable", "budget": 40,
         });
         stored.as_object_mut().unwrap().extend(more.as_object().unwrap().clone());
         stored

@@ -171,7 +171,8 @@ impl PgStore {
     /// Each task's passed and scored sessions, by task id, over every run of `environment`.
     pub async fn pass_counts_by_task(&self, environment: &str) -> Result<Vec<(String, u64, u64)>, StoreError> {
         let error = self.error("the pass counts of the store's tasks (tables `sessions`, `tasks`)");
-        let rows: Vec<PassRow> = sqlx::query_as(PASS_COUNTS).bind(environment).fetch_all(self.pool()).await.map_err(error)?;
+        let rows: Vec<PassRow> =
+            sqlx::query_as(PASS_COUNTS).bind(environment).fetch_all(self.pool()).await.map_err(error)?;
         Ok(rows.into_iter().map(pass).collect())
     }
 }

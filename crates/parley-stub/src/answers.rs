@@ -1,9 +1,12 @@
 //! Answers from a task file: the stub answers a request whose first user text is a row's with a
 //! field of that row (its `expected_answer`, or the right option letter), so that runs against
 //! it score correct answers; a stated fraction of rows gets a wrong answer and another a
-//! malformed one, chosen by a hash of the prompt, so that every scorer sees all three.
+//! malformed one, chosen by a hash of the prompt, so that every scorer sees all three. With a
+//! [`Learner`], the stub is instead a simulated learner: each row is answered right with a chance
+//! that starts at the row's own difficulty and rises each time the row is practised.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -16,6 +19,8 @@ pub(crate) struct RowAnswer {
     wrong: String,
     /// The option letters of a multiple-choice row, in their order (empty for other rows).
     pub(crate) letters: Vec<String>,
+    /// The row's `difficulty` field: a [`Learner`]'s first chance of answering it right.
+    difficulty: Option<f64>,
 }
 
 /// The answers of a task file.
@@ -28,6 +33,69 @@ pub struct AnswerKey {
     pub wrong: f64,
     /// Fraction of rows answered without an answer the scorers can read.
     pub malformed: f64,
+    /// A simulated learner answering instead of the fractions above.
+    pub learner: Option<Arc<Learner>>,
+}
+
+/// A simulated learner (`parley stub --learner RATE`): a row's first answer is right with a
+/// chance equal to its difficulty (the row's `difficulty` field in [0, 1], else drawn once per
+/// row from a hash of its prompt, uniform in [0, 1)), and each time the row is practised the chance c rises by `rate`·4c(1−c): fastest at
+/// c = 0.5, hardly at all near 0 or 1, as a policy-gradient trainer learns nothing from a task
+/// whose rollouts all score alike. Right or wrong is drawn from a hash of the prompt, the seed
+/// and the practice count, so a run against it is reproducible. It counts how many answers were given while the row's chance lay
+/// in the learnable band [0.1, 0.9], and reports the mean chance over every row
+/// (`/stub/stats`'s `learner`): what a curriculum is for.
+#[derive(Debug, Default)]
+pub struct Learner {
+    pub rate: f64,
+    state: Mutex<Practice>,
+}
+
+#[derive(Debug, Default)]
+struct Practice {
+    times: HashMap<String, u32>,
+    answered: u64,
+    in_band: u64,
+}
+
+impl Learner {
+    pub fn new(rate: f64) -> Learner {
+        Learner { rate, state: Mutex::default() }
+    }
+
+    /// The chance that a row is answered right after it has been practised `times` times, from
+    /// its first chance `difficulty` (a hash of the prompt when the row gives none).
+    pub fn chance(&self, prompt: &str, difficulty: Option<f64>, times: u32) -> f64 {
+        let mut chance =
+            difficulty.unwrap_or_else(|| unit(Fnv::new().bytes(b"difficulty").bytes(prompt.as_bytes()).finish()));
+        for _ in 0..times {
+            chance = (chance + self.rate * 4.0 * chance * (1.0 - chance)).min(1.0);
+        }
+        chance
+    }
+
+    /// Whether this ask of `prompt` is answered right; counts the practice.
+    fn answers_right(&self, prompt: &str, difficulty: Option<f64>, seed: u64) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let times = state.times.get(prompt).copied().unwrap_or(0);
+        let chance = self.chance(prompt, difficulty, times);
+        state.times.insert(prompt.to_owned(), times + 1);
+        state.answered += 1;
+        state.in_band += u64::from((0.1..=0.9).contains(&chance));
+        unit(Fnv::new().bytes(prompt.as_bytes()).u64(seed).u64(u64::from(times)).finish()) < chance
+    }
+
+    /// What `/stub/stats` says of the learner: answers given, how many of them in the band,
+    /// and the mean chance over the key's rows now.
+    fn stats<'a>(&self, rows: impl Iterator<Item = (&'a String, &'a RowAnswer)>) -> serde_json::Value {
+        let state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let chances: Vec<f64> = rows
+            .map(|(prompt, row)| self.chance(prompt, row.difficulty, state.times.get(prompt).copied().unwrap_or(0)))
+            .collect();
+        let mean = chances.iter().sum::<f64>() / chances.len().max(1) as f64;
+        serde_json::json!({"rate": self.rate, "answered": state.answered, "in_band": state.in_band,
+                           "rows": chances.len(), "mean_chance": mean})
+    }
 }
 
 /// What a malformed answer says: no letter, no box, no number.
@@ -47,7 +115,8 @@ impl AnswerKey {
 
     /// The answers of rows already read, by the same rules as [`AnswerKey::from_jsonl`].
     pub fn from_rows<'a>(rows: impl IntoIterator<Item = &'a Value>, field: &str) -> AnswerKey {
-        let mut key = AnswerKey { rows: HashMap::new(), format: "{answer}".into(), wrong: 0.0, malformed: 0.0 };
+        let mut key =
+            AnswerKey { rows: HashMap::new(), format: "{answer}".into(), wrong: 0.0, malformed: 0.0, learner: None };
         for row in rows {
             key.add(row, field);
         }
@@ -58,7 +127,8 @@ impl AnswerKey {
     fn add(&mut self, row: &Value, field: &str) {
         let (Some(prompt), Some(right)) = (first_user(row), right_answer(row, field)) else { return };
         let wrong = wrong_answer(row, &right);
-        self.rows.insert(prompt, RowAnswer { right, wrong, letters: letters(row) });
+        let difficulty = row.get("difficulty").and_then(Value::as_f64).filter(|d| (0.0..=1.0).contains(d));
+        self.rows.insert(prompt, RowAnswer { right, wrong, letters: letters(row), difficulty });
     }
 
     /// The right answer the key holds for a row (looked up by its first user text, as a request
@@ -80,9 +150,18 @@ impl AnswerKey {
         self.rows.is_empty()
     }
 
+    /// What `/stub/stats` says of the learner, when the key has one.
+    pub fn learner_stats(&self) -> Option<serde_json::Value> {
+        Some(self.learner.as_ref()?.stats(self.rows.iter()))
+    }
+
     /// The answer to a request whose first user text is `prompt`, when a row has it.
     pub(crate) fn answer(&self, prompt: &str, seed: u64) -> Option<String> {
         let row = self.rows.get(prompt)?;
+        if let Some(learner) = &self.learner {
+            let answer = if learner.answers_right(prompt, row.difficulty, seed) { &row.right } else { &row.wrong };
+            return Some(self.format.replace("{answer}", answer));
+        }
         let draw = unit(Fnv::new().bytes(prompt.as_bytes()).u64(seed).finish());
         if draw < self.malformed {
             return Some(MALFORMED.to_owned());
@@ -167,6 +246,34 @@ mod tests {
         assert!(verdict(prompt).unwrap().ends_with("[[A=B]]"));
         assert!(verdict("GOLD:\nIt is 42.\n\nCANDIDATE:\n42").unwrap().ends_with("[[A!=B]]"));
         assert_eq!(verdict("hello"), None);
+    }
+
+    #[test]
+    fn a_learner_answers_a_row_right_more_often_the_more_it_practises_it() {
+        let rows = (0..200).map(|i| format!(r#"{{"responses_create_params": {{"input": [{{"role": "user", "content": "Q{i}"}}]}}, "expected_answer": "{i}"}}"#));
+        let mut key = AnswerKey::from_jsonl(&rows.collect::<Vec<_>>().join("\n"), "expected_answer").unwrap();
+        key.learner = Some(Arc::new(Learner::new(0.1)));
+        let right = |key: &AnswerKey, round: u64| {
+            (0..200).filter(|i| key.answer(&format!("Q{i}"), round).as_deref() == Some(i.to_string().as_str())).count()
+        };
+        let first = right(&key, 0);
+        for round in 1..10 {
+            right(&key, round);
+        }
+        let tenth = right(&key, 10);
+        assert!((70..130).contains(&first), "the first answers are right at the rows' difficulty: {first}");
+        assert!(tenth > first + 30, "practice raises the chances: {first} then {tenth}");
+        let stats = key.learner_stats().unwrap();
+        assert_eq!(
+            (stats["answered"].clone(), stats["rows"].clone()),
+            (serde_json::json!(2200), serde_json::json!(200))
+        );
+        let learner = key.learner.as_ref().unwrap();
+        assert_eq!(learner.chance("Q0", None, 0), learner.chance("Q0", None, 0), "a row's difficulty is its own");
+        assert!(learner.chance("Q1", None, 10) > learner.chance("Q1", None, 1), "each practice raises it");
+        assert_eq!(learner.chance("Q1", Some(0.25), 0), 0.25, "or the row's own field");
+        assert!((learner.chance("Q1", Some(0.5), 1) - 0.6).abs() < 1e-12, "+rate·4c(1-c)");
+        assert!(stats["mean_chance"].as_f64().unwrap() > 0.6, "{stats}");
     }
 
     #[test]

@@ -188,7 +188,7 @@ mod token_ids;
 mod turn;
 mod user_faults;
 
-pub use answers::{AnswerKey, MALFORMED, verdict};
+pub use answers::{AnswerKey, Learner, MALFORMED, verdict};
 pub use config::{ConfigError, Faults, StubConfig, StubReasoning};
 pub use probe::{FLOOD, Probe, Seen, Step};
 pub use server::{CallIds, router, serve, serve_with};

@@ -179,7 +179,11 @@ async fn models() -> Json<Value> {
 }
 
 async fn stats(State(shared): State<Arc<Shared>>) -> Json<Value> {
-    Json(shared.stats.to_json())
+    let mut stats = shared.stats.to_json();
+    if let Some(learner) = shared.config.answers.as_ref().and_then(|key| key.learner_stats()) {
+        stats["learner"] = learner;
+    }
+    Json(stats)
 }
 
 /// A reward model in vLLM's pooling shape: the score of the last assistant message is the

@@ -60,6 +60,31 @@ pub async fn execute(
     Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true, signal: signals.caught() })
 }
 
+/// As [`execute`], for a run with a `--budget`: the runtime draws its sessions a round at a
+/// time as earlier ones end (see [`Runtime::drive_budget`]).
+pub async fn execute_budget(
+    runtime: &Runtime,
+    run: i64,
+    budget: u64,
+    task_ids: &[String],
+    signals: &Signals,
+    mut sink: impl FnMut(&SessionResult) -> anyhow::Result<()>,
+) -> anyhow::Result<Executed> {
+    let started = Instant::now();
+    let progress = Progress::new(budget);
+    runtime
+        .drive_budget(run, task_ids, signals.stop.clone(), |result| {
+            sink(result)?;
+            progress.finish_one(result.outcome.reward.as_ref().map(|r| r.value));
+            Ok(())
+        })
+        .await?;
+    progress.done();
+    let cancelled = signals.stop.is_stopping();
+    runtime.finish_run(run, cancelled).await?;
+    Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true, signal: signals.caught() })
+}
+
 /// SIGINT and SIGTERM, watched from a command's start to its end, so that a signal at any
 /// point (reading a large task file, recording its sessions, driving them) stops the command
 /// gracefully instead of ending the process where it is.
@@ -191,6 +216,14 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
         runtime.stop().await?;
         return signals.ended();
     }
+    if detach && settings.budget.is_some() {
+        runtime.finish_run(run, true).await?;
+        runtime.stop().await?;
+        return Err(crate::error::usage(
+            "--detach records every session for workers to drive, and a --budget run draws its sessions as it \
+             goes: drop one of the two",
+        ));
+    }
     if detach {
         println!("{run}");
         eprintln!(
@@ -205,14 +238,19 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
     let mut failures = JsonlWriter::create(&failures_path(&out))?;
 
     let stub_note = if settings.base_url.is_none() { " (the built-in stub, a test double)" } else { "" };
+    let shape = match settings.budget {
+        Some(budget) => {
+            format!("{budget} sessions drawn ({:?} sampler) from {} tasks", settings.sampler, created.tasks)
+                .to_lowercase()
+        }
+        None => format!("{} sessions ({} tasks x {} trials)", created.sessions, created.tasks, settings.trials),
+    };
     eprintln!(
-        "run {run}: {} sessions ({} tasks x {} trials) of {} against {}{stub_note}, model {}; stored in {}",
-        created.sessions, created.tasks, settings.trials, settings.env, runtime.base_url, settings.model, settings.db,
+        "run {run}: {shape} of {} against {}{stub_note}, model {}; stored in {}",
+        settings.env, runtime.base_url, settings.model, settings.db,
     );
-    let mut pending = runtime.pending(run, false).await?;
-    let jobs = pending.take_jobs();
     let (mut written, mut failed) = (0usize, 0usize);
-    let executed = execute(&runtime, run, pending.count, jobs, &signals, |result| {
+    let sink = |result: &SessionResult| {
         if result.taken_over {
             // Another process drives the session now; its row is theirs to write.
             Ok(())
@@ -223,8 +261,16 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
             written += 1;
             rollouts.write(&Rollout::from(result).row(&settings.model))
         }
-    })
-    .await?;
+    };
+    let mut pending = None;
+    let executed = match settings.budget {
+        Some(budget) => execute_budget(&runtime, run, budget, &created.task_ids, &signals, sink).await?,
+        None => {
+            let pending = pending.insert(runtime.pending(run, false).await?);
+            let jobs = pending.take_jobs();
+            execute(&runtime, run, pending.count, jobs, &signals, sink).await?
+        }
+    };
     rollouts.finish()?;
     failures.finish()?;
     // Another process (a resume beside this run) finished some of its sessions: the files are
@@ -234,7 +280,7 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
         (written, failed) = rewrite_outputs(&runtime.store, run, &settings, &out).await?;
     }
     report(&runtime, &settings, run, &executed, &out, written, failed).await?;
-    if let Some(e) = pending.error() {
+    if let Some(e) = pending.and_then(|p| p.error()) {
         runtime.stop().await?;
         return Err(e.context(format!("reading run {run}'s sessions from the store; its other sessions ran")));
     }

@@ -61,6 +61,12 @@ fn answers(args: &StubArgs) -> anyhow::Result<Option<std::sync::Arc<parley_stub:
     key.format = args.answer_format.clone();
     key.wrong = wrong;
     key.malformed = malformed;
+    if let Some(rate) = args.learner {
+        if !(rate.is_finite() && (0.0..=1.0).contains(&rate)) {
+            return Err(usage(format!("--learner {rate}: a rate between 0 and 1")));
+        }
+        key.learner = Some(std::sync::Arc::new(parley_stub::Learner::new(rate)));
+    }
     Ok(Some(std::sync::Arc::new(key)))
 }
 
