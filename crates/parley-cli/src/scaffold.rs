@@ -40,11 +40,9 @@ impl Tools {
                 template!("gym", "resources_server.py"),
                 template!("gym", "README.md"),
             ],
-            Tools::None => &[
-                template!("none", "tasks.jsonl"),
-                template!("none", "parley.toml"),
-                template!("none", "README.md"),
-            ],
+            Tools::None => {
+                &[template!("none", "tasks.jsonl"), template!("none", "parley.toml"), template!("none", "README.md")]
+            }
         }
     }
 
