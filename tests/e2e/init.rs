@@ -1,7 +1,7 @@
 //! `parley init`: each scaffold (`--tools none`, `mcp`, `gym`) runs at once with `parley run
 //! --settings DIR/parley.toml` from another directory, every session finished and scored with the
-//! rewards its README states; its README names exactly the files written; a folder with files in
-//! it is refused.
+//! rewards its README states, and `parley rewards probe` finds the shortcut its README names; its
+//! README names exactly the files written; a folder with files in it is refused.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -54,6 +54,14 @@ fn listed_and_written(dir: &Path) -> (Vec<String>, Vec<String>) {
     (listed, written)
 }
 
+/// The last line of `parley rewards probe` on the scaffold, as its README quotes it.
+fn probe(work: &Workdir, dir: &Path, extra: &[&str]) -> String {
+    let settings = dir.join("parley.toml").display().to_string();
+    let mut args = vec!["rewards", "probe", "--settings", &settings];
+    args.extend(extra);
+    ok(&work.parley(&args)).lines().last().unwrap_or_default().to_owned()
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
 }
@@ -69,6 +77,7 @@ fn init_without_tools_runs_single_turn_questions_with_the_stub() {
     // The stub greets: every answer is wrong and unboxed, as the README says.
     let rewards = run_scaffold(&work, &dir, &[]);
     assert!(rewards.iter().all(|(_, r)| *r == 0.0), "{rewards:?}");
+    assert!(probe(&work, &dir, &[]).ends_with("paid probes: none"));
 
     // The README's next step: the stub answering from the rows, a quarter of them wrongly.
     std::fs::remove_file(dir.join("parley.db")).unwrap();
@@ -98,6 +107,8 @@ fn init_with_mcp_tools_runs_with_the_server_parley_starts() {
     let calls: Vec<&Value> =
         rows[0]["response"]["output"].as_array().unwrap().iter().filter(|i| i["type"] == "function_call").collect();
     assert_eq!(calls.len(), 2, "{}", rows[0]);
+    // "What is 9 times 0?" ends in its answer, which `math` reads as the last number.
+    assert!(probe(&work, &dir, &[]).ends_with("paid probes: repeat-question"));
 }
 
 /// The resources server, started as the README says (on a free port), killed when dropped.
@@ -144,6 +155,7 @@ fn init_with_a_gym_server_runs_against_the_resources_server() {
     }
     let row = &read_jsonl(&dir.join("rollouts.jsonl"))[0];
     assert_eq!(row["extracted_answer"], "0", "the verifier's own field is kept: {row}");
+    assert!(probe(&work, &dir, &["--server", &server.1]).ends_with("paid probes: copy-tool-outputs"));
 }
 
 #[test]
