@@ -13,6 +13,7 @@ mod gym_agent;
 mod harness;
 mod hostile;
 mod http;
+mod init;
 mod llama;
 mod messages;
 mod nemo_rl;

@@ -99,6 +99,13 @@ pub enum Command {
     Rewards(RewardsArgs),
     /// List the environments, with their tools and task counts.
     Envs(EnvsArgs),
+    /// Start a custom environment of your own: write task rows, a `parley.toml` with a composite
+    /// reward, a tool server to start from and a README of next steps into a new folder.
+    ///
+    /// `parley run --settings DIR/parley.toml` then runs it, from any directory, with the
+    /// built-in stub as the model until the settings name an endpoint. The tool servers are
+    /// Python 3 scripts using only its standard library.
+    Init(InitArgs),
     /// Serve a web viewer of the database's runs, sessions and transcripts.
     View(ViewArgs),
 }
@@ -166,6 +173,21 @@ fn header_timeout(text: &str) -> Result<f64, String> {
         Ok(secs) if secs > 0.0 && secs <= 3600.0 => Ok(secs),
         _ => Err(format!("`{text}` is not a number of seconds between 0 and 3600")),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The folder to write into: a new one, or an empty one.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Where the tools come from: `mcp`, an MCP server over stdio that Parley starts; `gym`, a
+    /// NeMo Gym resources server (seed, a tool, verify) that you start; `none`, single-turn
+    /// questions without tools.
+    #[arg(long, value_enum, default_value = "mcp")]
+    pub tools: crate::scaffold::Tools,
+    /// Write into a folder that already has files in it, replacing those of the same names.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 
 pub mod durable;
 pub mod envs;
+pub mod init;
 pub mod inspect;
 pub mod rewards;
 pub mod run;

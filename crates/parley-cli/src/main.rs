@@ -15,6 +15,7 @@ mod cli;
 mod commands;
 mod error;
 mod progress;
+mod scaffold;
 mod settings;
 mod summary;
 
@@ -74,6 +75,7 @@ fn main() -> ExitCode {
                 Command::Tasks(args) => commands::tasks::tasks(args).await,
                 Command::Rewards(args) => commands::rewards::rewards(args).await,
                 Command::Envs(args) => commands::envs::envs(args),
+                Command::Init(args) => commands::init::init(args),
                 Command::View(args) => commands::view::view(args).await,
             }
         })
