@@ -149,6 +149,7 @@ impl RunOptions {
             greeting: o.greeting,
             user: UserSettings {
                 kind: o.user.unwrap_or_default(),
+                url: o.user_url,
                 base_url: o.user_base_url,
                 model: o.user_model,
                 api_key_env: o.user_api_key_env,

@@ -146,16 +146,20 @@ impl std::fmt::Display for Refusal {
 }
 
 impl Answer {
-    /// The user's turn. A stop is kept in the text as tau2's marker (added when the answer
-    /// said `"stop"` without it), so a stored transcript reads the same whichever user wrote it,
+    /// The user's turn. A stop is `"stop"` or one of tau2's markers in the text; it is kept in
+    /// the text as the marker (added when the answer said `"stop"` without it), so a stored transcript reads the same whichever user wrote it,
     /// and a resumed session or the review finds the stop where it finds an LLM user's.
     /// Calls without an id are named `user_call_<n>_<i>`, `n` the view's length.
     pub fn into_turn(self, view_len: usize) -> Result<Turn, Refusal> {
         let text = self.content.filter(|t| !t.trim().is_empty());
-        let stop = self.stop.and_then(Stop::user_stop).or_else(|| text.as_deref().and_then(UserStop::find));
-        if stop.is_some() && !self.tool_calls.is_empty() {
+        let said = self.stop.and_then(Stop::user_stop);
+        if said.is_some() && !self.tool_calls.is_empty() {
             return Err(Refusal::StopWithCalls);
         }
+        // A turn with tool calls is no stop, whatever its text holds, as in tau2 (`is_stop`):
+        // its calls run and the user is asked again.
+        let found = text.as_deref().and_then(UserStop::find).filter(|_| self.tool_calls.is_empty());
+        let stop = said.or(found);
         let content = match (text, stop) {
             (Some(text), Some(stop)) if !text.contains(stop.marker()) => Some(format!("{text} {}", stop.marker())),
             (None, Some(stop)) => Some(stop.marker().to_owned()),
@@ -235,5 +239,7 @@ mod tests {
         assert_eq!(turn(json!({"content": "  "})).unwrap_err(), Refusal::Empty);
         let calls = json!([{"function": {"name": "f"}}]);
         assert_eq!(turn(json!({"stop": true, "tool_calls": calls})).unwrap_err(), Refusal::StopWithCalls);
+        let t = turn(json!({"content": "###STOP###", "tool_calls": calls})).unwrap();
+        assert_eq!((t.stop, t.message.tool_calls.len()), (None, 1), "calls first, as tau2's is_stop has it");
     }
 }
