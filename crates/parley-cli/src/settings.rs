@@ -253,6 +253,15 @@ mod tests {
     }
 
     #[test]
+    fn a_remote_users_url_is_read_from_the_file() {
+        let s = resolve_file("[run]\nuser = \"remote\"\nuser_url = \"http://u:9\"\n").unwrap();
+        assert_eq!(
+            (s.user.kind, s.user.url.as_deref()),
+            (parley_runtime::settings::UserKind::Remote, Some("http://u:9"))
+        );
+    }
+
+    #[test]
     fn flags_override_the_file_and_unknown_keys_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("parley.toml");
