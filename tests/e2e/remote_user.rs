@@ -6,7 +6,9 @@
 //! same stub. The stub's answer follows from what it is asked, so the same prompts give the same
 //! turns: every transcript must be the same, message for message (the user's texts, its tool
 //! calls with their ids and arguments, its stops, and the agent's turns between), and the review
-//! must find the same faults. Mock and telecom give the user tools of its own, airline none.
+//! must find the same faults (a second run, its stub user failing on purpose in most
+//! conversations, is flagged and masked session by session as the built-in user's is). Mock
+//! and telecom give the user tools of its own, airline none.
 //!
 //! Without tau2's venv, source and data it fails under `PARLEY_REQUIRE_PEERS=1` and skips loudly
 //! otherwise. The last test needs no peer: a remote user that is not there.
@@ -120,6 +122,45 @@ fn tau2s_own_user_behind_the_contract_says_what_parleys_tau2_user_says() {
         }
     }
     assert!(user_turns >= 60, "{user_turns} user turns compared");
+}
+
+/// The tasks of the run in `db` whose user broke each rule, as `parley sessions` lists them.
+fn faults(work: &Workdir, db: &str) -> Vec<(&'static str, Vec<String>)> {
+    let rules = ["empty", "repeats", "speaks_as_agent", "leaks_instructions", "ends_early", "talks_after_stop"];
+    let tasks = |listing: String| -> Vec<String> {
+        listing.lines().skip(1).filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned)).collect()
+    };
+    rules
+        .into_iter()
+        .map(|rule| (rule, tasks(ok(&work.parley(&["sessions", "1", "--db", db, "--user-fault", rule])))))
+        .collect()
+}
+
+#[test]
+fn tau2s_own_user_is_reviewed_and_masked_as_parleys_tau2_user_is() {
+    let Some((venv, data)) = peers() else { return };
+    let work = Workdir::new();
+    // A stub user that fails on purpose in most conversations, the same ones whoever asks it,
+    // since the draw follows from the prompt.
+    let modes = ["repeats", "speaks_as_agent", "leaks_instructions", "ends_early", "talks_after_stop"];
+    let mut args = vec!["--tool-calls", "1", "--user-turns", "3"];
+    let modes: Vec<String> = modes.iter().map(|m| format!("{m}:0.2")).collect();
+    for mode in &modes {
+        args.extend(["--user-fault", mode]);
+    }
+    let stub = Stub::start(&args);
+    let tau2 = Tau2User::start(&work, &venv, &data, &stub.url);
+    let (remote, remote_summary) =
+        play(&work, &data, &stub, "airline", 10, &["--user", "remote", "--user-url", &tau2.url]);
+    let (llm, llm_summary) = play(&work, &data, &stub, "airline", 10, &["--user", "llm"]);
+    for (i, (theirs, ours)) in remote.iter().zip(&llm).enumerate() {
+        assert_eq!(theirs["messages"], ours["messages"], "session {i}: tau2's user and Parley's differ");
+    }
+    let flagged = line(&remote_summary, "user faults").expect("some sessions' users failed their part");
+    assert_eq!(Some(flagged), line(&llm_summary, "user faults"));
+    let found = faults(&work, "airline-remote.db");
+    assert_eq!(found, faults(&work, "airline-llm.db"), "the same findings, task by task");
+    assert!(found.iter().filter(|(_, tasks)| !tasks.is_empty()).count() >= 2, "several rules broken: {found:?}");
 }
 
 #[test]
