@@ -24,6 +24,7 @@ mod postgres;
 mod probe;
 mod reliability;
 mod remote;
+mod remote_user;
 mod rewards;
 mod run;
 mod serve;

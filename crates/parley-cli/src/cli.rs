@@ -627,13 +627,19 @@ crate::settings::options! {
         /// Who plays the user [default: none].
         #[arg(long, value_enum, value_name = "KIND", help_heading = "User simulation")]
         pub user: Option<UserKind>,
+        /// Where `--user remote` is: a program answering Parley's user contract, which is
+        /// posted each user turn (the user's view, the task, its scenario, persona and tools, the
+        /// seed) at URL/turn and answers text, tool calls or a stop (docs/remote-user.md). Its
+        /// calls have the run's timeout and retries; --user-api-key-env names its bearer key.
+        #[arg(long, value_name = "URL", help_heading = "User simulation")]
+        pub user_url: Option<String>,
         /// The simulated user's endpoint [default: the agent's].
         #[arg(long, value_name = "URL", help_heading = "User simulation")]
         pub user_base_url: Option<String>,
         /// The simulated user's model [default: the agent's].
         #[arg(long, help_heading = "User simulation")]
         pub user_model: Option<String>,
-        /// Variable holding the user endpoint's API key.
+        /// Variable holding the user endpoint's API key (a remote user's bearer key).
         #[arg(long, value_name = "VAR", help_heading = "User simulation")]
         pub user_api_key_env: Option<String>,
         /// The simulated user's sampling temperature [default: 0 in tau2's domains, as tau2's;

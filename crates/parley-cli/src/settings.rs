@@ -149,6 +149,7 @@ impl RunOptions {
             greeting: o.greeting,
             user: UserSettings {
                 kind: o.user.unwrap_or_default(),
+                url: o.user_url,
                 base_url: o.user_base_url,
                 model: o.user_model,
                 api_key_env: o.user_api_key_env,
@@ -251,6 +252,15 @@ mod tests {
         let path = dir.path().join("parley.toml");
         std::fs::write(&path, text).unwrap();
         RunOptions { settings: Some(path), ..RunOptions::default() }.resolve()
+    }
+
+    #[test]
+    fn a_remote_users_url_is_read_from_the_file() {
+        let s = resolve_file("[run]\nuser = \"remote\"\nuser_url = \"http://u:9\"\n").unwrap();
+        assert_eq!(
+            (s.user.kind, s.user.url.as_deref()),
+            (parley_runtime::settings::UserKind::Remote, Some("http://u:9"))
+        );
     }
 
     #[test]

@@ -686,6 +686,32 @@ async fn user_simulator(
             };
             Some(Arc::new(simulator_llm::LlmUser::new(Arc::new(client), config)))
         }
+        UserKind::Remote => {
+            let url = user.url.clone().ok_or_else(|| usage("--user remote needs --user-url URL"))?;
+            let key = match &user.api_key_env {
+                Some(var) => {
+                    Some(std::env::var(var).map_err(|_| usage(format!("--user-api-key-env {var} is not set")))?)
+                }
+                None => None,
+            };
+            // Told as the run's own LLM user would be: tau2's scenario (persona within) in
+            // tau2's domains, Parley's sections elsewhere.
+            let tau2 = settings.env.tau2().is_some();
+            let fallback = user.persona.clone();
+            let briefing: simulator_remote::Briefing = Arc::new(move |row: &serde_json::Value| {
+                let persona = simulator_llm::persona_of(row).or_else(|| fallback.clone());
+                let tau2 = if tau2 { simulator_llm::tau2::scenario(row, fallback.as_deref()) } else { None };
+                simulator_remote::Brief { scenario: tau2.unwrap_or_else(|| simulator_llm::scenario_of(row)), persona }
+            });
+            let config = simulator_remote::RemoteUserConfig {
+                limits: settings.endpoint(url.clone(), None).limits(),
+                url,
+                key,
+                briefing,
+            };
+            let remote = simulator_remote::RemoteUser::new(config).map_err(|e| usage(format!("--user-url: {e}")))?;
+            Some(Arc::new(remote))
+        }
         UserKind::Replay => {
             let run = user.replay_run.ok_or_else(|| usage("--user replay needs --user-replay-run RUN"))?;
             let record = store.run(run).await.map_err(|e| usage(format!("--user-replay-run {run}: {e}")))?;

@@ -315,6 +315,8 @@ pub enum UserKind {
     Replay,
     /// You, on the terminal or through a pipe.
     Human,
+    /// Any program behind Parley's user contract (`--user-url`; see `docs/remote-user.md`).
+    Remote,
 }
 
 /// Whether the model's reasoning from earlier turns is sent back on later ones. It is stored
@@ -360,6 +362,9 @@ pub enum BadRows {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct UserSettings {
     pub kind: UserKind,
+    /// A remote user's base URL (`remote` only): turns are posted to `{url}/turn`.
+    #[serde(default)]
+    pub url: Option<String>,
     /// `None`: the agent's endpoint.
     pub base_url: Option<String>,
     pub model: Option<String>,
@@ -514,6 +519,16 @@ impl RunSettings {
                 check_file(flag, path)?;
             }
         }
+        check_url("--user-url", user.url.as_deref(), "http://host:port")?;
+        match (user.kind, &user.url) {
+            (UserKind::Remote, None) => {
+                return Err(usage("--user remote needs --user-url URL, where a user answers Parley's user contract"));
+            }
+            (UserKind::Remote, Some(_)) | (_, None) => {}
+            (_, Some(url)) => {
+                return Err(usage(format!("--user-url {url} names a remote user: pass --user remote with it")));
+            }
+        }
         if user.kind == UserKind::Replay && user.replay_run.is_none() {
             return Err(usage("--user replay needs --user-replay-run RUN, the run whose user turns to say again"));
         }
@@ -666,6 +681,20 @@ mod tests {
     }
 
     #[test]
+    fn a_remote_user_needs_its_url_and_a_url_needs_a_remote_user() {
+        let check = |kind: UserKind, url: Option<&str>| {
+            let mut s = settings();
+            s.user.kind = kind;
+            s.user.url = url.map(str::to_owned);
+            s.check_for(Need::Nothing).map_err(|e| e.to_string())
+        };
+        assert!(check(UserKind::Remote, None).unwrap_err().starts_with("--user remote needs --user-url URL"));
+        assert!(check(UserKind::Remote, Some("localhost:9")).unwrap_err().starts_with("--user-url `localhost:9`"));
+        assert!(check(UserKind::Llm, Some("http://u:9")).unwrap_err().contains("pass --user remote with it"));
+        assert_eq!(check(UserKind::Remote, Some("http://u:9")), Ok(()));
+    }
+
+    #[test]
     fn huge_durations_are_refused_by_name_not_panicked_on() {
         for (set, flag) in [
             (
@@ -697,7 +726,7 @@ mod tests {
                             "server_name": "srv_name", "gym_venv": ".venv-gym", "gymnasium": true,
                             "mcp_stdio": ["npx server"], "mcp_http": ["http://mcp:2/mcp"], "mcp_per_session": true,
                             "answer_match": "equals"});
-        let user = json!({"kind": "llm", "base_url": "http://user:5/v1", "model": "user-m", "api_key_env": "USER_KEY",
+        let user = json!({"kind": "llm", "url": "http://remote-user:6", "base_url": "http://user:5/v1", "model": "user-m", "api_key_env": "USER_KEY",
                           "sampling": {"temperature": 0.1, "top_p": null, "max_tokens": null, "seed": 8},
                           "guidelines": "guidelines.md", "prompt": "prompt.md", "persona": "terse", "replay_run": 4});
         let component = json!({"scorer": "steps", "name": "efficiency", "weight": -0.1, "cap": 1.0, "success": false,

@@ -20,7 +20,7 @@ use parley_core::{
     UserView,
 };
 
-pub use prompt::{Prompt, ScenarioFormat, scenario_of, tau2};
+pub use prompt::{Prompt, ScenarioFormat, persona_of, scenario_of, tau2};
 
 /// How the simulated user is set up.
 #[derive(Debug, Clone)]

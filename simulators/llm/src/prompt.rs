@@ -120,7 +120,8 @@ fn fill(template: &str, slots: &[(&str, &str)]) -> String {
     out
 }
 
-fn persona_of(row: &Value) -> Option<String> {
+/// The row's own persona (`user_scenario.persona`), when it gives one.
+pub fn persona_of(row: &Value) -> Option<String> {
     row.pointer("/user_scenario/persona").and_then(Value::as_str).filter(|p| !p.is_empty()).map(str::to_owned)
 }
 
