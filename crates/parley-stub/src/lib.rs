@@ -58,7 +58,8 @@
 //! 3. else, with [`StubConfig::judge`], a judge verdict for a prompt with `GOLD:` and
 //!    `CANDIDATE:` sections (see [`verdict`]);
 //! 4. else, when [`StubConfig::answers`] has a row whose first user text is the request's, that
-//!    row's answer (see [`AnswerKey`]: right, wrong or malformed by a hash of the prompt);
+//!    row's answer (see [`AnswerKey`]: right, wrong or malformed by a hash of the prompt; or,
+//!    with a [`Learner`], right with a chance that rises as the row is practised);
 //! 5. else [`StubConfig::final_text`] when set;
 //! 6. else `Result: ` followed by the text of the last tool result of the current turn,
 //!    when *k* > 0;
@@ -161,6 +162,8 @@
 //! - `turns`: well-formed requests per `"<conversation key>/<number of messages>"` (input
 //!   items in Responses). A count above 1 means the same turn was asked for twice: a retry,
 //!   or a resumed run that redid work.
+//! - `learner` (only with a [`Learner`]): answers given, how many while the row's chance lay in
+//!   [0.1, 0.9] (`in_band`), the rows, and their mean chance now (`mean_chance`).
 //!
 //! The conversation key ([`conversation_key`]) is 16 hex digits of FNV-1a over the system
 //! text and the first user message's text. The system text is the first `system` or
