@@ -548,3 +548,30 @@ fn sigterm_with_an_idle_openenv_session_stops_within_the_grace() {
     assert!(exit.success(), "exit {exit}: {log}");
     assert!(started.elapsed() < Duration::from_secs(6), "stopped after {:?}: {log}", started.elapsed());
 }
+
+/// With `--sampler learnable`, an OpenEnv reset that names no task draws one by the tasks'
+/// outcomes: the tasks no run of the store has seen come first.
+#[tokio::test]
+async fn a_reset_naming_no_task_draws_the_unseen_tasks_first() {
+    let work = Workdir::new();
+    work.tasks(4);
+    let stub = Stub::start(&[]);
+    let seen =
+        work.parley(&["run", "--tasks", "tasks.jsonl", "--base-url", &stub.url, "--db", "serve.db", "--budget", "2"]);
+    assert!(seen.status.success(), "{}", text(&seen.stderr));
+    let serve = Serve::start(&work, &stub, &["--tasks", "tasks.jsonl", "--sampler", "learnable"]);
+    for _ in 0..2 {
+        let (status, _, body) = request(&serve.address, "POST", "/reset", "{}", &[]);
+        assert_eq!(status, 200, "{body}");
+    }
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path("serve.db").display())).await.unwrap();
+    let drawn: Vec<String> = sqlx::query_scalar(
+        "SELECT t.task_id FROM sessions s JOIN tasks t ON t.run_id = s.run_id AND t.task_index = s.task_index
+         WHERE s.run_id = 2 ORDER BY s.id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    assert_eq!(drawn, ["2", "3"], "the run before saw tasks 0 and 1");
+}

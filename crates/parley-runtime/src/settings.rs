@@ -424,7 +424,7 @@ impl RunSettings {
         }
         match (self.sampler, self.budget) {
             (_, Some(0)) => return Err(usage("--budget must be greater than 0, not 0")),
-            (crate::curriculum::Sampler::Learnable, None) => {
+            (crate::curriculum::Sampler::Learnable, None) if need == Need::Tasks => {
                 return Err(usage("--sampler learnable draws --budget N sessions from the tasks: name N"));
             }
             _ => {}

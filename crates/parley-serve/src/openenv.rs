@@ -41,6 +41,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::{SinkExt, StreamExt};
 use parley_core::{Player, SessionId, SessionSpec, Task, Termination, stable_seed};
+use parley_runtime::curriculum::{Learnable, Sampler};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -61,6 +62,10 @@ pub(crate) struct Hub {
     tasks: Vec<Arc<Task>>,
     /// The next task for a reset that names none.
     next: std::sync::atomic::AtomicUsize,
+    /// With `--sampler learnable`, what a reset that names no task draws from instead: the
+    /// tasks by their outcomes (the store's earlier runs of the environment, then every episode
+    /// that ends here), made at the first such reset.
+    learnable: tokio::sync::OnceCell<Mutex<Learnable>>,
     /// Sessions whose connection dropped, by id, until a reset continues them. `recorded` turns
     /// true once the session's cancellation is committed.
     dropped: Mutex<HashMap<SessionId, (Resumable, watch::Receiver<bool>)>>,
@@ -267,6 +272,8 @@ async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value),
         })?
     } else if let Some(seed) = request.seed {
         (seed % tasks.len() as u64) as usize
+    } else if let Some(learnable) = learnable(service).await? {
+        learnable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).draw()
     } else {
         service.hub.next.fetch_add(1, Ordering::Relaxed) % tasks.len()
     };
@@ -643,4 +650,36 @@ fn start_reaper(service: &Arc<Service>) {
             tracing::info_span!("openenv_reaper"),
         ));
     });
+}
+
+/// The service's learnable sampler, made on first use from the store's outcomes of the
+/// environment's tasks; `None` unless `--sampler learnable`.
+async fn learnable(service: &Arc<Service>) -> Result<Option<&Mutex<Learnable>>, Refusal> {
+    let settings = &service.runtime.settings;
+    if settings.sampler != Sampler::Learnable {
+        return Ok(None);
+    }
+    let made = service
+        .hub
+        .learnable
+        .get_or_try_init(|| async {
+            let history =
+                service.runtime.store.pass_counts_by_task(&settings.env.to_string()).await.map_err(|e| {
+                    Refusal::Failed(format!("reading the tasks' outcomes for --sampler learnable: {e}"))
+                })?;
+            let ids: Vec<String> = service.hub.tasks.iter().map(|t| t.id.clone()).collect();
+            Ok::<_, Refusal>(Mutex::new(Learnable::new(&ids, &history, service.run as u64)))
+        })
+        .await?;
+    Ok(Some(made))
+}
+
+/// An episode of catalogue task `task` ended: a learnable sampler takes its outcome.
+pub(crate) fn ended(service: &Service, task: usize, outcome: &parley_core::SessionOutcome) {
+    if let Some(learnable) = service.hub.learnable.get()
+        && outcome.failure.is_none()
+    {
+        let passed = outcome.reward.as_ref().is_some_and(|r| r.value >= parley_scoring::SUCCESS);
+        learnable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).record(task, passed);
+    }
 }

@@ -163,8 +163,10 @@ impl Episode {
         let counted = Arc::clone(service);
         // The slot is the session's: it is given back when the session ends, whether or not its
         // trainer is still there to see it (an abandoned episode ends at its time limit).
+        let catalogue_index = start.catalogue_index;
         let session = runtime.spawn(job, Some(Arc::new(trainer)), stop, move |result| {
             counted.metrics.ended(&result.outcome);
+            super::ended(&counted, catalogue_index, &result.outcome);
             drop(permit);
         });
         let mut episode = Episode {
