@@ -110,7 +110,7 @@ fn a_composite_reward_is_kept_in_rows_store_show_and_metrics() {
     // Another reward tried on the same trajectories: the format check weighs half as much. The
     // sessions whose answer had the format (right and wrong ones) move by -0.1 in `format`, the
     // malformed ones not at all.
-    let tried = ok(&work.parley(&[
+    let tried_out = work.parley(&[
         "rescore",
         "1",
         "--db",
@@ -121,10 +121,12 @@ fn a_composite_reward_is_kept_in_rows_store_show_and_metrics() {
         "format:pattern=\\\\boxed,weight=0.1",
         "--reward",
         "steps:budget=2,weight=-0.1,cap=1",
-    ]));
+    ]);
+    let tried = ok(&tried_out);
     let moved = (right + wrong) as usize;
     assert!(tried.contains(&format!("rescored 60 sessions of run 1: {moved} changed")), "{tried}");
-    assert!(tried.contains("(score version 3)") && tried.contains("parley scores diff 1 2 3"), "{tried}");
+    assert!(tried.contains("(score version 3)"), "{tried}");
+    assert!(text(&tried_out.stderr).contains("parley scores diff 1 2 3"), "{}", text(&tried_out.stderr));
     let versions: Value =
         serde_json::from_str(&ok(&work.parley(&["scores", "1", "--db", "parley.db", "--json"]))).unwrap();
     let versions = versions.as_array().unwrap();

@@ -42,7 +42,7 @@ pub async fn rescore(args: RescoreArgs) -> anyhow::Result<()> {
         "rescored {scored} sessions of run {}: {changed} changed{judge} (score version {version})",
         args.run
     )?;
-    writeln!(out, "see what moved: parley scores diff {} {} {version}", args.run, version - 1)?;
+    eprintln!("see what moved: parley scores diff {} {} {version} --db {}", args.run, version - 1, args.db.db);
     Ok(())
 }
 
