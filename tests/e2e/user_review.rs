@@ -130,6 +130,10 @@ fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
     assert_eq!(apart["user_faults"], faulty as u64);
     assert_eq!(kept["user_faults"], 0);
     assert_eq!(apart["reward"]["n"].as_u64().unwrap() + faulty as u64, kept["reward"]["n"].as_u64().unwrap());
+    // The training figures leave them out too, unless asked to keep them.
+    let (apart_sessions, kept_sessions) =
+        (apart["training"]["run"]["sessions"].as_u64().unwrap(), kept["training"]["run"]["sessions"].as_u64().unwrap());
+    assert_eq!(apart_sessions + faulty as u64, kept_sessions, "{}", apart["training"]);
     let bad = work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "rude"]);
     assert_eq!(bad.status.code(), Some(64));
     // The viewer's session page names them too.

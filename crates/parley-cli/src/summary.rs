@@ -55,15 +55,16 @@ impl Report {
         })
     }
 
-    /// Adds the training metrics, reading the run's finished sessions a page at a time.
-    pub async fn with_training(mut self, store: &Store) -> anyhow::Result<Report> {
+    /// Adds the training metrics, reading the run's finished sessions a page at a time; the
+    /// sessions whose simulated user failed its part are left out unless `keep_user_faults`.
+    pub async fn with_training(mut self, store: &Store, keep_user_faults: bool) -> anyhow::Result<Report> {
         let mut acc = TrainingAccumulator::default();
         let mut after = 0;
         loop {
             let page = store.session_shapes(self.run, after, 4096).await?;
             let Some(last) = page.last() else { break };
             after = last.id;
-            for shape in page.iter().filter_map(parley_runtime::curriculum::shaped) {
+            for shape in page.iter().filter_map(|s| parley_runtime::curriculum::shaped(s, keep_user_faults)) {
                 acc.add(&shape);
             }
         }

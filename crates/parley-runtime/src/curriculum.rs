@@ -16,8 +16,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::{UsageError, usage};
 
 /// A stored session as the training metrics see it; `None` when it has no reward to count (an
-/// infrastructure failure, or a session not scored).
-pub fn shaped(s: &SessionShape) -> Option<Shaped> {
+/// infrastructure failure, a session not scored, or, unless `keep_user_faults`, one whose
+/// simulated user failed its part: its reward says more of the simulator than of the agent).
+pub fn shaped(s: &SessionShape, keep_user_faults: bool) -> Option<Shaped> {
+    if s.user_faulted && !keep_user_faults {
+        return None;
+    }
     let infrastructure = s.failure.is_some() || s.termination.is_none_or(Termination::is_infrastructure);
     let reward = s.reward.filter(|_| !infrastructure)?;
     let breakdown: serde_json::Value =
@@ -39,7 +43,7 @@ pub async fn pass_counts(store: &Store, run: RunId) -> anyhow::Result<BTreeMap<u
         let page = store.session_shapes(run, after, 4096).await?;
         let Some(last) = page.last() else { break };
         after = last.id;
-        for shape in page.iter().filter_map(shaped) {
+        for shape in page.iter().filter_map(|s| shaped(s, false)) {
             let entry = counts.entry(shape.task).or_default();
             entry.0 += usize::from(shape.succeeded());
             entry.1 += 1;

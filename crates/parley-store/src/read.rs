@@ -105,6 +105,8 @@ pub struct SessionShape {
     pub reward: Option<f64>,
     pub steps: i64,
     pub breakdown: Option<String>,
+    /// The simulated user failed its part (the review found faults in its turns).
+    pub user_faulted: bool,
 }
 
 both_stores! {
@@ -279,7 +281,8 @@ both_stores! {
             "SELECT s.id, s.task_index, s.termination, s.failure, s.reward,
                     (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.role = 'assistant') AS steps,
                     (SELECT breakdown FROM scores c WHERE c.session_id = s.id AND c.scorer = 'environment'
-                     ORDER BY c.version DESC LIMIT 1) AS breakdown
+                     ORDER BY c.version DESC LIMIT 1) AS breakdown,
+                    CASE WHEN s.user_faults IS NULL THEN 0 ELSE 1 END AS user_faulted
              FROM sessions s WHERE s.run_id = $1 AND s.id > $2 AND s.status = 'finished' ORDER BY s.id LIMIT $3",
         )
         .bind(run)

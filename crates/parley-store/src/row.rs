@@ -201,6 +201,7 @@ pub(crate) fn session_shape(store: &dyn Unreadable, row: &impl StoredRow) -> Res
         reward: c.get("reward")?,
         steps: c.get("steps")?,
         breakdown: c.get("breakdown")?,
+        user_faulted: c.get::<i32>("user_faulted")? != 0,
     })
 }
 

@@ -236,7 +236,10 @@ pub async fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
     let store = open(&args.run.db.db).await?;
     let settings = stored_settings(&store, args.run.run).await?;
     let trials = settings.trials as usize;
-    let report = Report::load(&store, args.run.run, trials, args.keep_user_faults).await?.with_training(&store).await?;
+    let report = Report::load(&store, args.run.run, trials, args.keep_user_faults)
+        .await?
+        .with_training(&store, args.keep_user_faults)
+        .await?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report.to_json())?;
