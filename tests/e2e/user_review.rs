@@ -134,6 +134,15 @@ fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
     let (apart_sessions, kept_sessions) =
         (apart["training"]["run"]["sessions"].as_u64().unwrap(), kept["training"]["run"]["sessions"].as_u64().unwrap());
     assert_eq!(apart_sessions + faulty as u64, kept_sessions, "{}", apart["training"]);
+    // A rescore runs the review's rules again over the stored transcripts: faults that the
+    // record lost (as when the rules change) are found anew, and a clean record stays clean.
+    update(&work, &format!("UPDATE sessions SET user_faults = NULL WHERE id = {}", ids[0]));
+    let rescored = crate::harness::ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
+    assert!(rescored.contains("the simulated user's faults found anew in 1 sessions"), "{rescored}");
+    let again = crate::harness::ok(&work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "ends_early"]));
+    assert_eq!(again, listed, "the faults are recorded again");
+    let rescored = crate::harness::ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
+    assert!(!rescored.contains("found anew"), "nothing changed since: {rescored}");
     let bad = work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "rude"]);
     assert_eq!(bad.status.code(), Some(64));
     // The viewer's session page names them too.
@@ -141,4 +150,19 @@ fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
     let (status, _, page) = view.get(&format!("/sessions/{}", ids[0]), &[]);
     assert_eq!(status, 200);
     assert!(page.contains("id=\"user-faults\"") && page.contains("ends_early"), "{page}");
+}
+
+/// Runs one SQL statement on a run's SQLite store, as a change to the record would.
+fn update(work: &Workdir, sql: &str) {
+    let url = format!("sqlite://{}", work.path("parley.db").display());
+    let sql = sql.to_owned();
+    std::thread::spawn(move || {
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+            pool.close().await;
+        })
+    })
+    .join()
+    .unwrap();
 }

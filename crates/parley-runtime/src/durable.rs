@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use parley_core::{Claim, Message, Player, Reward, Role, RunId, SessionId, SessionSpec, SessionStatus, Termination};
+use parley_core::review::UserFault;
+use parley_core::{
+    Claim, Message, Player, Reward, Role, RunId, SessionId, SessionSpec, SessionStatus, Termination, UserSimulator,
+};
 use parley_engine::replay::Drift;
 use parley_engine::{Job, SessionResult, Stop};
 use parley_store::Store;
@@ -34,6 +37,9 @@ pub struct Rescored {
     pub changes: Vec<(SessionId, Option<Reward>, Reward)>,
     /// Calls the judge made, and verdicts it answered from the store, when there is a judge.
     pub judge: Option<(u64, u64)>,
+    /// Sessions whose simulated user's faults, found again by the review's rules, differ from
+    /// those recorded (and were recorded anew).
+    pub user_faults: u64,
 }
 
 /// Scores every scored session of `run` again with its environment. The new scores land
@@ -51,10 +57,13 @@ pub async fn rescore(store: Arc<Store>, run: RunId, reward: Option<RewardSetting
     }
     let mut tasks = StoredTasks::new(store.clone(), run, &settings)?;
     let environments = Environments::open(&settings, Some(&store)).await?;
-    let scored = score_all(&store, run, &mut tasks, &environments).await;
+    // The simulated user, for its review's rules only (it is asked nothing): what it finds is
+    // recorded again, so a rescore after the rules changed re-derives each session's faults.
+    let user = crate::runtime::reviewer(&settings, &store).await;
+    let scored = score_all(&store, run, &mut tasks, &environments, user.as_deref()).await;
     let judge = environments.judge.as_ref().map(|j| (j.calls(), j.reused()));
     environments.shutdown().await;
-    let (scores, changes) = scored?;
+    let (scores, changes, faults) = scored?;
     if scores.is_empty() {
         return Err(usage(format!(
             "run {run} has no finished session with a reward to score again; see `parley sessions {run}`"
@@ -62,19 +71,21 @@ pub async fn rescore(store: Arc<Store>, run: RunId, reward: Option<RewardSetting
         .into());
     }
     let version = store.add_scores(run, &scores, &serde_json::to_value(&settings.reward)?).await?;
-    Ok(Rescored { version, scored: scores.len(), changes, judge })
+    let user_faults = store.set_user_faults(&faults).await?;
+    Ok(Rescored { version, scored: scores.len(), changes, judge, user_faults })
 }
 
-type Scores = (Vec<(SessionId, Reward)>, Vec<(SessionId, Option<Reward>, Reward)>);
+type Scores = (Vec<(SessionId, Reward)>, Vec<(SessionId, Option<Reward>, Reward)>, Vec<(SessionId, Vec<UserFault>)>);
 
 async fn score_all(
     store: &Store,
     run: RunId,
     tasks: &mut StoredTasks,
     environments: &Environments,
+    user: Option<&dyn UserSimulator>,
 ) -> anyhow::Result<Scores> {
     let env = &environments.environment;
-    let (mut scores, mut changes) = (Vec::new(), Vec::new());
+    let (mut scores, mut changes, mut faults) = (Vec::new(), Vec::new(), Vec::new());
     let mut after = 0;
     loop {
         let page = store.sessions_page(run, after, 500).await?;
@@ -87,6 +98,12 @@ async fn score_all(
             let mut scoring = env.open(&task).await.map_err(|e| failed(&e))?;
             let termination = stored_termination(session.termination);
             let reward = scoring.score(&transcript.messages, termination).await.map_err(|e| failed(&e));
+            if let Some(user) = user {
+                let found = user.review(&task, &transcript.messages, scoring.user_tools());
+                if found != session.user_faults {
+                    faults.push((session.id, found));
+                }
+            }
             scoring.close().await;
             let reward = reward?;
             let old = store.latest_score(session.id).await?;
@@ -96,7 +113,7 @@ async fn score_all(
             scores.push((session.id, reward));
         }
     }
-    Ok((scores, changes))
+    Ok((scores, changes, faults))
 }
 
 /// Whether a reward moved: its value, or one of its components (a reward's other details, such

@@ -637,6 +637,18 @@ pub fn prior(transcript: Transcript) -> Prior {
     Prior { usage: transcript.agent_usage(), messages: transcript.messages, tool_calls: transcript.tool_calls }
 }
 
+/// The simulated user a stored run's settings name, built for its review alone (a rescore
+/// re-deriving its faults): none when the run had no user, or when it cannot be built here (a key
+/// no longer set); nothing is ever asked of it, so an endpoint that no longer answers is fine.
+pub(crate) async fn reviewer(settings: &RunSettings, store: &Store) -> Option<Arc<dyn UserSimulator>> {
+    // The run's own endpoint, or where its in-process stub listened: only a URL to build with.
+    let base_url = settings.base_url.clone().unwrap_or_else(|| "http://127.0.0.1:9/v1".to_owned());
+    match settings.user.kind {
+        UserKind::None | UserKind::Human => None,
+        _ => user_simulator(settings, &base_url, store).await.ok().flatten(),
+    }
+}
+
 /// The simulated user the settings ask for.
 async fn user_simulator(
     settings: &RunSettings,

@@ -213,4 +213,30 @@ both_stores! {
         })
         .await
     }
+
+    /// Replaces the simulated user's faults recorded with each session given (a review whose
+    /// rules changed, run again over stored transcripts by a rescore). Returns how many sessions
+    /// were changed.
+    pub async fn set_user_faults(
+        &self,
+        faults: &[(SessionId, Vec<parley_core::review::UserFault>)],
+    ) -> Result<u64, StoreError> {
+        let rows: Vec<(SessionId, Option<String>)> =
+            faults.iter().map(|(id, f)| (*id, crate::row::faults_text(f))).collect();
+        self.write("recording the simulated users' faults (table `sessions`)", move |conn| {
+            Box::pin(async move {
+                let mut changed = 0;
+                for (id, text) in rows {
+                    changed += sqlx::query("UPDATE sessions SET user_faults = $1 WHERE id = $2")
+                        .bind(text)
+                        .bind(id)
+                        .execute(&mut *conn)
+                        .await?
+                        .rows_affected();
+                }
+                Ok(changed)
+            })
+        })
+        .await
+    }
 }

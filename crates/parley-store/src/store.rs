@@ -121,6 +121,8 @@ impl Store {
         fn score_versions(&self, run: RunId) -> Result<Vec<ScoreVersion>, StoreError>;
         /// Every score of version `version` of the run, by session.
         fn scores_at(&self, run: RunId, version: i64) -> Result<Vec<SessionScore>, StoreError>;
+        /// Replaces the simulated user's faults recorded with each session given.
+        fn set_user_faults(&self, faults: &[(SessionId, Vec<parley_core::review::UserFault>)]) -> Result<u64, StoreError>;
         /// Each task's passed and scored sessions, by task id, over every run of `environment`.
         fn pass_counts_by_task(&self, environment: &str) -> Result<Vec<(String, u64, u64)>, StoreError>;
         /// The stored judge reply for a request's hash.

@@ -36,13 +36,17 @@ pub async fn rescore(args: RescoreArgs) -> anyhow::Result<()> {
         .judge
         .map(|(calls, reused)| format!("; {calls} judge calls, {reused} verdicts reused"))
         .unwrap_or_default();
+    let judge = match rescored.user_faults {
+        0 => judge,
+        n => format!("{judge}; the simulated user's faults found anew in {n} sessions"),
+    };
     let (scored, changed) = (rescored.scored, rescored.changes.len());
     writeln!(
         out,
         "rescored {scored} sessions of run {}: {changed} changed{judge} (score version {version})",
         args.run
     )?;
-    eprintln!("see what moved: parley scores diff {} {} {version} --db {}", args.run, version - 1, args.db.db);
+    eprintln!("see what moved: parley scores diff {} {} {version}", args.run, version - 1);
     Ok(())
 }
 
