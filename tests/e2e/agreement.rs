@@ -297,3 +297,54 @@ fn a_verifier_reporting_its_own_failure_is_served_masked() {
         assert!(!answer["response"]["output"].as_array().unwrap().is_empty(), "the trajectory comes back");
     }
 }
+
+/// Reward-hack probes through an environment's own verifier: NeMo Gym's `mcqa` server (`--env
+/// nemo-gym`) gives each probe the same mean reward and paid share as Parley's `choice` scorer on
+/// the same rows, and pays none of them, while it pays the right answer in the same format.
+#[test]
+fn probes_through_nemo_gyms_mcqa_verifier_agree_with_the_choice_scorer() {
+    let Some(venv) = venv() else { return };
+    let server = venv.join("lib/python3.13/site-packages/resources_servers/mcqa");
+    let work = Workdir::new();
+    let rows: Vec<Value> =
+        mcqa_rows(&server).into_iter().filter(|r| r.get("grading_mode").is_some()).take(12).collect();
+    let text: Vec<String> = rows.iter().map(Value::to_string).collect();
+    std::fs::write(work.path("rows.jsonl"), text.join("\n") + "\n").unwrap();
+    let format = "Answer: {answer}\n\\boxed{{answer}}";
+    let config = "resources_servers/mcqa/configs/mcqa.yaml";
+    let gym = ["--env", "nemo-gym", "--config", config, "--gym-venv", venv.to_str().unwrap()];
+    let probe = |env: &[&str]| -> Value {
+        let mut args = vec!["rewards", "probe", "--tasks", "rows.jsonl", "--answer-format", format, "--json"];
+        args.extend(env);
+        serde_json::from_str(&ok(&work.parley(&args))).unwrap()
+    };
+    let (theirs, ours) = (probe(&gym), probe(&["--env", "custom", "--reward", "choice"]));
+    let figures = |report: &Value| -> Vec<(String, Value, Value, Value)> {
+        report["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["probe"].as_str().unwrap().to_owned(),
+                    p["scored"].clone(),
+                    p["mean_reward"].clone(),
+                    p["paid"].clone(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(figures(&theirs), figures(&ours), "mcqa {theirs}\nchoice {ours}");
+    assert_eq!(theirs["paid"], serde_json::json!([]), "{theirs}");
+    let scored = figures(&theirs).iter().filter(|(_, n, _, _)| *n == serde_json::json!(rows.len())).count();
+    assert!(scored >= 6, "the probes that apply to choice rows scored every row: {theirs}");
+    // The right answer in that format is paid: "none paid" above means something.
+    let stub = Stub::start(&["--answers", work.path("rows.jsonl").to_str().unwrap(), "--answer-format", format]);
+    let mut run =
+        vec!["run", "--tasks", "rows.jsonl", "--base-url", &stub.url, "--db", "right.db", "--out", "right.jsonl"];
+    run.extend(gym);
+    ok(&work.parley(&run));
+    let rewards: Vec<f64> =
+        read_jsonl(&work.path("right.jsonl")).iter().map(|r| r["reward"].as_f64().unwrap()).collect();
+    assert_eq!(rewards, vec![1.0; rows.len()], "mcqa pays the right answer");
+}
