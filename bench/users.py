@@ -184,12 +184,85 @@ def check(u):
         raise SystemExit(f"bench users: below target: {sorted(set(problems))}, clean flagged {u['clean_flagged']}")
 
 
+def smollm2(parley, work, tasks=10):
+    """A real small model as the user: SmolLM2-135M through llama.cpp's `llama-server` (as
+    `.ci/setup-llama` builds it and `.ci/llama-serve` starts it) plays tau2 mock's users, the
+    oracle plays the agent, once with the stop guard (`--stop-grace 1`, the default) and once
+    without (`--stop-grace 0`). For each: the share of sessions the review flags, by rule, and the
+    share that ended with the user stopping before the task was done (reward below 1)."""
+    cached = subprocess.run([str(ROOT / ".ci/setup-llama"), "--cached"], capture_output=True, text=True)
+    if cached.returncode != 0:
+        raise SystemExit("bench users --smollm2: llama-server is not built; run .ci/setup-llama")
+    port = "18199"
+    started = subprocess.run([str(ROOT / ".ci/llama-serve"), "start", port], capture_output=True, text=True)
+    if started.returncode != 0:
+        raise SystemExit(f"bench users --smollm2: llama-server did not start: {started.stderr}")
+    url = started.stdout.strip()
+    found = {"tasks": tasks, "model": "SmolLM2-135M-Instruct (Q4_1, llama.cpp)"}
+    try:
+        for grace in (1, 0):
+            db = work / f"smollm2-{grace}.db"
+            run = [
+                parley, "run", "--env", "tau2:mock", "--agent", "oracle", "--num-tasks", tasks,
+                "--user", "llm", "--user-base-url", url, "--user-model", "smollm2",
+                "--user-max-tokens", 48, "--max-turns", 6, "--stop-grace", grace, "--call-timeout", 120,
+                "--concurrency", 2, "--db", db, "--out", work / f"smollm2-{grace}.jsonl",
+            ]
+            done = subprocess.run([str(a) for a in run], capture_output=True, text=True, cwd=work)
+            if done.returncode != 0:
+                raise SystemExit(f"bench users --smollm2: the run failed:\n{done.stderr}")
+            by_rule = {}
+            for rule in RULES:
+                listed = subprocess.run(
+                    [parley, "sessions", "1", "--db", str(db), "--user-fault", rule],
+                    capture_output=True, text=True, check=True,
+                ).stdout
+                by_rule[rule] = max(len(listed.strip().splitlines()) - 1, 0) / tasks
+            rows = [json.loads(line) for line in open(work / f"smollm2-{grace}.jsonl") if line.strip()]
+            stops = subprocess.run(
+                [parley, "sessions", "1", "--db", str(db), "--termination", "user_stop"],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip().splitlines()[1:]
+            # Columns: session, task, trial, status, termination, reward, ms.
+            stopped_early = sum(1 for line in stops if float(line.split()[5]) < 1)
+            flagged = subprocess.run(
+                [parley, "metrics", "1", "--db", str(db), "--json"], capture_output=True, text=True, check=True
+            ).stdout
+            found[f"stop_grace_{grace}"] = {
+                "sessions": len(rows),
+                "flagged": json.loads(flagged)["user_faults"] / tasks,
+                "by_rule": by_rule,
+                "user_stopped_unfinished": stopped_early / max(len(rows), 1),
+                "mean_reward": sum((r.get("reward") or 0) for r in rows) / max(len(rows), 1),
+            }
+    finally:
+        subprocess.run([str(ROOT / ".ci/llama-serve"), "stop", port], capture_output=True)
+    return found
+
+
+def report_smollm2(found):
+    print(f"\nsimulated user: {found['model']} on tau2 mock ({found['tasks']} tasks, the oracle as agent)")
+    print(f"{'stop guard':<14} {'flagged':>8} " + " ".join(f"{r:>18}" for r in RULES) + f" {'stopped unfinished':>19} {'reward':>7}")
+    for grace in (1, 0):
+        r = found[f"stop_grace_{grace}"]
+        rules = " ".join(f"{r['by_rule'][rule]:>18.0%}" for rule in RULES)
+        label = f"--stop-grace {grace}"
+        print(f"{label:<14} {r['flagged']:>8.0%} {rules} {r['user_stopped_unfinished']:>19.0%} {r['mean_reward']:>7.3f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parley", default=str(ROOT / "target/release/parley"))
     parser.add_argument("--quick", action="store_true", help="tau2 mock, one seed: a smoke run")
     parser.add_argument("--rate", type=float, help="each mode's share of the conversations [0.1; --quick 0.3]")
+    parser.add_argument("--smollm2", action="store_true", help="only the real small model as the user (llama.cpp)")
     args = parser.parse_args()
+    if args.smollm2:
+        with tempfile.TemporaryDirectory(prefix="parley-bench-users-") as work:
+            found = smollm2(str(Path(args.parley).resolve()), Path(work))
+        report_smollm2(found)
+        print(json.dumps(found))
+        return found
     args.rate = args.rate if args.rate is not None else (0.3 if args.quick else 0.1)
     with tempfile.TemporaryDirectory(prefix="parley-bench-users-") as work:
         u = measure(str(Path(args.parley).resolve()), Path(work), args.quick, args.rate)
