@@ -226,9 +226,8 @@ impl Writer {
         let _ = sqlx::query(wait(RESTART_WAIT)).execute(&mut self.conn).await;
         // A row of (busy, frames in the log, frames copied); busy when a reader (or the
         // checkpointer, copying) held on past the wait.
-        let restarted = sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)")
-            .fetch_one(&mut self.conn)
-            .await;
+        let restarted =
+            sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)").fetch_one(&mut self.conn).await;
         let _ = sqlx::query(wait(crate::busy_timeout())).execute(&mut self.conn).await;
         match restarted {
             Ok((0, _, _)) => tracing::debug!(wal_bytes = size, "the WAL was copied and starts over"),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parley_core::{Claim, Message, MessageRecord, RunSpec, SessionSpec, SessionStore, Player, Task, TurnRecord};
+use parley_core::{Claim, Message, MessageRecord, Player, RunSpec, SessionSpec, SessionStore, Task, TurnRecord};
 use parley_store::{SqliteStore, StoreOptions};
 use serde_json::json;
 use sqlx::{Connection, SqliteConnection};
@@ -24,7 +24,8 @@ async fn the_wal_stays_near_its_limit_while_readers_hold_snapshots() {
     let specs: Vec<SessionSpec> = (0..SESSIONS)
         .map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: i as u64, player: Player::Run })
         .collect();
-    let (_, ids) = store.create_run(&RunSpec { environment: "test".into(), config: json!({}) }, &[task], &specs).await.unwrap();
+    let (_, ids) =
+        store.create_run(&RunSpec { environment: "test".into(), config: json!({}) }, &[task], &specs).await.unwrap();
 
     // The WAL's size, sampled on a thread of its own through the whole run.
     let done = Arc::new(AtomicBool::new(false));
