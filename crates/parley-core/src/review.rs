@@ -149,6 +149,14 @@ const AGENT_PHRASES: &[&str] = &[
     "how may i assist you",
     "is there anything else i can help",
     "is there anything else i can do for you",
+    // What a small model playing the user drifts into: the assistant it was trained to be.
+    "i'm here to help",
+    "i am here to help",
+    "i'm a chatbot",
+    "i am a chatbot",
+    "designed to assist",
+    "i'm an ai assistant",
+    "i am an ai assistant",
     "i have cancelled your",
     "i've cancelled your",
     "i have canceled your",
@@ -275,5 +283,16 @@ mod tests {
         let t = [Message::assistant("Hello."), call];
         assert_eq!(rules(&t, brief()), [(1, Rule::SpeaksAsAgent)]);
         assert_eq!(rules(&t, Brief { has_tools: true, ..brief() }), []);
+    }
+
+    #[test]
+    fn a_user_that_drifts_into_the_assistant_speaks_as_the_agent() {
+        // SmolLM2-135M's first turn as tau2 mock's user, word for word.
+        let said = "I'm here to help with any project or task you're working on. I'm a chatbot designed to \
+                    assist with any kind of project or task.";
+        let t = [Message::assistant("Hi! How can I help you today?"), Message::user(said)];
+        assert_eq!(rules(&t, brief()), [(1, Rule::SpeaksAsAgent)]);
+        let customer = [Message::assistant("Hi!"), Message::user("I'm here to change my flight, please.")];
+        assert_eq!(rules(&customer, brief()), []);
     }
 }

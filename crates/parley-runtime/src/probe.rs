@@ -121,7 +121,7 @@ pub async fn probe(settings: &RunSettings, options: &ProbeOptions) -> anyhow::Re
     let mut results = Vec::new();
     let mut unrunnable = 0;
     for (i, &probe) in options.probes.iter().enumerate() {
-        let store = Store::open(&db, StoreOptions { raw_model_calls: settings.raw_calls })
+        let store = Store::open(&db, StoreOptions { raw_model_calls: settings.raw_calls, ..StoreOptions::default() })
             .await
             .with_context(|| format!("opening the store {db}"))?;
         let stub = StubConfig { probe: Some(probe), answers: Some(key.clone()), ..StubConfig::default() };

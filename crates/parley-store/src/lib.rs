@@ -59,11 +59,21 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 pub struct StoreOptions {
     /// Keep the raw request and response bodies of model calls (usage and latency are always kept).
     pub raw_model_calls: bool,
+    /// The size, in bytes, the SQLite write-ahead log is held near: once it is past it, the writer
+    /// checkpoints the whole log between two commits so that the next commit starts it over, and
+    /// a log file that grew past it is cut back to it ([`WAL_LIMIT`] by default; PostgreSQL
+    /// ignores it).
+    pub wal_limit: u64,
 }
+
+/// The default [`StoreOptions::wal_limit`]: 128 MiB. Smaller means more, shorter pauses of the
+/// writer (each finishes the copy of the log into the database that the checkpointer began);
+/// larger, more disk beside the database.
+pub const WAL_LIMIT: u64 = 128 << 20;
 
 impl Default for StoreOptions {
     fn default() -> StoreOptions {
-        StoreOptions { raw_model_calls: true }
+        StoreOptions { raw_model_calls: true, wal_limit: WAL_LIMIT }
     }
 }
 
@@ -310,10 +320,14 @@ impl SqliteStore {
             })?;
         }
         // The writer's connection is the only one that writes, migrations included. It
-        // checkpoints the WAL itself, outside its commits (see `writer`).
-        let mut conn = SqliteConnection::connect_with(&connect.clone().pragma("wal_autocheckpoint", "0"))
-            .await
-            .map_err(refused)?;
+        // checkpoints the WAL itself, outside its commits (see `writer`), and it is the connection
+        // that starts the log over, so it is the one that cuts a grown log file back to the limit
+        // (SQLite does so at the first commit after a restart).
+        let writing = connect
+            .clone()
+            .pragma("wal_autocheckpoint", "0")
+            .pragma("journal_size_limit", options.wal_limit.min(i64::MAX as u64).to_string());
+        let mut conn = SqliteConnection::connect_with(&writing).await.map_err(refused)?;
         // Two processes opening a new database at once both migrate it: SQLite's migrations
         // take no lock, so the second's may fail on what the first just did (a column already
         // added). Each migration is a transaction of its own, so the failed one left nothing;

@@ -9,6 +9,17 @@
 //! connection has SQLite's automatic checkpoint off, which would run inside a commit, every
 //! 1,000 pages). Closing the store checkpoints what is left and truncates the WAL.
 //!
+//! Copying is not enough to keep the WAL small: SQLite starts the log over from its beginning
+//! only when a write transaction begins on a log that is wholly copied and that no reader is
+//! still reading. With the writer appending while the checkpointer copies, that moment never
+//! comes, and the log grew for a whole run (12 GB over a million rollouts). So once the WAL file
+//! is past the store's [`StoreOptions::wal_limit`], the writer itself, between two transactions,
+//! runs a `RESTART` checkpoint: it copies what the checkpointer has not yet copied and waits for
+//! the readers of the old log to finish, briefly ([`RESTART_WAIT`]: a reader that holds a
+//! snapshot longer makes it give up and try again later, rather than stall the commits), and the
+//! next commit writes from the log's start. The writer's `journal_size_limit` then cuts the
+//! grown file back to the limit.
+//!
 //! Every other write of the store (creating runs, claims, scores, forks, verdicts) reaches the
 //! same connection as an [`Exec`] command, run in queue order between batches: the writer's
 //! connection is the only one that writes (the read pool is opened `query_only`).
@@ -22,6 +33,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::time::Duration;
 
 use parley_core::{Fence, Party, Role, StoreError};
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
@@ -54,6 +66,11 @@ const MAX_PARAMS: usize = 32_000;
 /// About this much is written to the WAL between two checkpoints. Larger means fewer, longer
 /// checkpoints and a larger WAL file (which is reused, not regrown, after each checkpoint).
 pub(crate) const CHECKPOINT_BYTES: usize = 32 << 20;
+/// How long a `RESTART` checkpoint waits for readers of the old log (and the writer with it)
+/// before it gives up until the WAL has grown by another [`LOOK_EVERY`]th of the limit.
+const RESTART_WAIT: Duration = Duration::from_millis(50);
+/// The WAL file's size is looked at each time about this fraction of the limit was written.
+const LOOK_EVERY: u64 = 16;
 /// What a commit adds to the WAL besides its rows' text: the pages it touches are written whole
 /// (a table's last page and the pages of its index where the new keys fall).
 const COMMIT_BYTES: usize = 4 * 4096;
@@ -86,6 +103,10 @@ pub(crate) struct Writer {
     unchecked: usize,
     /// Wakes the checkpointer (one wake-up waits at most: more would find nothing to copy).
     checkpoints: mpsc::Sender<()>,
+    /// The WAL file (`<database>-wal`), whose size is watched.
+    wal: PathBuf,
+    /// An estimate of what was written to the WAL since its size was last looked at.
+    unlooked: u64,
 }
 
 impl Writer {
@@ -104,7 +125,10 @@ impl Writer {
         let span = tracing::info_span!("store_checkpointer", db = %path.display());
         tokio::spawn(checkpoint_when_woken(checkpointer, woken).instrument(span));
         let span = tracing::info_span!("store_writer", db = %path.display());
-        tokio::spawn(Writer { conn, path, options, unchecked: 0, checkpoints }.run(rx).instrument(span));
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
+        let writer = Writer { conn, path, options, unchecked: 0, checkpoints, wal: wal.into(), unlooked: 0 };
+        tokio::spawn(writer.run(rx).instrument(span));
         handle
     }
 
@@ -154,15 +178,24 @@ impl Writer {
                     }
                 }
             }
+            let ran = exec.is_some();
             if let Some(task) = exec {
                 task(&mut self.conn).await;
             }
             // Sessions go on, and the writer with them, while the WAL is copied into the database.
             if closing {
                 self.checkpoint("PRAGMA wal_checkpoint(TRUNCATE)").await;
-            } else if self.unchecked >= CHECKPOINT_BYTES {
-                self.unchecked = 0;
-                let _ = self.checkpoints.try_send(());
+            } else {
+                if self.unchecked >= CHECKPOINT_BYTES {
+                    self.unchecked = 0;
+                    let _ = self.checkpoints.try_send(());
+                }
+                // What another write wrote (a run's tasks, a thousand at a time) is not
+                // estimated: the file is looked at after each.
+                if ran || self.unlooked >= (self.options.wal_limit / LOOK_EVERY).max(1) {
+                    self.unlooked = 0;
+                    self.restart_if_grown().await;
+                }
             }
             for done in flushes.drain(..) {
                 let _ = done.send(());
@@ -177,6 +210,31 @@ impl Writer {
         match sqlx::query(pragma).execute(&mut self.conn).await {
             Ok(_) => self.unchecked = 0,
             // Not fatal: every commit is in the WAL, and the next checkpoint tries again.
+            Err(e) => tracing::warn!(error = %e, "the store could not checkpoint its WAL"),
+        }
+    }
+
+    /// Starts the WAL over once its file is past the limit (see the module's comment). Between
+    /// transactions only: the checkpoint takes the write lock.
+    async fn restart_if_grown(&mut self) {
+        let size = std::fs::metadata(&self.wal).map_or(0, |m| m.len());
+        if size <= self.options.wal_limit {
+            return;
+        }
+        // Only a number goes into the text.
+        let wait = |d: Duration| sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", d.as_millis()));
+        let _ = sqlx::query(wait(RESTART_WAIT)).execute(&mut self.conn).await;
+        // A row of (busy, frames in the log, frames copied); busy when a reader (or the
+        // checkpointer, copying) held on past the wait.
+        let restarted =
+            sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)").fetch_one(&mut self.conn).await;
+        let _ = sqlx::query(wait(crate::busy_timeout())).execute(&mut self.conn).await;
+        match restarted {
+            Ok((0, _, _)) => tracing::debug!(wal_bytes = size, "the WAL was copied and starts over"),
+            Ok((_, frames, copied)) => {
+                tracing::debug!(wal_bytes = size, frames, copied, "readers held the WAL; starting it over later")
+            }
+            // Not fatal: every commit is in the WAL, and the next look tries again.
             Err(e) => tracing::warn!(error = %e, "the store could not checkpoint its WAL"),
         }
     }
@@ -237,7 +295,7 @@ impl Writer {
             messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, m.message.role, c))).collect();
         let tools: Vec<_> =
             batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.claim.session, t))).collect();
-        self.unchecked += COMMIT_BYTES
+        let bytes = COMMIT_BYTES
             + messages.iter().map(|(_, m)| ROW_BYTES + message_bytes(&m.message)).sum::<usize>()
             + calls
                 .iter()
@@ -247,6 +305,8 @@ impl Writer {
                 })
                 .sum::<usize>()
             + tools.iter().map(|(_, t)| ROW_BYTES + t.arguments.len() + t.output.len()).sum::<usize>();
+        self.unchecked += bytes;
+        self.unlooked += bytes as u64;
 
         for chunk in shaped(&calls, MAX_PARAMS / 14) {
             let mut q = QueryBuilder::<Sqlite>::new(

@@ -98,7 +98,9 @@ pub async fn fork(args: ForkArgs) -> anyhow::Result<()> {
     args.policy.over(&mut settings);
     settings.check_for(parley_runtime::settings::Need::Nothing)?;
 
-    let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
+    let store =
+        Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls, ..StoreOptions::default() })
+            .await?;
     let runtime = Runtime::start(&settings, store).await?;
     let signals = Signals::watch(settings.shutdown_grace());
     let forked = runtime.fork(run, args.session, args.at, signals.stop.clone()).await;

@@ -176,9 +176,10 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
     if let (false, Some(path)) = (check.bad.is_empty(), &settings.tasks) {
         eprintln!("skipped {} unreadable rows of {} (--bad-rows skip)", check.bad.len(), path.display());
     }
-    let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
-        .await
-        .with_context(|| format!("opening the store {}", settings.db))?;
+    let store =
+        Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls, ..StoreOptions::default() })
+            .await
+            .with_context(|| format!("opening the store {}", settings.db))?;
     // A run is not recorded into a damaged file, whose other runs can no longer be read whole.
     store.check_pages().await?;
     let runtime = Runtime::start(&settings, store).await?;
@@ -293,7 +294,8 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
 /// they hold every finished session exactly once.
 pub async fn resume(run: i64, db: &DbLocation, retry_failed: bool) -> anyhow::Result<()> {
     let settings = stored_settings(run, db).await?;
-    let store = Store::open(db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
+    let store =
+        Store::open(db, StoreOptions { raw_model_calls: settings.raw_calls, ..StoreOptions::default() }).await?;
     if retry_failed {
         let reopened = store.reopen_failed(run).await?;
         eprintln!("run {run}: {reopened} failed sessions reopened, each to continue from its last committed turn");
@@ -401,7 +403,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     // The worker's own concurrency over the run's, checked as a run's settings are.
     settings.concurrency = args.concurrency.unwrap_or(settings.concurrency);
     settings.check_for(parley_runtime::settings::Need::Nothing)?;
-    let store = Store::open(db, StoreOptions { raw_model_calls: settings.raw_calls }).await?;
+    let store =
+        Store::open(db, StoreOptions { raw_model_calls: settings.raw_calls, ..StoreOptions::default() }).await?;
     let runtime = Runtime::start(&settings, store).await?;
     eprintln!(
         "worker {}: run {run} in {db}, up to {} sessions at once against {}",

@@ -22,9 +22,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     settings.front = Front { sampling_from_row: true, policy_for_agent_only: true };
     // Every setting is checked (the store opened, the environment and endpoints set up, the
     // tasks read) before the port is bound: a bad setting never leaves a port answering.
-    let store = Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls })
-        .await
-        .with_context(|| format!("opening the store {}", settings.db))?;
+    let store =
+        Store::open(&settings.db, StoreOptions { raw_model_calls: settings.raw_calls, ..StoreOptions::default() })
+            .await
+            .with_context(|| format!("opening the store {}", settings.db))?;
     let runtime = Runtime::start(&settings, store).await?;
     let tasks = match reset_tasks(&settings, &runtime) {
         Ok(tasks) => tasks,

@@ -5,4 +5,5 @@
 mod backends;
 mod damage;
 mod scores;
+mod wal;
 mod writer;
