@@ -12,6 +12,21 @@ async fn exec(work: &Workdir, sql: &str) {
     db.close().await;
 }
 
+/// A run with no finished session has nothing to score again: a usage error that says where to
+/// look, and no score version is written.
+#[test]
+fn a_rescore_of_a_run_with_no_finished_session_is_refused() {
+    let work = Workdir::new();
+    work.tasks(2);
+    let stub = Stub::start(&[]);
+    ok(&run(&work, &stub, &["--detach"]));
+    let out = work.parley(&["rescore", "1", "--db", "parley.db", "--reward", "environment"]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no finished session with a reward"), "{}", text(&out.stderr));
+    let versions = ok(&work.parley(&["scores", "1", "--db", "parley.db"]));
+    assert!(versions.contains("has no scores yet"), "{versions}");
+}
+
 #[tokio::test]
 async fn rescore_keeps_old_scores_and_shows_what_changed() {
     let work = Workdir::new();
