@@ -152,14 +152,27 @@ fn a_composite_reward_is_kept_in_rows_store_show_and_metrics() {
     assert!(table.contains(&format!("{moved} of 60 sessions changed")), "{table}");
     assert!(table.contains("format 0.2 -> 0.1") && table.contains(&format!("... {} more", moved - 2)), "{table}");
 
+    // The same reward from a settings file's `[[reward]]` tables: the same scores again.
+    std::fs::write(
+        work.path("try.toml"),
+        "[[reward]]\nscorer = \"math\"\nweight = 0.8\n\n[[reward]]\nscorer = \"format\"\nweight = 0.1\n\
+         options = { pattern = '\\\\boxed' }\n\n[[reward]]\nscorer = \"steps\"\nweight = -0.1\ncap = 1\n\
+         options = { budget = 2 }\n",
+    )
+    .unwrap();
+    let again = ok(&work.parley(&["rescore", "1", "--db", "parley.db", "--settings", "try.toml"]));
+    assert!(again.contains("rescored 60 sessions of run 1: 0 changed (score version 4)"), "{again}");
+    let diff = ok(&work.parley(&["scores", "diff", "1", "3", "4", "--db", "parley.db", "--json"]));
+    assert_eq!(serde_json::from_str::<Value>(&diff).unwrap()["changed"], json!([]), "{diff}");
+
     // Bad input: a version the run does not have, a component no scorer has.
     let out = work.parley(&["scores", "diff", "1", "1", "9", "--db", "parley.db"]);
     assert_eq!(out.status.code(), Some(64));
-    assert!(text(&out.stderr).contains("no score version 9; its versions: 1, 2, 3"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no score version 9; its versions: 1, 2, 3, 4"), "{}", text(&out.stderr));
     let out = work.parley(&["rescore", "1", "--db", "parley.db", "--reward", "exactly"]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     let versions = ok(&work.parley(&["scores", "1", "--db", "parley.db", "--json"]));
-    assert_eq!(serde_json::from_str::<Value>(&versions).unwrap().as_array().unwrap().len(), 3, "nothing added");
+    assert_eq!(serde_json::from_str::<Value>(&versions).unwrap().as_array().unwrap().len(), 4, "nothing added");
 }
 
 /// The judge is asked twice per right-looking answer (the swap), its verdicts and the prompt's
