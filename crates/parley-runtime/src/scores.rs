@@ -3,7 +3,7 @@
 //! scoring of the run: the one recorded as its sessions finished, then one per `parley rescore`.
 
 use parley_core::RunId;
-use parley_scoring::versions::{Diff, Scored, compare};
+use parley_scoring::versions::Diff;
 use parley_store::{ScoreVersion, Store};
 use serde::Serialize;
 use serde_json::Value;
@@ -58,8 +58,5 @@ pub async fn diff(store: &Store, run: RunId, before: i64, after: i64) -> anyhow:
             .into());
         }
     }
-    let read = |scores: Vec<parley_store::SessionScore>| -> Vec<Scored> { scores.iter().map(|s| s.scored()).collect() };
-    let a = read(store.scores_at(run, before).await?);
-    let b = read(store.scores_at(run, after).await?);
-    Ok(compare(run, before, after, &a, &b))
+    Ok(parley_store::compare_versions(store, run, before, after).await?)
 }

@@ -48,7 +48,7 @@ pub use location::{DbLocation, redact_url};
 pub use pg::{PgStore, is_postgres_url};
 pub use read::{RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
 pub use store::Store;
-pub use versions::{ScoreVersion, SessionScore, describe_reward};
+pub use versions::{ScoreVersion, SessionScore, compare_versions, describe_reward};
 pub use view::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo};
 use writer::{Writer, WriterHandle};
 

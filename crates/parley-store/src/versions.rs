@@ -1,12 +1,12 @@
 //! A run's score versions: version 1 recorded as its sessions finished, and one more for each
 //! `parley rescore`, with the reward each was scored with (`score_versions`). The queries are
 //! the same on both backends (`$N` placeholders, which SQLite reads as well as PostgreSQL), so
-//! they are written once here and each store runs them on its own pool.
+//! they are written once here (`both_stores!`) and each store runs them on its own pool.
 
 use parley_core::{Reward, RunId, SessionId, StoreError};
 use serde_json::Value;
 
-use crate::{PgStore, SqliteStore};
+use crate::dialect::both_stores;
 
 /// One score version of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,7 +62,7 @@ fn score((session, task_index, value, breakdown): ScoreRow) -> SessionScore {
     }
 }
 
-impl SqliteStore {
+both_stores! {
     /// The run's score versions, oldest first, with what each was scored with.
     pub async fn score_versions(&self, run: RunId) -> Result<Vec<ScoreVersion>, StoreError> {
         let rows: Vec<VersionRow> = sqlx::query_as(VERSIONS)
@@ -75,28 +75,23 @@ impl SqliteStore {
 
     /// Every score of version `version` of the run, by session.
     pub async fn scores_at(&self, run: RunId, version: i64) -> Result<Vec<SessionScore>, StoreError> {
-        let rows: Vec<ScoreRow> =
-            sqlx::query_as(SCORES_AT).bind(run).bind(version).fetch_all(self.pool()).await.map_err(|e| {
-                self.read_error(e, &format!("version {version} of run {run}'s scores (table `scores`)"))
-            })?;
+        let rows: Vec<ScoreRow> = sqlx::query_as(SCORES_AT)
+            .bind(run)
+            .bind(version)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, &format!("version {version} of run {run}'s scores (table `scores`)")))?;
         Ok(rows.into_iter().map(score).collect())
     }
-}
 
-impl PgStore {
-    /// The run's score versions, oldest first, with what each was scored with.
-    pub async fn score_versions(&self, run: RunId) -> Result<Vec<ScoreVersion>, StoreError> {
-        let error = self.error(&format!("the score versions of run {run} (table `scores`)"));
-        let rows: Vec<VersionRow> = sqlx::query_as(VERSIONS).bind(run).fetch_all(self.pool()).await.map_err(error)?;
-        Ok(rows.into_iter().map(version).collect())
-    }
-
-    /// Every score of version `version` of the run, by session.
-    pub async fn scores_at(&self, run: RunId, version: i64) -> Result<Vec<SessionScore>, StoreError> {
-        let error = self.error(&format!("version {version} of run {run}'s scores (table `scores`)"));
-        let rows: Vec<ScoreRow> =
-            sqlx::query_as(SCORES_AT).bind(run).bind(version).fetch_all(self.pool()).await.map_err(error)?;
-        Ok(rows.into_iter().map(score).collect())
+    /// Each task's passed and scored sessions, by task id, over every run of `environment`.
+    pub async fn pass_counts_by_task(&self, environment: &str) -> Result<Vec<(String, u64, u64)>, StoreError> {
+        let rows: Vec<PassRow> = sqlx::query_as(PASS_COUNTS)
+            .bind(environment)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.read_error(e, "the pass counts of the store's tasks (tables `sessions`, `tasks`)"))?;
+        Ok(rows.into_iter().map(pass).collect())
     }
 }
 
@@ -111,6 +106,20 @@ impl SessionScore {
             components: components.into_iter().flatten().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect(),
         }
     }
+}
+
+/// Versions `before` and `after` of `run` compared, session by session (see
+/// `parley_scoring::versions`): what `parley scores diff` and the viewer show.
+pub async fn compare_versions(
+    store: &crate::Store,
+    run: RunId,
+    before: i64,
+    after: i64,
+) -> Result<parley_scoring::versions::Diff, StoreError> {
+    let read = |scores: Vec<SessionScore>| scores.iter().map(SessionScore::scored).collect::<Vec<_>>();
+    let earlier = read(store.scores_at(run, before).await?);
+    let later = read(store.scores_at(run, after).await?);
+    Ok(parley_scoring::versions::compare(run, before, after, &earlier, &later))
 }
 
 /// A version's reward in one line, from the settings stored with it (or the run's): its
@@ -153,26 +162,4 @@ type PassRow = (String, i64, i64);
 
 fn pass((task, passed, scored): PassRow) -> (String, u64, u64) {
     (task, u64::try_from(passed).unwrap_or_default(), u64::try_from(scored).unwrap_or_default())
-}
-
-impl SqliteStore {
-    /// Each task's passed and scored sessions, by task id, over every run of `environment`.
-    pub async fn pass_counts_by_task(&self, environment: &str) -> Result<Vec<(String, u64, u64)>, StoreError> {
-        let rows: Vec<PassRow> = sqlx::query_as(PASS_COUNTS)
-            .bind(environment)
-            .fetch_all(self.pool())
-            .await
-            .map_err(|e| self.read_error(e, "the pass counts of the store's tasks (tables `sessions`, `tasks`)"))?;
-        Ok(rows.into_iter().map(pass).collect())
-    }
-}
-
-impl PgStore {
-    /// Each task's passed and scored sessions, by task id, over every run of `environment`.
-    pub async fn pass_counts_by_task(&self, environment: &str) -> Result<Vec<(String, u64, u64)>, StoreError> {
-        let error = self.error("the pass counts of the store's tasks (tables `sessions`, `tasks`)");
-        let rows: Vec<PassRow> =
-            sqlx::query_as(PASS_COUNTS).bind(environment).fetch_all(self.pool()).await.map_err(error)?;
-        Ok(rows.into_iter().map(pass).collect())
-    }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::Uri;
 use maud::{Markup, html};
-use parley_scoring::versions::{Diff, Scored, compare};
+use parley_scoring::versions::Diff;
 use parley_store::{ScoreVersion, describe_reward};
 
 use crate::AppState;
@@ -75,11 +75,7 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>, u
                 return Err(PageError::NotFound(format!("score version {version} of run {run}")));
             }
         }
-        let read =
-            |scores: Vec<parley_store::SessionScore>| -> Vec<Scored> { scores.iter().map(|s| s.scored()).collect() };
-        let before = read(store.scores_at(run, a).await?);
-        let after = read(store.scores_at(run, b).await?);
-        Some(compare(run, a, b, &before, &after))
+        Some(parley_store::compare_versions(store, run, a, b).await?)
     };
     let body = html! {
         h1 { "Scores of " a href=(format!("/runs/{run}")) { "run " (run) } }
