@@ -195,6 +195,15 @@ impl Learnable {
         self.tree.find(at)
     }
 
+    /// A session of `task` ended as `outcome`: one that failed outside the agent says nothing of
+    /// the task and is left out; any other passed when its reward is 1 (as the store's pass
+    /// counts read it).
+    pub fn take(&mut self, task: usize, outcome: &parley_core::SessionOutcome) {
+        if outcome.failure.is_none() {
+            self.record(task, outcome.reward.as_ref().is_some_and(|r| r.value >= parley_scoring::SUCCESS));
+        }
+    }
+
     /// A session of `task` ended, passing or not: its weight moves.
     pub fn record(&mut self, task: usize, passed: bool) {
         let Some(&(p, s)) = self.counts.get(task) else { return };

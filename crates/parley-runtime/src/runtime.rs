@@ -330,10 +330,7 @@ impl Runtime {
             let pending = self.pending(run, false).await?;
             let mut results = self.drive(pending.jobs, stop.clone());
             while let Some(result) = results.next().await {
-                if result.outcome.failure.is_none() {
-                    let passed = result.outcome.reward.as_ref().is_some_and(|r| r.value >= parley_scoring::SUCCESS);
-                    learnable.record(result.task.index, passed);
-                }
+                learnable.take(result.task.index, &result.outcome);
                 sink(&result)?;
             }
             if let Some(e) = pending.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {

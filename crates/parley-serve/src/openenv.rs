@@ -676,10 +676,7 @@ async fn learnable(service: &Arc<Service>) -> Result<Option<&Mutex<Learnable>>, 
 
 /// An episode of catalogue task `task` ended: a learnable sampler takes its outcome.
 pub(crate) fn ended(service: &Service, task: usize, outcome: &parley_core::SessionOutcome) {
-    if let Some(learnable) = service.hub.learnable.get()
-        && outcome.failure.is_none()
-    {
-        let passed = outcome.reward.as_ref().is_some_and(|r| r.value >= parley_scoring::SUCCESS);
-        learnable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).record(task, passed);
+    if let Some(learnable) = service.hub.learnable.get() {
+        learnable.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take(task, outcome);
     }
 }
