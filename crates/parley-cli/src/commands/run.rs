@@ -51,13 +51,10 @@ pub async fn execute(
     let progress = Progress::new(count);
     let mut results = runtime.drive(jobs, signals.stop.clone());
     while let Some(result) = results.next().await {
-        sink(&result)?;
-        progress.finish_one(result.outcome.reward.as_ref().map(|r| r.value));
+        shown(&progress, &mut sink, &result)?;
     }
     progress.done();
-    let cancelled = signals.stop.is_stopping();
-    runtime.finish_run(run, cancelled).await?;
-    Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true, signal: signals.caught() })
+    finished(runtime, run, started, signals).await
 }
 
 /// As [`execute`], for a run with a `--budget`: the runtime draws its sessions a round at a
@@ -72,14 +69,25 @@ pub async fn execute_budget(
 ) -> anyhow::Result<Executed> {
     let started = Instant::now();
     let progress = Progress::new(budget);
-    runtime
-        .drive_budget(run, task_ids, signals.stop.clone(), |result| {
-            sink(result)?;
-            progress.finish_one(result.outcome.reward.as_ref().map(|r| r.value));
-            Ok(())
-        })
-        .await?;
+    runtime.drive_budget(run, task_ids, signals.stop.clone(), |result| shown(&progress, &mut sink, result)).await?;
     progress.done();
+    finished(runtime, run, started, signals).await
+}
+
+/// A session's result handed to the sink, and counted on the progress bar.
+fn shown(
+    progress: &Progress,
+    sink: &mut impl FnMut(&SessionResult) -> anyhow::Result<()>,
+    result: &SessionResult,
+) -> anyhow::Result<()> {
+    sink(result)?;
+    progress.finish_one(result.outcome.reward.as_ref().map(|r| r.value));
+    Ok(())
+}
+
+/// The run's status marked as the drive left it (interrupted when it was stopped), and how the
+/// execution went.
+async fn finished(runtime: &Runtime, run: i64, started: Instant, signals: &Signals) -> anyhow::Result<Executed> {
     let cancelled = signals.stop.is_stopping();
     runtime.finish_run(run, cancelled).await?;
     Ok(Executed { cancelled, elapsed: started.elapsed(), timed: true, signal: signals.caught() })
