@@ -6,12 +6,6 @@ use std::time::Duration;
 
 use crate::harness::{PARLEY, Stub, Workdir, ok, run, text};
 
-async fn exec(work: &Workdir, sql: &str) {
-    let db = work.db().await;
-    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).execute(&db).await.unwrap();
-    db.close().await;
-}
-
 /// A run with no finished session has nothing to score again: a usage error that says where to
 /// look, and no score version is written.
 #[test]
@@ -36,7 +30,7 @@ async fn rescore_keeps_old_scores_and_shows_what_changed() {
     let out = ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
     assert!(out.contains("rescored 4 sessions of run 1: 0 changed"), "{out}");
     // Correct the ground truth of task 1 so that the stub's answer is now right.
-    exec(&work, "UPDATE tasks SET row = json_set(row, '$.expected_synonym_values', json('[0]')) WHERE task_index = 1")
+    work.exec("UPDATE tasks SET row = json_set(row, '$.expected_synonym_values', json('[0]')) WHERE task_index = 1")
         .await;
     let out = ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
     assert!(out.contains("session 2: reward 0 -> 1 (score version 3)"), "{out}");
@@ -63,7 +57,7 @@ async fn replay_reports_no_drift_then_exactly_the_changed_tool_output() {
     let out = ok(&work.parley(&["replay", "--run", "1", "--db", "parley.db"]));
     assert!(out.contains("replayed 3 sessions of run 1: 0 tool outputs drifted, 0 rewards changed"), "{out}");
     // The recording of session 2's first tool call came from an older version of the tool.
-    exec(&work, r#"UPDATE tool_calls SET output = '{"synonym_value":1}' WHERE session_id = 2 AND seq = 3"#).await;
+    work.exec(r#"UPDATE tool_calls SET output = '{"synonym_value":1}' WHERE session_id = 2 AND seq = 3"#).await;
     let out = ok(&work.parley(&["replay", "--run", "1", "--db", "parley.db"]));
     let drift: Vec<&str> = out.lines().filter(|l| l.contains("recorded")).collect();
     assert_eq!(
@@ -208,7 +202,7 @@ async fn an_export_writes_every_readable_session_and_names_the_damaged_one() {
     let stub = Stub::start(&[]);
     ok(&run(&work, &stub, &[]));
     // Bytes that are not UTF-8 where text belongs, as a damaged page leaves them.
-    exec(&work, "UPDATE messages SET content = CAST(X'C328FF' AS TEXT) WHERE session_id = 3 AND seq = 1").await;
+    work.exec("UPDATE messages SET content = CAST(X'C328FF' AS TEXT) WHERE session_id = 3 AND seq = 1").await;
     let out = work.parley(&["export", "1", "--format", "nemo-gym", "--out", "rows.jsonl", "--db", "parley.db"]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);

@@ -124,6 +124,13 @@ impl Workdir {
         path
     }
 
+    /// Runs one SQL statement on the store `parley.db`, as a change to the record would.
+    pub async fn exec(&self, sql: &str) {
+        let db = self.db().await;
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).execute(&db).await.unwrap();
+        db.close().await;
+    }
+
     pub async fn db(&self) -> sqlx::SqlitePool {
         let url = format!("sqlite://{}", self.path("parley.db").display());
         sqlx::SqlitePool::connect(&url).await.expect("open the run's database")

@@ -86,8 +86,8 @@ fn a_tau2_row_named_by_id_gives_the_user_its_tasks_scenario() {
 /// A run's faulty sessions are recorded with their faults: the summary leaves them out of the
 /// rewards and pass figures and counts them apart (`--keep-user-faults` counts them in),
 /// `parley sessions --user-fault RULE` lists them, and `parley show` names each fault.
-#[test]
-fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
+#[tokio::test]
+async fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
     let work = Workdir::new();
     let data = crate::harness::tau2_data_dir();
     let policy = Stub::start(&[]);
@@ -136,7 +136,7 @@ fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
     assert_eq!(apart_sessions + faulty as u64, kept_sessions, "{}", apart["training"]);
     // A rescore runs the review's rules again over the stored transcripts: faults that the
     // record lost (as when the rules change) are found anew, and a clean record stays clean.
-    update(&work, &format!("UPDATE sessions SET user_faults = NULL WHERE id = {}", ids[0]));
+    work.exec(&format!("UPDATE sessions SET user_faults = NULL WHERE id = {}", ids[0])).await;
     let rescored = crate::harness::ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
     assert!(rescored.contains("the simulated user's faults found anew in 1 sessions"), "{rescored}");
     let again = crate::harness::ok(&work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "ends_early"]));
@@ -150,19 +150,4 @@ fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
     let (status, _, page) = view.get(&format!("/sessions/{}", ids[0]), &[]);
     assert_eq!(status, 200);
     assert!(page.contains("id=\"user-faults\"") && page.contains("ends_early"), "{page}");
-}
-
-/// Runs one SQL statement on a run's SQLite store, as a change to the record would.
-fn update(work: &Workdir, sql: &str) {
-    let url = format!("sqlite://{}", work.path("parley.db").display());
-    let sql = sql.to_owned();
-    std::thread::spawn(move || {
-        tokio::runtime::Runtime::new().unwrap().block_on(async {
-            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
-            pool.close().await;
-        })
-    })
-    .join()
-    .unwrap();
 }

@@ -57,14 +57,9 @@ async fn mcp_over_stdio_shared_and_per_session() {
     let Some(script) = peers::mcp_everything("MCP over stdio") else { return };
     let script = script.to_str().unwrap();
     let shared = McpServerSpec::stdio("everything", "node", &[script, "stdio"]);
-    let environment = McpEnvironment::connect(
-        "mcp",
-        vec![shared],
-        Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }),
-        &options(),
-    )
-    .await
-    .expect("the stdio server starts");
+    let environment = McpEnvironment::connect("mcp", vec![shared], answer_contained(), &options())
+        .await
+        .expect("the stdio server starts");
     exercise(&environment).await;
     environment.shutdown().await;
 
@@ -77,14 +72,7 @@ async fn mcp_over_stdio_shared_and_per_session() {
     );
 
     let per_session = McpServerSpec::stdio("everything", "node", &[script, "stdio"]).per_session();
-    let environment = McpEnvironment::connect(
-        "mcp",
-        vec![per_session],
-        Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }),
-        &options(),
-    )
-    .await
-    .unwrap();
+    let environment = McpEnvironment::connect("mcp", vec![per_session], answer_contained(), &options()).await.unwrap();
     exercise(&environment).await;
 }
 
@@ -105,15 +93,14 @@ async fn mcp_over_streamable_http() {
     let spec = McpServerSpec::http("everything", &url);
     // The connection retries while the server is still starting.
     let options = ServerOptions { max_retries: 8, backoff: Duration::from_millis(100), ..options() };
-    let environment = McpEnvironment::connect(
-        "mcp",
-        vec![spec],
-        Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }),
-        &options,
-    )
-    .await
-    .unwrap();
+    let environment = McpEnvironment::connect("mcp", vec![spec], answer_contained(), &options).await.unwrap();
     exercise(&environment).await;
     environment.shutdown().await;
     server.kill().await.unwrap();
+}
+
+/// The scorer MCP environments get by default: the final answer contains the row's
+/// `expected_answer`.
+pub(crate) fn answer_contained() -> Arc<ExactMatch> {
+    Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") })
 }

@@ -2,12 +2,10 @@
 //! large, rather than waiting out the call's timeout as if the server hung; the connection keeps
 //! serving the calls after it.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parley_core::{Environment, Message, Party, Task};
 use parley_remote::{McpEnvironment, McpServerSpec, ServerOptions};
-use parley_rewards::text::ExactMatch;
 use serde_json::json;
 
 /// A stdio MCP server in a few lines of Python: tools `small` and `big`, whose answer is one
@@ -45,14 +43,8 @@ async fn an_oversized_stdio_answer_fails_at_once_as_too_large() {
     let spec = McpServerSpec::stdio("big", "python3", &[script.to_str().unwrap()]);
     let options =
         ServerOptions { timeout: Duration::from_secs(60), max_response_bytes: 1 << 20, ..ServerOptions::default() };
-    let environment = McpEnvironment::connect(
-        "mcp",
-        vec![spec],
-        Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }),
-        &options,
-    )
-    .await
-    .unwrap();
+    let environment =
+        McpEnvironment::connect("mcp", vec![spec], crate::mcp::answer_contained(), &options).await.unwrap();
     let mut session = environment.open(&task()).await.unwrap();
 
     let started = Instant::now();
@@ -109,14 +101,8 @@ async fn an_oversized_streamable_http_answer_fails_at_once_as_too_large() {
     let spec = McpServerSpec::http("big", &http_server().await);
     let options =
         ServerOptions { timeout: Duration::from_secs(60), max_response_bytes: 1 << 20, ..ServerOptions::default() };
-    let environment = McpEnvironment::connect(
-        "mcp",
-        vec![spec],
-        Arc::new(ExactMatch { contains: true, ..ExactMatch::new("expected_answer") }),
-        &options,
-    )
-    .await
-    .unwrap();
+    let environment =
+        McpEnvironment::connect("mcp", vec![spec], crate::mcp::answer_contained(), &options).await.unwrap();
     let mut session = environment.open(&task()).await.unwrap();
     assert_eq!(session.call(Party::Agent, "small", &json!({})).await.unwrap().content, "ok");
 
