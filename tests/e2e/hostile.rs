@@ -67,6 +67,19 @@ fn raw(address: &str, head: &str, body: &str) -> u16 {
     status.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
+/// Sends `row` to `/run` on a raw connection and goes away after `stay`, reading no answer.
+fn post_and_leave(address: &str, row: &str, stay: Duration) {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{row}",
+        row.len()
+    )
+    .unwrap();
+    std::thread::sleep(stay);
+}
+
 /// A client that sends its row and goes away mid-session (it reads no answer).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_that_disconnects_cancels_its_session_and_resume_finishes_it() {
@@ -75,18 +88,7 @@ async fn a_client_that_disconnects_cancels_its_session_and_resume_finishes_it() 
     let stub = Stub::start(&["--latency-ms", "400"]);
     let serve = Serve::start(&work, &stub, &[]);
     let row = work.first_task_row();
-    {
-        use std::io::Write;
-        let mut stream = std::net::TcpStream::connect(&serve.address).unwrap();
-        write!(
-            stream,
-            "POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{row}",
-            row.len()
-        )
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(600));
-        // The client goes away mid-session.
-    }
+    post_and_leave(&serve.address, &row, Duration::from_millis(600));
     std::thread::sleep(Duration::from_millis(1500));
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path("serve.db").display())).await.unwrap();
     let (status, termination): (String, Option<String>) =
@@ -392,22 +394,12 @@ fn a_row_with_a_large_image_is_taken_and_a_huge_body_refused() {
 /// given up: `parley resume` finishes it while the service that recorded it runs on.
 #[test]
 fn a_cancelled_run_session_is_resumed_while_the_service_runs() {
-    use std::io::Write;
     let work = Workdir::new();
     work.tasks(1);
     let stub = Stub::start(&["--latency-ms", "400"]);
     let serve = Serve::start(&work, &stub, &[]);
     let row = work.first_task_row();
-    {
-        let mut stream = std::net::TcpStream::connect(&serve.address).unwrap();
-        write!(
-            stream,
-            "POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{row}",
-            row.len()
-        )
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(600));
-    }
+    post_and_leave(&serve.address, &row, Duration::from_millis(600));
     std::thread::sleep(Duration::from_millis(1000));
     let out = crate::harness::ok(&work.parley(&["resume", "1", "--db", "serve.db"]));
     assert!(out.contains("terminations   agent_stop 1"), "resumed beside the running service: {out}");
