@@ -151,3 +151,101 @@ async fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
     assert_eq!(status, 200);
     assert!(page.contains("id=\"user-faults\"") && page.contains("ends_early"), "{page}");
 }
+
+/// `--user-review judge` asks the judge endpoint, once a session, what rules cannot see: a user
+/// that leaves its scenario and one that states what it was not given are found (by the rule
+/// the judge names, at the message it names), counted apart and masked, while the rules alone
+/// find nothing in the same conversations. A rescore re-derives the faults from the verdicts the
+/// store kept, asking the judge nothing again.
+#[tokio::test]
+async fn a_judged_review_finds_what_rules_cannot_and_a_rescore_asks_nothing_again() {
+    let work = Workdir::new();
+    let data = crate::harness::tau2_data_dir();
+    let policy = Stub::start(&[]);
+    let user = Stub::start(&[
+        "--user-turns",
+        "2",
+        "--tool-calls",
+        "0",
+        "--user-fault",
+        "off_scenario:0.3",
+        "--user-fault",
+        "unknown_info:0.3",
+    ]);
+    let judge = Stub::start(&["--judge"]);
+    let run = |db: &str, review: &str| {
+        let out = work.parley(&[
+            "run",
+            "--env",
+            "tau2:airline",
+            "--data-dir",
+            &data,
+            "--num-tasks",
+            "20",
+            "--base-url",
+            &policy.url,
+            "--user",
+            "llm",
+            "--user-base-url",
+            &user.url,
+            "--user-review",
+            review,
+            "--judge-base-url",
+            &judge.url,
+            "--db",
+            db,
+        ]);
+        crate::harness::ok(&out)
+    };
+    let faulted = |db: &str, rule: &str| -> Vec<String> {
+        let listed = crate::harness::ok(&work.parley(&["sessions", "1", "--db", db, "--user-fault", rule]));
+        listed.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect()
+    };
+
+    // The rules alone see nothing wrong, and ask the judge nothing.
+    let said = run("rules.db", "rules");
+    assert!(said.lines().all(|l| !l.starts_with("user faults")), "{said}");
+    assert_eq!(judge.stats()["requests"], 0);
+
+    let said = run("parley.db", "judge");
+    assert_eq!(judge.stats()["requests"], 20, "one judge call per session");
+    let (off, unknown) = (faulted("parley.db", "off_scenario"), faulted("parley.db", "unknown_info"));
+    assert!(!off.is_empty() && !unknown.is_empty(), "both faults are drawn in 20 sessions: {said}");
+    assert!(off.iter().all(|id| !unknown.contains(id)), "one mode per conversation");
+    let line = said.lines().find(|l| l.starts_with("user faults")).unwrap_or_else(|| panic!("{said}"));
+    let counted: usize = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert_eq!(counted, off.len() + unknown.len(), "{line}");
+    // Each finding names the user's message that broke the rule, which says what the fault is.
+    let shown = crate::harness::ok(&work.parley(&["show", &off[0], "--db", "parley.db"]));
+    assert!(shown.contains("user fault") && shown.contains("off_scenario"), "{shown}");
+    let db = work.db().await;
+    for (id, rule, words) in
+        [(&off[0], "off_scenario", "restaurant in Rome instead"), (&unknown[0], "unknown_info", "ZX9Q7W")]
+    {
+        let id: i64 = id.parse().unwrap();
+        let (faults,): (String,) =
+            sqlx::query_as("SELECT user_faults FROM sessions WHERE id = ?").bind(id).fetch_one(&db).await.unwrap();
+        let faults: Value = serde_json::from_str(&faults).unwrap();
+        assert_eq!(faults.as_array().map(Vec::len), Some(1), "{faults}");
+        assert_eq!(faults[0]["rule"], rule);
+        assert!(faults[0]["detail"].as_str().unwrap().starts_with("judged"), "{faults}");
+        let (role, content): (String, String) =
+            sqlx::query_as("SELECT role, content FROM messages WHERE session_id = ? AND seq = ?")
+                .bind(id)
+                .bind(faults[0]["seq"].as_i64().unwrap())
+                .fetch_one(&db)
+                .await
+                .unwrap();
+        assert!(role == "user" && content.contains(words), "{rule}: {role}: {content}");
+    }
+    db.close().await;
+
+    // A rescore finds the same faults from the stored verdicts, without a judge call; one
+    // whose record lost its faults has them found anew.
+    work.exec(&format!("UPDATE sessions SET user_faults = NULL WHERE id = {}", unknown[0])).await;
+    let rescored = crate::harness::ok(&work.parley(&["rescore", "1", "--db", "parley.db"]));
+    assert!(rescored.contains("the simulated user's faults found anew in 1 sessions"), "{rescored}");
+    assert!(rescored.contains("0 judge calls, 20 verdicts reused"), "{rescored}");
+    assert_eq!(judge.stats()["requests"], 20);
+    assert_eq!(faulted("parley.db", "unknown_info"), unknown);
+}

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use parley_runtime::EnvKind;
-use parley_runtime::settings::{AgentKind, AnswerMatch, BadRows, ReasoningMode, Split, ToolMode, UserKind};
+use parley_runtime::settings::{AgentKind, AnswerMatch, BadRows, ReasoningMode, Split, ToolMode, UserKind, UserReview};
 use parley_store::DbLocation;
 use serde::Deserialize;
 
@@ -480,13 +480,14 @@ crate::settings::options! {
         /// [default: the copy built into Parley].
         #[arg(long, value_name = "DIR", env = "PARLEY_TAU2_DATA", help_heading = "tau2")]
         pub data_dir: Option<PathBuf>,
-        /// tau2: the NL-assertion judge's endpoint [default: the agent's].
+        /// The judge's endpoint: tau2's NL assertions, a `judge` reward, `--user-review judge`
+        /// [default: the agent's].
         #[arg(long, value_name = "URL", help_heading = "tau2")]
         pub judge_base_url: Option<String>,
-        /// tau2: the judge's model [default: the agent's].
+        /// The judge's model [default: the agent's].
         #[arg(long, help_heading = "tau2")]
         pub judge_model: Option<String>,
-        /// tau2: variable holding the judge endpoint's API key.
+        /// Variable holding the judge endpoint's API key.
         #[arg(long, value_name = "VAR", help_heading = "tau2")]
         pub judge_api_key_env: Option<String>,
         /// NeMo Gym: the configs (YAML, repeatable, merged in order as `gym env start --config`
@@ -666,6 +667,11 @@ crate::settings::options! {
         /// The recorded run whose user turns `--user replay` says again.
         #[arg(long, value_name = "RUN", help_heading = "User simulation")]
         pub user_replay_run: Option<i64>,
+        /// How the simulated user's turns are reviewed for its own faults [default: rules]:
+        /// `judge` also asks the judge endpoint (--judge-base-url, else the agent's) once per
+        /// session whether the user kept to its scenario and stated only what it was given.
+        #[arg(long, value_enum, value_name = "MODE", help_heading = "User simulation")]
+        pub user_review: Option<UserReview>,
         /// User turns allowed per session [default: 30].
         #[arg(long, value_name = "N", help_heading = "User simulation")]
         pub max_turns: Option<u32>,
@@ -736,8 +742,9 @@ pub struct StubArgs {
     pub user_turns: u32,
     /// Make the simulated user fail on purpose in this share of the conversations, the same
     /// ones for the same `--seed`: `repeats`, `speaks_as_agent`, `leaks_instructions`,
-    /// `ends_early` or `talks_after_stop`, as `MODE:RATE` (repeatable; the first that draws
-    /// wins). What each says is in the stub's documentation.
+    /// `ends_early`, `talks_after_stop`, or `off_scenario` and `unknown_info` (which only the
+    /// judged review finds), as `MODE:RATE` (repeatable; the first that draws wins). What each
+    /// says is in the stub's documentation.
     #[arg(long, value_name = "MODE:RATE", value_parser = user_fault)]
     pub user_fault: Vec<(parley_stub::UserFaultMode, f64)>,
     /// Give every tool call the same id (`call_0000000000000000`), as some local model servers
@@ -765,7 +772,9 @@ pub struct StubArgs {
     #[arg(long, value_name = "TEXT", help_heading = "Answers")]
     pub final_text: Option<String>,
     /// Answer judge prompts (their last `GOLD:` and `CANDIDATE:` sections) with a verdict:
-    /// `[[A=B]]` when the candidate contains the gold text, else `[[A!=B]]`.
+    /// `[[A=B]]` when the candidate contains the gold text, else `[[A!=B]]`; and a judged user
+    /// review (`INSTRUCTIONS:` and `CONVERSATION:`) by two plain rules: a customer message saying
+    /// `instead` is off scenario, one giving an identifier its instructions lack is unknown info.
     #[arg(long, help_heading = "Answers")]
     pub judge: bool,
     /// Answer from a task file (NeMo Gym rows): a request whose first user text is a row's gets

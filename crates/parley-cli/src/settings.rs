@@ -163,6 +163,7 @@ impl RunOptions {
                 prompt: o.user_prompt,
                 persona: o.user_persona,
                 replay_run: o.user_replay_run,
+                review: o.user_review.unwrap_or_default(),
             },
             max_turns: o.max_turns.unwrap_or_else(defaults::max_turns),
             stop_grace: o.stop_grace.unwrap_or_else(defaults::stop_grace),
@@ -290,7 +291,7 @@ mod tests {
              user_max_tokens = 5\nuser_seed = 11\nuser_persona = \"p\"\nmax_turns = 3\nstop_grace = 0\n\
              max_tool_output = 100\nmax_response_bytes = 1000\nshutdown_grace = 2\nbad_rows = \"skip\"\n\
              answer_match = \"equals\"\nmcp_per_session = true\ngymnasium = true\nreasoning = \"keep\"\n\
-             token_ids = true\n",
+             token_ids = true\nuser_review = \"judge\"\n",
         )
         .unwrap();
         assert_eq!(s.num_tasks, Some(7));
@@ -304,6 +305,7 @@ mod tests {
             s.policy_endpoint("http://h:1/v1".into()).token_ids && !s.endpoint("http://h:1/v1".into(), None).token_ids
         );
         assert_eq!(s.user.kind, parley_runtime::settings::UserKind::Scripted);
+        assert_eq!(s.user.review, parley_runtime::settings::UserReview::Judge);
         assert_eq!(s.bad_rows, parley_runtime::settings::BadRows::Skip);
         assert_eq!(s.remote.answer_match, Some(parley_runtime::settings::AnswerMatch::Equals));
         assert_eq!((s.user.sampling.seed, s.max_turns, s.stop_grace), (Some(11), 3, 0));

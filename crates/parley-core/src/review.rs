@@ -7,6 +7,12 @@
 //! was not given); it **leaks its instructions** (ten words of its system prompt verbatim, "as
 //! an AI", a role label, a prompt tag); it **ends early** (stops, transfers or goes out of scope
 //! before the agent could have served the scenario); it **talks after its stop** marker.
+//!
+//! Two more rules need a reader, and are asked of an LLM judge when a run wants them
+//! ([`judge`]): the user left its scenario (**off scenario**), or asserted what its scenario
+//! does not give it (**unknown info**).
+
+pub mod judge;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,16 +29,22 @@ pub enum Rule {
     LeaksInstructions,
     EndsEarly,
     TalksAfterStop,
+    /// Judged: the user departed from its scenario.
+    OffScenario,
+    /// Judged: the user stated what its scenario does not give it.
+    UnknownInfo,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 6] = [
+    pub const ALL: [Rule; 8] = [
         Rule::Empty,
         Rule::Repeats,
         Rule::SpeaksAsAgent,
         Rule::LeaksInstructions,
         Rule::EndsEarly,
         Rule::TalksAfterStop,
+        Rule::OffScenario,
+        Rule::UnknownInfo,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -43,6 +55,8 @@ impl Rule {
             Rule::LeaksInstructions => "leaks_instructions",
             Rule::EndsEarly => "ends_early",
             Rule::TalksAfterStop => "talks_after_stop",
+            Rule::OffScenario => "off_scenario",
+            Rule::UnknownInfo => "unknown_info",
         }
     }
 

@@ -83,11 +83,24 @@ pub trait UserSimulator: Send + Sync {
         confirmed_before_the_action(messages, writes)
     }
 
-    /// The simulator's own faults in a finished session's `transcript` (see
-    /// [`crate::review`]), which a trainer should not punish the policy for; `tools` are the
-    /// user's own. None by default: a script or a person is taken at its word.
-    fn review(&self, _task: &Task, _transcript: &[Message], _tools: &[ToolSpec]) -> Vec<crate::review::UserFault> {
-        Vec::new()
+    /// What the simulator was told for `task` (its system prompt, or the scenario and persona
+    /// a remote user was sent), which the review of its turns reads; `tools` are the user's
+    /// own. `None` by default: a script or a person is taken at its word and not reviewed.
+    fn instructions(&self, _task: &Task, _tools: &[ToolSpec]) -> Option<String> {
+        None
+    }
+
+    /// The simulator's own faults in a finished session's `transcript`, which a trainer should
+    /// not punish the policy for: by default the rules of [`crate::review`] over what it was
+    /// told ([`UserSimulator::instructions`]), none for a user not reviewed.
+    async fn review(&self, task: &Task, transcript: &[Message], tools: &[ToolSpec]) -> Vec<crate::review::UserFault> {
+        match self.instructions(task, tools) {
+            Some(told) => crate::review::review(
+                transcript,
+                crate::review::Brief { system_prompt: &told, has_tools: !tools.is_empty() },
+            ),
+            None => Vec::new(),
+        }
     }
 }
 

@@ -407,7 +407,7 @@ pub(crate) async fn play_session(parties: &Parties, job: Job, limits: &Limits, s
                 }
             }
             if let Some(user) = &parties.user {
-                user_faults = user.review(&task, &state.messages, env.user_tools());
+                user_faults = user.review(&task, &state.messages, env.user_tools()).await;
             }
             env.close().await;
             (ended, reward)

@@ -56,10 +56,11 @@ pub async fn rescore(store: Arc<Store>, run: RunId, reward: Option<RewardSetting
         settings.check_for(Need::Nothing)?;
     }
     let mut tasks = StoredTasks::new(store.clone(), run, &settings)?;
-    let environments = Environments::open(&settings, Some(&store)).await?;
-    // The simulated user, for its review's rules only (it is asked nothing): what it finds is
-    // recorded again, so a rescore after the rules changed re-derives each session's faults.
-    let user = crate::runtime::reviewer(&settings, &store).await;
+    let mut environments = Environments::open(&settings, Some(&store)).await?;
+    // The simulated user, for its review alone (it is asked nothing): what it finds is recorded
+    // again, so a rescore after the rules changed re-derives each session's faults. A judged
+    // review asks the judge through the verdict cache, which answers what it judged before.
+    let user = crate::runtime::reviewer(&settings, &store, &mut environments).await?;
     let scored = score_all(&store, run, &mut tasks, &environments, user.as_deref()).await;
     let judge = environments.judge.as_ref().map(|j| (j.calls(), j.reused()));
     environments.shutdown().await;
@@ -99,7 +100,7 @@ async fn score_all(
             let termination = stored_termination(session.termination);
             let reward = scoring.score(&transcript.messages, termination).await.map_err(|e| failed(&e));
             if let Some(user) = user {
-                let found = user.review(&task, &transcript.messages, scoring.user_tools());
+                let found = user.review(&task, &transcript.messages, scoring.user_tools()).await;
                 if found != session.user_faults {
                     faults.push((session.id, found));
                 }

@@ -199,6 +199,20 @@ pub fn tau2_tasks(
     Ok(chosen.into_iter().take(limit).enumerate().map(|(index, t)| Arc::new(Task { index, ..t.clone() })).collect())
 }
 
+/// The judge's endpoint (`--judge-base-url`, else the agent's). A stored run whose judge was the
+/// in-process stub has no endpoint left: its verdicts still answer a rescore from the store, and
+/// a request it never judged fails, saying why.
+fn judge_endpoint(settings: &RunSettings) -> anyhow::Result<Arc<dyn parley_core::ModelClient>> {
+    let judge = settings.judge();
+    Ok(match judge.base_url {
+        Some(base_url) => Arc::new(
+            ChatClient::new(&settings.endpoint(base_url, judge.api_key_env))
+                .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
+        ),
+        None => Arc::new(NoJudge),
+    })
+}
+
 /// The judge of a stored run that named no endpoint (it ran against the in-process stub).
 struct NoJudge;
 
@@ -248,29 +262,29 @@ fn composite(settings: &RunSettings, store: Option<&Store>, out: &mut Environmen
         ..Endpoints::default()
     };
     let needs_judge = settings.reward.components.iter().any(|c| c.scorer == ScorerKind::Judge);
-    let base_url = judge.base_url;
-    // A stored run whose judge was the in-process stub has no endpoint left: its verdicts still
-    // answer a rescore from the store, and a request it never judged fails, saying why.
-    if needs_judge && (base_url.is_some() || store.is_some()) {
-        let client: Arc<dyn parley_core::ModelClient> = match base_url {
-            Some(base_url) => Arc::new(
-                ChatClient::new(&settings.endpoint(base_url, judge.api_key_env))
-                    .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
-            ),
-            None => Arc::new(NoJudge),
+    if needs_judge {
+        endpoints.judge = match store {
+            Some(store) => Some(out.verdicts(settings, store)? as Arc<dyn parley_core::ModelClient>),
+            None if judge.base_url.is_some() => Some(judge_endpoint(settings)?),
+            None => None,
         };
-        endpoints.judge = Some(match (store, &out.judge) {
-            (_, Some(cache)) => cache.clone() as Arc<dyn parley_core::ModelClient>,
-            (Some(store), None) => {
-                let cache = Arc::new(VerdictCache::new(client, store.clone()));
-                out.judge = Some(cache.clone());
-                cache as Arc<dyn parley_core::ModelClient>
-            }
-            (None, None) => client,
-        });
     }
     let r = &settings.reward;
     Ok(Composite::build(&r.components, r.min, r.max, &endpoints).map_err(|e| usage(e.to_string()))?)
+}
+
+impl Environments {
+    /// The run's judge behind the store's verdict cache: one cache for everything the run
+    /// judges (the environment's assertions, a judged reward, the judged user review), so its
+    /// calls are counted once.
+    pub fn verdicts(&mut self, settings: &RunSettings, store: &Store) -> anyhow::Result<Arc<VerdictCache>> {
+        if let Some(cache) = &self.judge {
+            return Ok(cache.clone());
+        }
+        let cache = Arc::new(VerdictCache::new(judge_endpoint(settings)?, store.clone()));
+        self.judge = Some(cache.clone());
+        Ok(cache)
+    }
 }
 
 /// The environment of a run, and whatever runs behind it.

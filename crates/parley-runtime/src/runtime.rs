@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::environment::Environments;
 use crate::error::usage;
-use crate::settings::{AgentKind, RunSettings, ToolMode, UserKind};
+use crate::settings::{AgentKind, RunSettings, ToolMode, UserKind, UserReview};
 use crate::tasks::{StoredTasks, TaskSource};
 
 /// Tasks (with their trials) recorded per store transaction when a run is created.
@@ -112,7 +112,7 @@ impl Runtime {
         // unless the policy serves the agent alone.
         let judge_default = (!front.policy_for_agent_only).then(|| base_url.clone());
         let resolved = RunSettings { base_url: judge_default, ..settings.clone() };
-        let environments = Environments::open(&resolved, Some(&store)).await?;
+        let mut environments = Environments::open(&resolved, Some(&store)).await?;
         // The oracle needs no prompt; a model agent gets the settings' or the environment's.
         let system_prompt = match settings.agent {
             AgentKind::Oracle => None,
@@ -156,6 +156,7 @@ impl Runtime {
             Some(user) => Some(user),
             None => environments.user.clone(),
         };
+        let user = reviewed(user, &resolved, &store, &mut environments)?;
         let store = Arc::new(store);
         let owner = Owner::new(lease());
         let renewal = Renewal::new(store.clone(), owner.clone());
@@ -637,13 +638,34 @@ pub fn prior(transcript: Transcript) -> Prior {
 /// The simulated user a stored run's settings name, built for its review alone (a rescore
 /// re-deriving its faults): none when the run had no user, or when it cannot be built here (a key
 /// no longer set); nothing is ever asked of it, so an endpoint that no longer answers is fine.
-pub(crate) async fn reviewer(settings: &RunSettings, store: &Store) -> Option<Arc<dyn UserSimulator>> {
+pub(crate) async fn reviewer(
+    settings: &RunSettings,
+    store: &Store,
+    environments: &mut Environments,
+) -> anyhow::Result<Option<Arc<dyn UserSimulator>>> {
     // The run's own endpoint, or where its in-process stub listened: only a URL to build with.
     let base_url = settings.base_url.clone().unwrap_or_else(|| "http://127.0.0.1:9/v1".to_owned());
-    match settings.user.kind {
+    let user = match settings.user.kind {
         UserKind::None | UserKind::Human => None,
         _ => user_simulator(settings, &base_url, store).await.ok().flatten(),
-    }
+    };
+    reviewed(user, settings, store, environments)
+}
+
+/// The user, reviewed as the settings ask: by its own rules, or by them and the judge.
+fn reviewed(
+    user: Option<Arc<dyn UserSimulator>>,
+    settings: &RunSettings,
+    store: &Store,
+    environments: &mut Environments,
+) -> anyhow::Result<Option<Arc<dyn UserSimulator>>> {
+    Ok(match (user, settings.user.review) {
+        (Some(user), UserReview::Judge) => {
+            let judge = environments.verdicts(settings, store)?;
+            Some(Arc::new(crate::review::Judged::new(user, judge, settings.judge().model)))
+        }
+        (user, _) => user,
+    })
 }
 
 /// The simulated user the settings ask for.

@@ -319,6 +319,19 @@ pub enum UserKind {
     Remote,
 }
 
+/// How a simulated user's turns are reviewed for its own faults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum UserReview {
+    /// The rules alone: no model call.
+    #[default]
+    Rules,
+    /// The rules, then the judge endpoint, once per session through the verdict cache: whether
+    /// the user kept to its scenario and asserted only what it was given.
+    Judge,
+}
+
 /// Whether the model's reasoning from earlier turns is sent back on later ones. It is stored
 /// with every message either way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -374,6 +387,9 @@ pub struct UserSettings {
     pub prompt: Option<PathBuf>,
     pub persona: Option<String>,
     pub replay_run: Option<i64>,
+    /// How the user's turns are reviewed (a run recorded before the judged review: by rule).
+    #[serde(default)]
+    pub review: UserReview,
 }
 
 /// What a front end needs of the settings beyond their values.
@@ -728,7 +744,8 @@ mod tests {
                             "answer_match": "equals"});
         let user = json!({"kind": "llm", "url": "http://remote-user:6", "base_url": "http://user:5/v1", "model": "user-m", "api_key_env": "USER_KEY",
                           "sampling": {"temperature": 0.1, "top_p": null, "max_tokens": null, "seed": 8},
-                          "guidelines": "guidelines.md", "prompt": "prompt.md", "persona": "terse", "replay_run": 4});
+                          "guidelines": "guidelines.md", "prompt": "prompt.md", "persona": "terse", "replay_run": 4,
+                          "review": "judge"});
         let component = json!({"scorer": "steps", "name": "efficiency", "weight": -0.1, "cap": 1.0, "success": false,
                                "options": stored_options()});
         let mut stored = json!({

@@ -88,8 +88,12 @@ impl UserSimulator for ObservedUser {
         self.inner.stopped_too_early(messages, writes)
     }
 
-    fn review(&self, task: &Task, transcript: &[Message], tools: &[ToolSpec]) -> Vec<UserFault> {
-        self.inner.review(task, transcript, tools)
+    fn instructions(&self, task: &Task, tools: &[ToolSpec]) -> Option<String> {
+        self.inner.instructions(task, tools)
+    }
+
+    async fn review(&self, task: &Task, transcript: &[Message], tools: &[ToolSpec]) -> Vec<UserFault> {
+        self.inner.review(task, transcript, tools).await
     }
 }
 

@@ -185,6 +185,49 @@ pub fn verdict(prompt: &str) -> Option<&'static str> {
     Some(if !gold.is_empty() && candidate.contains(&gold) { "Same content. [[A=B]]" } else { "They differ. [[A!=B]]" })
 }
 
+/// What the stub says as a judge ([`crate::StubConfig::judge`]): a [`verdict`] on an answer, or
+/// a [`user_review`] of a simulated user; `None` for a prompt that is neither.
+pub fn judgement(prompt: &str) -> Option<String> {
+    verdict(prompt).map(str::to_owned).or_else(|| user_review(prompt))
+}
+
+/// A judged review of a simulated user, for a prompt with `INSTRUCTIONS:` and `CONVERSATION:`
+/// sections whose lines read `[N] customer: ...`. A test double's rules, not a reader's: the
+/// first customer message that says `instead` is off its scenario, and the first that gives an
+/// identifier (a word of five characters or more mixing letters and digits) its instructions do
+/// not hold asserts unknown information. It ends with one verdict line per rule, as asked.
+pub fn user_review(prompt: &str) -> Option<String> {
+    let at = prompt.rfind("INSTRUCTIONS:\n")?;
+    let rest = &prompt[at + "INSTRUCTIONS:\n".len()..];
+    let split = rest.find("\n\nCONVERSATION:\n")?;
+    let instructions = rest[..split].to_lowercase();
+    let said = rest[split + "\n\nCONVERSATION:\n".len()..].lines().filter_map(|line| {
+        let (number, text) = line.strip_prefix('[')?.split_once("] customer: ")?;
+        Some((number.parse::<u32>().ok()?, text.to_lowercase()))
+    });
+    let (mut off, mut unknown) = (None, None);
+    for (number, text) in said {
+        if off.is_none() && text.split(|c: char| !c.is_alphanumeric()).any(|w| w == "instead") {
+            off = Some(number);
+        }
+        let invented = text.split(|c: char| !c.is_alphanumeric() && c != '_').any(|w| {
+            let mixed = w.chars().any(|c| c.is_ascii_digit()) && w.chars().any(|c| c.is_alphabetic());
+            w.len() >= 5 && mixed && !instructions.contains(w)
+        });
+        if unknown.is_none() && invented {
+            unknown = Some(number);
+        }
+    }
+    let line = |found: Option<u32>| found.map_or_else(|| "none".to_owned(), |n| n.to_string());
+    Some(format!(
+        "off_scenario: {}\nunknown_info: {}\noff_scenario: {}\nunknown_info: {}",
+        if off.is_some() { "the customer changes the subject." } else { "the customer keeps to its task." },
+        if unknown.is_some() { "the customer gives an identifier it was not given." } else { "nothing invented." },
+        line(off),
+        line(unknown),
+    ))
+}
+
 /// A row's answer in `field` as text (a number as written), when it has one.
 fn right_answer(row: &Value, field: &str) -> Option<String> {
     let answer = row.get(field).filter(|v| !v.is_null())?;
@@ -246,6 +289,18 @@ mod tests {
         assert!(verdict(prompt).unwrap().ends_with("[[A=B]]"));
         assert!(verdict("GOLD:\nIt is 42.\n\nCANDIDATE:\n42").unwrap().ends_with("[[A!=B]]"));
         assert_eq!(verdict("hello"), None);
+    }
+
+    #[test]
+    fn a_user_review_names_the_first_message_of_each_fault() {
+        let prompt = "Review.\n\nINSTRUCTIONS:\nYour user id is mia_li_3668.\n\nCONVERSATION:\n\
+                      [0] agent: Hello!\n[1] customer: I am mia_li_3668.\n[2] agent: Ok.\n\
+                      [3] customer: My booking is ZX9Q7W.\n[5] customer: Book a hotel instead.";
+        let review = judgement(prompt).unwrap();
+        assert!(review.ends_with("off_scenario: 5\nunknown_info: 3"), "{review}");
+        let clean = "INSTRUCTIONS:\nCancel.\n\nCONVERSATION:\n[1] customer: Yes, please go ahead.";
+        assert!(judgement(clean).unwrap().ends_with("off_scenario: none\nunknown_info: none"));
+        assert_eq!(judgement("hello"), None);
     }
 
     #[test]

@@ -36,7 +36,8 @@ pub struct StubConfig {
     /// Answers from a task file, for requests whose first user text is a row's (default: none).
     pub answers: Option<std::sync::Arc<crate::answers::AnswerKey>>,
     /// Whether a judge prompt (its last `GOLD:` and `CANDIDATE:` sections) is answered with a
-    /// verdict: `[[A=B]]` when the candidate contains the gold text, else `[[A!=B]]`.
+    /// verdict: `[[A=B]]` when the candidate contains the gold text, else `[[A!=B]]`; and a
+    /// judged review of a simulated user by [`crate::user_review`]'s two rules.
     pub judge: bool,
     /// Whether Chat Completions answers carry token ids and log-probs when a request asks for
     /// them, and how prompts are tokenized (default: never).

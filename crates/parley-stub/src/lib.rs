@@ -56,7 +56,7 @@
 //!    [`StubConfig::user_faults`] makes the conversation's user fail on purpose: see
 //!    [`UserFaultMode`]);
 //! 3. else, with [`StubConfig::judge`], a judge verdict for a prompt with `GOLD:` and
-//!    `CANDIDATE:` sections (see [`verdict`]);
+//!    `CANDIDATE:` sections (see [`verdict`]), or a judged user review (see [`user_review`]);
 //! 4. else, when [`StubConfig::answers`] has a row whose first user text is the request's, that
 //!    row's answer (see [`AnswerKey`]: right, wrong or malformed by a hash of the prompt; or,
 //!    with a [`Learner`], right with a chance that rises as the row is practised);
@@ -191,7 +191,7 @@ mod token_ids;
 mod turn;
 mod user_faults;
 
-pub use answers::{AnswerKey, Learner, MALFORMED, verdict};
+pub use answers::{AnswerKey, Learner, MALFORMED, judgement, user_review, verdict};
 pub use config::{ConfigError, Faults, StubConfig, StubReasoning};
 pub use probe::{FLOOD, Probe, Seen, Step};
 pub use server::{CallIds, router, serve, serve_with};

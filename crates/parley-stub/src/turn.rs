@@ -122,10 +122,10 @@ impl<'a> Turn<'a> {
                 None => USER_STOPS,
             }
             .to_owned()
-        } else if let Some(verdict) =
-            self.first_user.as_deref().filter(|_| config.judge).and_then(crate::answers::verdict)
+        } else if let Some(judgement) =
+            self.first_user.as_deref().filter(|_| config.judge).and_then(crate::answers::judgement)
         {
-            verdict.to_owned()
+            judgement
         } else if let Some(text) =
             config.answers.as_ref().and_then(|key| key.answer(self.first_user.as_deref()?, config.seed))
         {
@@ -162,7 +162,7 @@ impl<'a> Turn<'a> {
 
     /// Whether the request is a judge prompt the stub answers with a verdict.
     fn judged(&self, config: &StubConfig) -> bool {
-        config.judge && self.first_user.as_deref().and_then(crate::answers::verdict).is_some()
+        config.judge && self.first_user.as_deref().and_then(crate::answers::judgement).is_some()
     }
 
     /// What a probe's script reads of this request: the question, the row the answer key holds

@@ -11,7 +11,13 @@
 //!   at its first turn;
 //! - `ends_early`: "Never mind. ###STOP###" at its first turn, before the agent answered it;
 //! - `talks_after_stop`: "Thank you, that is all. ###STOP### One more thing: can you check my
-//!   seat?" where it would stop.
+//!   seat?" where it would stop;
+//! - `off_scenario`: "Actually, forget that. Can you recommend a restaurant in Rome instead?" at
+//!   its first turn;
+//! - `unknown_info`: "My reservation number is ZX9Q7W, please look it up." at its first turn.
+//!
+//! The last two break no rule a reading without a model can check: only the judged review
+//! (`--user-review judge`) finds them.
 
 use crate::hash::{Fnv, mix, unit};
 
@@ -23,15 +29,19 @@ pub enum UserFaultMode {
     LeaksInstructions,
     EndsEarly,
     TalksAfterStop,
+    OffScenario,
+    UnknownInfo,
 }
 
 impl UserFaultMode {
-    pub const ALL: [UserFaultMode; 5] = [
+    pub const ALL: [UserFaultMode; 7] = [
         UserFaultMode::Repeats,
         UserFaultMode::SpeaksAsAgent,
         UserFaultMode::LeaksInstructions,
         UserFaultMode::EndsEarly,
         UserFaultMode::TalksAfterStop,
+        UserFaultMode::OffScenario,
+        UserFaultMode::UnknownInfo,
     ];
 
     /// As the review's rule names it.
@@ -42,6 +52,8 @@ impl UserFaultMode {
             UserFaultMode::LeaksInstructions => "leaks_instructions",
             UserFaultMode::EndsEarly => "ends_early",
             UserFaultMode::TalksAfterStop => "talks_after_stop",
+            UserFaultMode::OffScenario => "off_scenario",
+            UserFaultMode::UnknownInfo => "unknown_info",
         }
     }
 
@@ -62,6 +74,10 @@ impl UserFaultMode {
             (UserFaultMode::TalksAfterStop, t) if t >= stops_at => {
                 Some("Thank you, that is all. ###STOP### One more thing: can you check my seat?")
             }
+            (UserFaultMode::OffScenario, 0) => {
+                Some("Actually, forget that. Can you recommend a restaurant in Rome instead?")
+            }
+            (UserFaultMode::UnknownInfo, 0) => Some("My reservation number is ZX9Q7W, please look it up."),
             _ => None,
         }
     }

@@ -14,7 +14,6 @@ mod prompt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_core::review::{self, UserFault};
 use parley_core::{
     ChatRequest, Message, ModelClient, Role, Sampling, Task, ToolSpec, UserFailure, UserSimulator, UserStop, UserTurn,
     UserView,
@@ -104,9 +103,8 @@ impl UserSimulator for LlmUser {
         Ok(UserTurn { message, stop, call: Some(reply.call) })
     }
 
-    /// Every LLM user's turns are reviewed by rule against the prompt it was given.
-    fn review(&self, task: &Task, transcript: &[Message], tools: &[ToolSpec]) -> Vec<UserFault> {
-        let system_prompt = self.config.prompt.render(&task.row, !tools.is_empty());
-        review::review(transcript, review::Brief { system_prompt: &system_prompt, has_tools: !tools.is_empty() })
+    /// Every LLM user's turns are reviewed against the prompt it was given.
+    fn instructions(&self, task: &Task, tools: &[ToolSpec]) -> Option<String> {
+        Some(self.config.prompt.render(&task.row, !tools.is_empty()))
     }
 }

@@ -25,10 +25,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use parley_core::review::{self, UserFault};
 use parley_core::{
-    Message, ModelCall, ModelFailure, ModelFailureKind, RawJson, Task, ToolSpec, UserFailure, UserSimulator, UserTurn,
-    UserView,
+    ModelCall, ModelFailure, ModelFailureKind, RawJson, Task, ToolSpec, UserFailure, UserSimulator, UserTurn, UserView,
 };
 use parley_http::client::Limits;
 use parley_http::{Client, ClientError, Failure, Retry, excerpt_bytes};
@@ -185,9 +183,8 @@ impl UserSimulator for RemoteUser {
 
     /// A remote user's turns are reviewed like an LLM user's: Parley does not know its system
     /// prompt, so a quotation is looked for in what Parley told it (scenario and persona).
-    fn review(&self, task: &Task, transcript: &[Message], tools: &[ToolSpec]) -> Vec<UserFault> {
-        let told = self.told(&task.row);
-        review::review(transcript, review::Brief { system_prompt: &told, has_tools: !tools.is_empty() })
+    fn instructions(&self, task: &Task, _tools: &[ToolSpec]) -> Option<String> {
+        Some(self.told(&task.row))
     }
 }
 

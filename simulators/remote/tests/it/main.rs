@@ -205,7 +205,7 @@ async fn a_user_that_leaks_its_instructions_is_flagged_by_the_review() {
     let mut messages = transcript();
     let turn = respond(&leaky, &messages, &[]).await.unwrap();
     messages.push(turn.message);
-    let faults = leaky.review(&task(), &messages, &[tool()]);
+    let faults = leaky.review(&task(), &messages, &[tool()]).await;
     let leaked: Vec<u32> = faults.iter().filter(|f| f.rule == Rule::LeaksInstructions).map(|f| f.seq).collect();
     assert_eq!(leaked, [messages.len() as u32 - 1], "{faults:?}");
 
@@ -213,5 +213,5 @@ async fn a_user_that_leaks_its_instructions_is_flagged_by_the_review() {
     let (base, _) = answering(StatusCode::OK, json!({"content": "Still no bars on my screen."})).await;
     let mut messages = transcript();
     messages.push(respond(&user(&base, 0), &messages, &[]).await.unwrap().message);
-    assert!(user(&base, 0).review(&task(), &messages, &[tool()]).is_empty());
+    assert!(user(&base, 0).review(&task(), &messages, &[tool()]).await.is_empty());
 }
