@@ -15,6 +15,7 @@ pub mod error;
 pub mod generate;
 pub mod probe;
 pub mod ranks;
+pub mod rehearsal;
 pub mod review;
 pub mod rows;
 pub mod runtime;

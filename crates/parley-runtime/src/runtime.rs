@@ -91,7 +91,12 @@ impl Runtime {
     /// Starts what the settings ask for, driving sessions as their front end wants
     /// ([`RunSettings::front`], stored with the run, so that a resume drives them alike).
     pub async fn start(settings: &RunSettings, store: impl Into<Store>) -> anyhow::Result<Runtime> {
-        Runtime::start_with_stub(settings, store, parley_stub::StubConfig::default()).await
+        // With no endpoint, the stub plays some sessions' gold actions, so a first run scores a spread.
+        let scripts = match settings.base_url {
+            None => crate::rehearsal::scripts(settings)?,
+            Some(_) => None,
+        };
+        Runtime::start_with_stub(settings, store, parley_stub::StubConfig { scripts, ..Default::default() }).await
     }
 
     /// [`Runtime::start`], with the built-in stub (started when the settings name no

@@ -71,6 +71,8 @@ pub(crate) fn parse(body: &Value) -> Result<Turn<'_>, ApiError> {
         tools_disabled: body.get("tool_choice").and_then(Value::as_str) == Some("none"),
         json_schema: json_schema(body)?,
         prompt_chars,
+        seed: body.get("seed").and_then(Value::as_u64),
+        calls_made: roles.iter().filter(|r| **r == "tool").count(),
     })
 }
 

@@ -42,6 +42,8 @@ pub struct StubConfig {
     /// Whether Chat Completions answers carry token ids and log-probs when a request asks for
     /// them, and how prompts are tokenized (default: never).
     pub token_ids: Option<crate::TokenMode>,
+    /// Scripted sessions, by the seed their agent's requests carry (default: none).
+    pub scripts: Option<std::sync::Arc<crate::Scripts>>,
     /// A reward-hack probe whose script answers every agent request (see [`crate::Probe`]); it
     /// reads the right answers and the format from [`StubConfig::answers`] (default: none).
     pub probe: Option<crate::Probe>,
@@ -101,6 +103,7 @@ impl Default for StubConfig {
             reasoning: None,
             answers: None,
             judge: false,
+            scripts: None,
             token_ids: None,
             probe: None,
         }

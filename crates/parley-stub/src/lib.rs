@@ -34,6 +34,10 @@
 //! repeated, every choice, a wrong value in the right format, a long answer, tool outputs
 //! copied, hedges, and a flood of tool calls.
 //!
+//! **Scripts.** With [`StubConfig::scripts`], an agent request whose `seed` names a scripted
+//! session is answered by its [`Script`]: its next call not yet made (counted by the request's
+//! tool results), then its closing text, ahead of every rule below.
+//!
 //! **Tool call.** When the request offers at least one function tool, `tool_choice` is not
 //! `"none"`, and *k* < [`StubConfig::tool_calls`], the answer is exactly one call of tool
 //! number *k* mod (number of tools), with arguments synthesized from the tool's `parameters`
@@ -184,6 +188,7 @@ mod fault;
 mod hash;
 mod probe;
 mod responses;
+mod scripts;
 mod server;
 mod stats;
 mod synth;
@@ -194,6 +199,7 @@ mod user_faults;
 pub use answers::{AnswerKey, Learner, MALFORMED, judgement, user_review, verdict};
 pub use config::{ConfigError, Faults, StubConfig, StubReasoning};
 pub use probe::{FLOOD, Probe, Seen, Step};
+pub use scripts::{Script, Scripts};
 pub use server::{CallIds, router, serve, serve_with};
 pub use stats::{Stats, conversation_key};
 pub use token_ids::TokenMode;

@@ -42,6 +42,10 @@ pub(crate) struct Turn<'a> {
     pub(crate) user_turns: Option<usize>,
     /// The text of the first user message, which an answer key looks answers up by.
     pub(crate) first_user: Option<Cow<'a, str>>,
+    /// The request's `seed`, which a script looks its session up by.
+    pub(crate) seed: Option<u64>,
+    /// Tool results in the whole request: the calls this conversation's agent has made.
+    pub(crate) calls_made: usize,
 }
 
 /// What a simulated user says while it goes on, and when it is done.
@@ -108,6 +112,9 @@ impl<'a> Turn<'a> {
                 crate::probe::Step::Say(text) => Answer::Text(text),
             };
         }
+        if let Some(answer) = self.scripted(config, call_ids) {
+            return answer;
+        }
         if tools > 0 && k < config.tool_calls {
             return self.call(bad_arguments, call_ids);
         }
@@ -158,6 +165,21 @@ impl<'a> Turn<'a> {
             CallIds::Repeated => 0,
         };
         Answer::ToolCall { id, name: tool.name, arguments }
+    }
+
+    /// An agent's answer from its session's script: the next call it has not made, else the
+    /// closing text; `None` for a session with no script, or a call the request offers no tool for.
+    fn scripted(&self, config: &StubConfig, call_ids: CallIds) -> Option<Answer<'a>> {
+        let script = config.scripts.as_ref()?.get(self.seed?).filter(|_| self.user_turns.is_none())?;
+        let Some((name, arguments)) = script.calls.get(self.calls_made) else {
+            return Some(Answer::Text(script.closing.clone()));
+        };
+        let tool = self.tools.iter().find(|t| t.name == name)?;
+        let id = match call_ids {
+            CallIds::PerTurn => Fnv::new().u64(self.conversation).u64(self.calls_made as u64).finish(),
+            CallIds::Repeated => 0,
+        };
+        Some(Answer::ToolCall { id, name: tool.name, arguments: arguments.clone() })
     }
 
     /// Whether the request is a judge prompt the stub answers with a verdict.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::{Stream, StreamExt};
 use parley_export::Format;
-use parley_runtime::settings::{check_output, failures_path};
+use parley_runtime::settings::{UserKind, check_output, failures_path};
 use parley_runtime::{Failure, Job, Rollout, RunSettings, Runtime, SessionResult, Stop, TaskSource, WORKER_RETRIES};
 use parley_store::{DbLocation, Store, StoreOptions};
 
@@ -444,6 +444,31 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     signals.ended()
 }
 
+/// After a run against the built-in stub: what the figures are, and the three next commands
+/// (a session turn by turn, the viewer, the same run against a real model).
+async fn next_steps(out: &mut impl Write, runtime: &Runtime, settings: &RunSettings, run: i64) -> anyhow::Result<()> {
+    let first = runtime.store.sessions_page(run, 0, 1).await?;
+    let session = first.first().map_or_else(|| "SESSION".to_owned(), |s| s.id.to_string());
+    let db = &settings.db;
+    let user = if settings.user.kind == UserKind::Llm { " --user llm" } else { "" };
+    let how = match settings.env.tau2() {
+        Some(_) => "it plays some sessions' gold actions and not others",
+        None => "it answers by rule",
+    };
+    writeln!(out, "\nThe built-in stub is a test double ({how}): these figures show")?;
+    writeln!(out, "what Parley measures, not what a model can do. Next:")?;
+    let next = [
+        (format!("parley show {session} --db {db}"), "one session, turn by turn"),
+        (format!("parley view --db {db}"), "every run and session in a browser"),
+        (format!("parley run --env {}{user} --base-url URL --model NAME", settings.env), "the same against a model"),
+    ];
+    let width = next.iter().map(|(command, _)| command.len()).max().unwrap_or(0);
+    for (command, what) in next {
+        writeln!(out, "  {command:width$}   {what}")?;
+    }
+    Ok(())
+}
+
 /// Whether a live process other than this one holds claims on the run's unfinished sessions.
 async fn driven_elsewhere(runtime: &Runtime, run: i64) -> anyhow::Result<bool> {
     Ok(runtime.store.owners(run).await?.iter().any(|(owner, _)| *owner != runtime.owner.id))
@@ -467,6 +492,9 @@ async fn report(
         out.display(),
         failures_path(out).display()
     )?;
+    if settings.base_url.is_none() && !executed.cancelled {
+        next_steps(&mut stdout, runtime, settings, run).await?;
+    }
     drop(stdout);
     if executed.cancelled || report.unfinished > 0 {
         eprintln!(

@@ -34,6 +34,7 @@ pub fn config(args: &StubArgs) -> anyhow::Result<StubConfig> {
         judge: args.judge,
         token_ids: args.token_ids,
         probe: args.probe,
+        scripts: None,
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     Ok(config)
