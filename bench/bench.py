@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parley against NeMo Gym on one machine, in one run: `bench/run` (the README's Performance section).
+"""Parley against NeMo Gym on one machine, in one run: `bench/run` (docs/performance.md).
 
 One `parley stub` serves every system in the comparison, on the same task rows:
   1. NeMo Gym's own pipeline: `gym env start` (its model server pointed at the stub, the

@@ -314,7 +314,7 @@ async fn every_page_works_in_a_browser_and_runs_nothing_it_shows() {
     let view = View::start(&work, &[], &[]);
     let shots = work.path("screenshots");
     std::fs::create_dir_all(&shots).unwrap();
-    // The README's screenshot: written when missing or when PARLEY_UPDATE_SNAPSHOTS=1, like the
+    // docs/viewer.md's screenshot: written when missing or when PARLEY_UPDATE_SNAPSHOTS=1, like the
     // snapshots, so that a test run does not change the working tree (times and seeds differ).
     let docs = root().join("docs/viewer-session.png");
     let docs = (!docs.is_file() || std::env::var("PARLEY_UPDATE_SNAPSHOTS").as_deref() == Ok("1")).then_some(docs);

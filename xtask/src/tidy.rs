@@ -5,7 +5,10 @@
 //! - no crate declares a dependency it does not use;
 //! - `parley-core` depends only on what it may (it holds the seams every other crate builds on,
 //!   and stays light: no database driver, HTTP stack or async runtime);
-//! - no status is compared as a string: a session's or a run's status is an enum end to end.
+//! - no status is compared as a string: a session's or a run's status is an enum end to end;
+//! - every relative link in the documentation (`[text](path)`, `[text](path#anchor)`) names a
+//!   file that exists and, with an anchor, a heading of that file, as GitHub slugs headings.
+//!   Links to other sites are not followed: the tests need no network.
 //!
 //! A rule that becomes a convention gets a test here, written against [`rust_files`] or
 //! [`members`].
@@ -149,6 +152,208 @@ fn a_status_literal_compared_is_found_and_one_in_sql_or_a_column_name_is_not() {
     assert!(!compares_a_status_name(r#"// a status == "finished" in a comment"#));
 }
 
+/// The documentation whose links must resolve: the root's README and architecture, the guides
+/// (`docs/`), and the Markdown files beside the benchmarks, the integrations, the deployment
+/// manifests and the environments. Data shipped as Markdown (tau2's policies) is not ours to link.
+fn documents() -> Vec<PathBuf> {
+    let mut files = vec![root().join("README.md"), root().join("ARCHITECTURE.md")];
+    for dir in ["docs", "bench", "integrations", "deploy"] {
+        walk_matching(&root().join(dir), ".md", &mut files);
+    }
+    for entry in std::fs::read_dir(root().join("environments")).unwrap() {
+        let readme = entry.unwrap().path().join("README.md");
+        if readme.is_file() {
+            files.push(readme);
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn every_link_in_the_documentation_resolves() {
+    let documents = documents();
+    assert!(documents.len() > 10, "the documentation was found: {documents:?}");
+    let mut broken = Vec::new();
+    for file in &documents {
+        broken.extend(broken_links(&relative(file), &read(file), &|path| {
+            // A folder or a file that is not text (a picture) exists, with no headings.
+            let path = root().join(path);
+            path.exists().then(|| std::fs::read_to_string(path).unwrap_or_default())
+        }));
+    }
+    assert!(broken.is_empty(), "links that lead nowhere:\n{}", broken.join("\n"));
+}
+
+/// The links of `text` (the file `doc`, relative to the root) that lead nowhere, one message
+/// each. `target` reads a file by its path from the root: `None` when there is none, the empty
+/// text for a folder.
+fn broken_links(doc: &str, text: &str, target: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    let own = anchors(text);
+    let mut broken = Vec::new();
+    for (line, link) in links(text) {
+        let (path, anchor) = link.split_once('#').map_or((link.as_str(), None), |(p, a)| (p, Some(a)));
+        let (name, found) = if path.is_empty() {
+            (doc.to_owned(), Some(own.clone()))
+        } else {
+            let Some(name) = resolve(doc, path) else {
+                broken.push(format!("{doc}:{line}: `{link}` leaves the repository"));
+                continue;
+            };
+            let Some(text) = target(&name) else {
+                broken.push(format!("{doc}:{line}: `{link}`: there is no {name}"));
+                continue;
+            };
+            (name.clone(), name.ends_with(".md").then(|| anchors(&text)))
+        };
+        // An anchor is checked in Markdown only: a line of a source file (`#L10`) is GitHub's.
+        if let (Some(anchor), Some(found)) = (anchor, found)
+            && !found.contains(anchor)
+        {
+            let known: Vec<&str> = found.iter().map(String::as_str).collect();
+            broken.push(format!(
+                "{doc}:{line}: `{link}`: {name} has no heading `#{anchor}`; it has {}",
+                known.join(", ")
+            ));
+        }
+    }
+    broken
+}
+
+/// Every link target of a Markdown text that is not another site's, with its line: inline links
+/// and images (`[text](target "title")`) and reference definitions (`[name]: target`). Code (fenced
+/// blocks and inline spans) holds no links.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (number, line) in prose_lines(text) {
+        let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut targets: Vec<&str> = prose.match_indices("](").map(|(at, _)| &prose[at + 2..]).collect();
+        let definition = prose.trim_start().strip_prefix('[').and_then(|rest| rest.split_once(']'));
+        if let Some(target) = definition.and_then(|(_, after)| after.strip_prefix(':')) {
+            targets.push(target.trim_start());
+        }
+        for rest in targets {
+            let target = rest.split([')', ' ', '\t']).next().unwrap_or_default();
+            let target = target.trim_start_matches('<').trim_end_matches('>');
+            let external = target.contains("://") || target.starts_with("mailto:");
+            if !target.is_empty() && !external {
+                found.push((number, target.to_owned()));
+            }
+        }
+    }
+    found
+}
+
+/// The lines of a Markdown text outside fenced code blocks, numbered from 1.
+fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut fence: Option<&str> = None;
+    let mut lines = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let marker = ["```", "~~~"].into_iter().find(|m| trimmed.starts_with(m));
+        match (fence, marker) {
+            (None, Some(marker)) => fence = Some(marker),
+            (Some(open), Some(marker)) if open == marker => fence = None,
+            (None, None) => lines.push((number + 1, line)),
+            _ => {}
+        }
+    }
+    lines
+}
+
+/// The anchors of a Markdown text's headings, as GitHub makes them: each heading's slug, a
+/// repeated one numbered (`-1`, `-2`, ...) in order.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (_, line) in prose_lines(text) {
+        let hashes = line.len() - line.trim_start_matches('#').len();
+        let Some(heading) = line[hashes..].strip_prefix(' ').filter(|_| (1..=6).contains(&hashes)) else {
+            continue;
+        };
+        let slug = slug(heading.trim().trim_end_matches('#').trim());
+        let mut anchor = slug.clone();
+        let mut repeat = 0;
+        while !found.insert(anchor.clone()) {
+            repeat += 1;
+            anchor = format!("{slug}-{repeat}");
+        }
+    }
+    found
+}
+
+/// GitHub's slug of a heading: lower case, letters, digits, `-` and `_` kept, every space a `-`,
+/// everything else (punctuation, backticks) dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The path from the root of `path` as written in the file `doc` (relative to the root), its
+/// `.` and `..` taken away; `None` when it climbs out of the repository.
+fn resolve(doc: &str, path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = doc.split('/').collect();
+    parts.pop();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+#[test]
+fn a_link_to_a_missing_file_or_heading_is_found_and_a_good_one_is_not() {
+    let guide = "# The CLI and `parley.toml`\n\n## Exit codes\n\n## Exit codes\n\nSee [here](#exit-codes-1).\n";
+    let files = |path: &str| match path {
+        "docs/cli.md" => Some(guide.to_owned()),
+        "docs/picture.png" | "deploy" => Some(String::new()),
+        _ => None,
+    };
+    let readme = "\
+[guide](docs/cli.md) [settings](docs/cli.md#the-cli-and-parleytoml) ![a picture](docs/picture.png)
+[the manifests](deploy) [a site](https://example.com/missing.md) `[code](nowhere.md)`
+[top](#top)
+
+# Top
+
+```sh
+echo '[not a link](nowhere.md)'
+```
+[gone](docs/gone.md) [no such heading](docs/cli.md#exit-code) [up](../outside.md)
+[reference]: docs/missing.md
+";
+    let broken = broken_links("README.md", readme, &files);
+    assert_eq!(broken.len(), 4, "{broken:#?}");
+    assert!(broken[0].starts_with("README.md:10: `docs/gone.md`: there is no docs/gone.md"), "{}", broken[0]);
+    assert!(
+        broken[1].contains("docs/cli.md has no heading `#exit-code`; it has exit-codes, exit-codes-1"),
+        "{}",
+        broken[1]
+    );
+    assert!(broken[2].contains("`../outside.md` leaves the repository"), "{}", broken[2]);
+    assert!(broken[3].starts_with("README.md:11: `docs/missing.md`"), "{}", broken[3]);
+    assert!(broken_links("docs/cli.md", guide, &files).is_empty());
+    assert_eq!(
+        resolve("docs/cli.md", "../integrations/tau2-user/README.md").as_deref(),
+        Some("integrations/tau2-user/README.md")
+    );
+    assert_eq!(
+        slug("NeMo RL and NeMo Gym: whole rollouts through /run"),
+        "nemo-rl-and-nemo-gym-whole-rollouts-through-run"
+    );
+}
+
 /// The repository's root folder.
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the repository's root").to_path_buf()
@@ -176,6 +381,12 @@ fn rust_files() -> Vec<PathBuf> {
 }
 
 fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
+    walk_matching(dir, ".rs", files);
+}
+
+/// Every file under `dir` whose name ends with `suffix`, hidden folders, `target` and
+/// `node_modules` left out.
+fn walk_matching(dir: &Path, suffix: &str, files: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let entry = entry.unwrap();
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -184,8 +395,8 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
             continue;
         }
         if kind.is_dir() {
-            walk(&entry.path(), files);
-        } else if name.ends_with(".rs") {
+            walk_matching(&entry.path(), suffix, files);
+        } else if name.ends_with(suffix) {
             files.push(entry.path());
         }
     }

@@ -13,6 +13,8 @@
 
 mod cli;
 mod commands;
+#[cfg(test)]
+mod doc_commands;
 mod error;
 mod progress;
 mod scaffold;

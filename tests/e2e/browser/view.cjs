@@ -117,7 +117,7 @@ async function main() {
     check((await text('#components')).includes('accuracy'), 'every reward component');
     check(await page.locator('#related a.compare').count() >= 1, 'links to compare with other trials');
     await page.screenshot({ path: path.join(shots, 'session.png'), fullPage: false });
-    // The README's picture: the top of the page, down to the reward's components.
+    // docs/viewer.md's picture: the top of the page, down to the reward's components.
     if (plan.docs) await page.screenshot({ path: plan.docs, fullPage: true, clip: { x: 0, y: 0, width: 1280, height: 1560 } });
 
     // Compare: a fork beside its source, the first divergence marked.
