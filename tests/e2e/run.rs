@@ -185,3 +185,44 @@ async fn a_stub_that_repeats_call_ids_still_gets_every_call_answered() {
         sqlx::query_scalar("SELECT COUNT(*) FROM tool_calls WHERE is_error = 0").fetch_one(&db).await.unwrap();
     assert_eq!(calls, 6, "two tool calls per session, each answered");
 }
+
+/// The README's first command, as written there (`cargo run --release --` is the built binary):
+/// tau2 airline conversations with the built-in stub on both sides, which plays some sessions'
+/// gold actions, so the summary shows a spread that means something (pass@k rising, pass^k
+/// falling, some tasks' groups mixed), says the stub is a test double and gives the next commands.
+#[test]
+fn the_readmes_first_run_shows_a_spread_and_the_next_commands() {
+    let readme = std::fs::read_to_string(crate::harness::root().join("README.md")).unwrap();
+    let first = readme.lines().find(|l| l.starts_with("cargo run --release -- ")).expect("the README's first command");
+    let args: Vec<&str> = first.trim_start_matches("cargo run --release -- ").split_whitespace().collect();
+    assert_eq!(args[..5], ["run", "--env", "tau2:airline", "--user", "llm"], "{first}");
+    let work = Workdir::new();
+    let out = work.parley(&args);
+    let said = ok(&out);
+    let figure = |label: &str| -> Vec<f64> {
+        let line = said.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("{label}: {said}"));
+        line.split_whitespace().filter_map(|w| w.parse().ok()).collect()
+    };
+    assert_eq!(figure("reward")[0], 0.715, "{said}");
+    // `k=1 0.715  k=2 ...`: the values are every other word.
+    let at = |label: &str| -> Vec<String> {
+        let line = said.lines().find(|l| l.starts_with(label)).unwrap();
+        line.split_whitespace().skip(2).step_by(2).map(str::to_owned).collect()
+    };
+    assert_eq!(at("pass@k"), ["0.715", "0.817", "0.870", "0.900"], "{said}");
+    assert_eq!(at("pass^k"), ["0.715", "0.613", "0.565", "0.540"], "{said}");
+    assert!(said.contains("groups         32 of 50 tasks"), "{said}");
+    assert!(said.contains("The built-in stub is a test double"), "{said}");
+    for next in ["parley show 1 --db parley.db", "parley view --db parley.db", "--base-url URL --model NAME"] {
+        assert!(said.contains(next), "{next}: {said}");
+    }
+    // The sessions are conversations with tools: the agent called them in most (a task whose
+    // gold is to refuse has none to call when its script is played).
+    let rollouts = read_jsonl(&work.path("rollouts-1.jsonl"));
+    assert_eq!(rollouts.len(), 200);
+    let calling = rollouts
+        .iter()
+        .filter(|r| r["response"]["output"].as_array().unwrap().iter().any(|i| i["type"] == "function_call"))
+        .count();
+    assert!(calling >= 150, "{calling} of 200 sessions called a tool");
+}
