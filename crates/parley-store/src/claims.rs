@@ -2,19 +2,22 @@
 //! holds, renewal and release, each one transaction. The clock is the database's
 //! (`Dialect::NOW_MS`).
 //!
-//! Renewal, release, an owner's expiry, the owners and a run's end are written once for both
-//! stores. Creating a run and claiming stay apart, here for SQLite and in `pg/claims.rs`:
-//! PostgreSQL claims in a CTE `FOR UPDATE SKIP LOCKED`, so that machines claiming at once pass
-//! over each other's rows, and binds a run's tasks and sessions as arrays; on SQLite the
-//! writer's `BEGIN IMMEDIATE` serialises claimers, and rows go in as chunks of `VALUES`.
+//! Every write is written once for both stores. Claiming differs only in a lock: PostgreSQL
+//! picks the rows `FOR UPDATE SKIP LOCKED` (`Dialect::SKIP_LOCKED`), so that machines claiming
+//! at once pass over each other's rows, where SQLite's writer begins `BEGIN IMMEDIATE` and so
+//! serialises claimers. Creating a run differs in how its rows go in, each store's in a function
+//! of its own at the end of this file: PostgreSQL binds a run's tasks and sessions as arrays (one
+//! statement of one shape for any number of rows), SQLite inserts chunks of `VALUES` under its
+//! limit on bound parameters.
 
 use std::sync::Arc;
 
 use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, StoreError, Task};
-use sqlx::{Connection, QueryBuilder};
+use sqlx::{PgConnection, QueryBuilder, SqliteConnection};
 
-use crate::SqliteStore;
 use crate::dialect::{Dialect, both_stores};
+use crate::pg::pg_now_ms;
+use crate::{PgStore, SqliteStore};
 
 /// Now, in milliseconds since the Unix epoch, by the database's clock: every owner measures
 /// leases with the same clock, whatever its own says. A macro, so that statements stay literals.
@@ -30,7 +33,10 @@ pub(crate) fn lease_ms(owner: &Owner) -> i64 {
     i64::try_from(owner.lease.as_millis()).unwrap_or(i64::MAX / 2)
 }
 
-impl SqliteStore {
+/// A task as a row of `tasks`: its index, id and row (JSON).
+type TaskRow = (i64, String, String);
+
+both_stores! {
     /// Inserts tasks and sessions into `run`, or into a new run made from the spec, in one
     /// transaction; the sessions are claimed by `owner` (fence 1) or unclaimed.
     pub(crate) async fn insert_sessions(
@@ -40,127 +46,62 @@ impl SqliteStore {
         sessions: &[SessionSpec],
         owner: Option<&Owner>,
     ) -> Result<(RunId, Vec<Claim>), StoreError> {
-        let tasks: Vec<(i64, String, String)> =
-            tasks.iter().map(|t| (t.index as i64, t.id.clone(), t.row.to_string())).collect();
+        let tasks: Vec<TaskRow> = tasks.iter().map(|t| (t.index as i64, t.id.clone(), t.row.to_string())).collect();
         let run = run.map_err(RunSpec::clone);
         let sessions = sessions.to_vec();
         let owner = owner.map(|o| (o.id.clone(), lease_ms(o)));
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(&error)?;
-                    let run: RunId = match run {
-                        Ok(run) => run,
-                        Err(spec) => {
-                            sqlx::query_scalar("INSERT INTO runs (environment, config) VALUES (?, ?) RETURNING id")
-                                .bind(spec.environment)
-                                .bind(spec.config.to_string())
-                                .fetch_one(&mut *tx)
-                                .await
-                                .map_err(&error)?
-                        }
-                    };
-                    for chunk in tasks.chunks(1000) {
-                        let mut insert = QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row) ");
-                        insert.push_values(chunk, |mut b, (index, id, row)| {
-                            b.push_bind(run).push_bind(*index).push_bind(id).push_bind(row);
-                        });
-                        insert.build().execute(&mut *tx).await.map_err(&error)?;
+        let fence = if owner.is_some() { Fence(1) } else { Fence::UNCLAIMED };
+        let what = "creating a run's tasks and sessions (tables `runs`, `tasks`, `sessions`)";
+        self.transact(what, move |conn| {
+            Box::pin(async move {
+                let run: RunId = match run {
+                    Ok(run) => run,
+                    Err(spec) => {
+                        sqlx::query_scalar("INSERT INTO runs (environment, config) VALUES ($1, $2) RETURNING id")
+                            .bind(spec.environment)
+                            .bind(spec.config.to_string())
+                            .fetch_one(&mut *conn)
+                            .await?
                     }
-                    // Ids are assigned here, inside the transaction, so they are known without
-                    // reading back.
-                    let first: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM sessions")
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err(&error)?;
-                    let ids: Vec<i64> = (0..sessions.len() as i64).map(|i| first + i).collect();
-                    for (chunk, id_chunk) in sessions.chunks(1000).zip(ids.chunks(1000)) {
-                        let mut insert =
-                            QueryBuilder::new("INSERT INTO sessions (id, run_id, task_index, trial, seed, player) ");
-                        insert.push_values(chunk.iter().zip(id_chunk), |mut b, (s, id)| {
-                            // SQLite integers are signed: the seed's bits are kept, reinterpreted.
-                            b.push_bind(id)
-                                .push_bind(run)
-                                .push_bind(s.task_index as i64)
-                                .push_bind(s.trial as i64)
-                                .push_bind(s.seed as i64)
-                                .push_bind(s.player.as_stored());
-                        });
-                        insert.build().execute(&mut *tx).await.map_err(&error)?;
-                    }
-                    let fence = match owner {
-                        None => Fence::UNCLAIMED,
-                        Some((owner, lease)) => {
-                            sqlx::query(concat!(
-                                "UPDATE sessions SET owner = ?, lease_until = ",
-                                now_ms!(),
-                                " + ?, fence = 1 WHERE id >= ? AND id < ?"
-                            ))
-                            .bind(owner)
-                            .bind(lease)
-                            .bind(first)
-                            .bind(first + ids.len() as i64)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(&error)?;
-                            Fence(1)
-                        }
-                    };
-                    tx.commit().await.map_err(&error)?;
-                    Ok((run, ids.into_iter().map(|session| Claim { session, fence }).collect()))
-                })
+                };
+                Self::insert_tasks(&mut *conn, run, &tasks).await?;
+                let ids = Self::insert_new_sessions(&mut *conn, run, &sessions, owner).await?;
+                Ok(Ok((run, ids.into_iter().map(|session| Claim { session, fence }).collect())))
             })
-            .await
+        })
+        .await
     }
 
+    /// Claims at most `limit` of the run's pending sessions that nobody holds (or whose lease
+    /// ended), lowest ids first, raising each one's fence; says how many others hold.
     pub(crate) async fn claim(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
         let (id, lease) = (owner.id.clone(), lease_ms(owner));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let error = self.write_error();
-        self.writer
-            .exec(move |conn| {
-                Box::pin(async move {
-                    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(&error)?;
-                    // PostgreSQL: `... ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)`.
-                    let mut claimed: Vec<(i64, i64)> = sqlx::query_as(concat!(
-                        "UPDATE sessions SET owner = ?1, lease_until = ",
-                        now_ms!(),
-                        " + ?2, fence = fence + 1
-                         WHERE id IN (SELECT id FROM sessions
-                                      WHERE run_id = ?3 AND status = 'pending'
-                                        AND (owner IS NULL OR lease_until < ",
-                        now_ms!(),
-                        ")
-                                      ORDER BY id LIMIT ?4)
-                         RETURNING id, fence"
-                    ))
-                    .bind(&id)
-                    .bind(lease)
-                    .bind(run)
-                    .bind(limit)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(&error)?;
-                    let held_elsewhere: i64 = sqlx::query_scalar(concat!(
-                        "SELECT COUNT(*) FROM sessions WHERE run_id = ? AND status = 'pending'
-                         AND owner IS NOT NULL AND owner <> ? AND lease_until >= ",
-                        now_ms!(),
-                        ""
-                    ))
-                    .bind(run)
-                    .bind(&id)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(&error)?;
-                    tx.commit().await.map_err(&error)?;
-                    // RETURNING gives no order.
-                    claimed.sort_unstable();
-                    let claims = claimed.into_iter().map(|(session, fence)| Claim { session, fence: Fence(fence) });
-                    Ok(Claimed { claims: claims.collect(), held_elsewhere: held_elsewhere as u64 })
-                })
+        let what = format!("claiming sessions of run {run} for {id} (table `sessions`)");
+        self.transact(&what, move |conn| {
+            Box::pin(async move {
+                // The rows are picked in a CTE (run once: on PostgreSQL it locks them, passing
+                // over rows another claimer or a writer holds); the update then raises each
+                // one's fence.
+                let mut pick = QueryBuilder::new("WITH picked AS (SELECT id FROM sessions WHERE run_id = ");
+                pick.push_bind(run);
+                pick.push(" AND status = 'pending' AND (owner IS NULL OR lease_until < ").push(Self::NOW_MS);
+                pick.push(") ORDER BY id LIMIT ").push_bind(limit).push(Self::SKIP_LOCKED);
+                pick.push(") UPDATE sessions SET owner = ").push_bind(&id);
+                pick.push(", lease_until = ").push(Self::NOW_MS).push(" + ").push_bind(lease);
+                pick.push(", fence = fence + 1 WHERE id IN (SELECT id FROM picked) RETURNING id, fence");
+                let mut claimed: Vec<(i64, i64)> = pick.build_query_as().fetch_all(&mut *conn).await?;
+                let mut count = QueryBuilder::new("SELECT COUNT(*) FROM sessions WHERE run_id = ");
+                count.push_bind(run).push(" AND status = 'pending' AND owner IS NOT NULL AND owner <> ");
+                count.push_bind(&id).push(" AND lease_until >= ").push(Self::NOW_MS);
+                let (held_elsewhere,): (i64,) = count.build_query_as().fetch_one(&mut *conn).await?;
+                // RETURNING gives no order.
+                claimed.sort_unstable();
+                let claims = claimed.into_iter().map(|(session, fence)| Claim { session, fence: Fence(fence) });
+                Ok(Ok(Claimed { claims: claims.collect(), held_elsewhere: held_elsewhere as u64 }))
             })
-            .await
+        })
+        .await
     }
 }
 
@@ -258,5 +199,123 @@ both_stores! {
             })
         })
         .await
+    }
+}
+
+// How a run's rows go in: the one difference between the stores in creating a run.
+
+impl SqliteStore {
+    /// The run's tasks, in chunks of `VALUES` under SQLite's limit on bound parameters.
+    async fn insert_tasks(conn: &mut SqliteConnection, run: RunId, tasks: &[TaskRow]) -> Result<(), sqlx::Error> {
+        for chunk in tasks.chunks(1000) {
+            let mut insert = QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row) ");
+            insert.push_values(chunk, |mut b, (index, id, row)| {
+                b.push_bind(run).push_bind(*index).push_bind(id).push_bind(row);
+            });
+            insert.build().execute(&mut *conn).await?;
+        }
+        Ok(())
+    }
+
+    /// The run's sessions, in chunks of `VALUES`, claimed by `owner` (id and lease) if given;
+    /// returns their ids, in the order of `sessions`. Ids are assigned here, inside the
+    /// writer's transaction, so they are known without reading back.
+    async fn insert_new_sessions(
+        conn: &mut SqliteConnection,
+        run: RunId,
+        sessions: &[SessionSpec],
+        owner: Option<(String, i64)>,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        let first: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM sessions").fetch_one(&mut *conn).await?;
+        let ids: Vec<i64> = (0..sessions.len() as i64).map(|i| first + i).collect();
+        for (chunk, id_chunk) in sessions.chunks(1000).zip(ids.chunks(1000)) {
+            let mut insert = QueryBuilder::new("INSERT INTO sessions (id, run_id, task_index, trial, seed, player) ");
+            insert.push_values(chunk.iter().zip(id_chunk), |mut b, (s, id)| {
+                // SQLite integers are signed: the seed's bits are kept, reinterpreted.
+                b.push_bind(id)
+                    .push_bind(run)
+                    .push_bind(s.task_index as i64)
+                    .push_bind(s.trial as i64)
+                    .push_bind(s.seed as i64)
+                    .push_bind(s.player.as_stored());
+            });
+            insert.build().execute(&mut *conn).await?;
+        }
+        if let Some((owner, lease)) = owner {
+            sqlx::query(concat!(
+                "UPDATE sessions SET owner = ?, lease_until = ",
+                now_ms!(),
+                " + ?, fence = 1 WHERE id >= ? AND id < ?"
+            ))
+            .bind(owner)
+            .bind(lease)
+            .bind(first)
+            .bind(first + ids.len() as i64)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(ids)
+    }
+}
+
+impl PgStore {
+    /// The run's tasks, as arrays bound whole: one statement of one shape for any number.
+    async fn insert_tasks(conn: &mut PgConnection, run: RunId, tasks: &[TaskRow]) -> Result<(), sqlx::Error> {
+        let indexes: Vec<i64> = tasks.iter().map(|t| t.0).collect();
+        let ids: Vec<&str> = tasks.iter().map(|t| t.1.as_str()).collect();
+        let rows: Vec<&str> = tasks.iter().map(|t| t.2.as_str()).collect();
+        sqlx::query(
+            "INSERT INTO tasks (run_id, task_index, task_id, row)
+             SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[])",
+        )
+        .bind(run)
+        .bind(&indexes)
+        .bind(&ids)
+        .bind(&rows)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+
+    /// The run's sessions, as arrays bound whole, claimed by `owner` (id and lease) if given;
+    /// returns their ids, in the order of `sessions`. Ids come from the column's sequence
+    /// before the insert, so they are known without relying on the order RETURNING gives.
+    async fn insert_new_sessions(
+        conn: &mut PgConnection,
+        run: RunId,
+        sessions: &[SessionSpec],
+        owner: Option<(String, i64)>,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        let mut ids: Vec<i64> =
+            sqlx::query_scalar("SELECT nextval(pg_get_serial_sequence('sessions', 'id')) FROM generate_series(1, $1)")
+                .bind(sessions.len() as i64)
+                .fetch_all(&mut *conn)
+                .await?;
+        ids.sort_unstable();
+        let fence = if owner.is_some() { Fence(1) } else { Fence::UNCLAIMED };
+        let (owner, lease) = owner.map_or((None, 0), |(id, lease)| (Some(id), lease));
+        sqlx::query(concat!(
+            "INSERT INTO sessions (id, run_id, task_index, trial, seed, owner, lease_until, fence, player)
+             SELECT v.id, $2, v.task_index, v.trial, v.seed, $6::text,
+                    CASE WHEN $6::text IS NULL THEN NULL ELSE ",
+            pg_now_ms!(),
+            " + $7 END, $8, v.player
+             FROM UNNEST($1::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $9::text[])
+                  AS v (id, task_index, trial, seed, player)"
+        ))
+        .bind(&ids)
+        .bind(run)
+        .bind(sessions.iter().map(|s| s.task_index as i64).collect::<Vec<_>>())
+        .bind(sessions.iter().map(|s| i64::from(s.trial)).collect::<Vec<_>>())
+        // Integers are signed: the seed's bits are kept, reinterpreted, as on SQLite.
+        .bind(sessions.iter().map(|s| s.seed as i64).collect::<Vec<_>>())
+        .bind(owner)
+        .bind(lease)
+        .bind(fence.0)
+        .bind(sessions.iter().map(|s| s.player.as_stored()).collect::<Vec<_>>())
+        .execute(conn)
+        .await?;
+        Ok(ids)
     }
 }

@@ -1,7 +1,7 @@
 //! One store, two dialects: the statements SQLite and PostgreSQL share are written once, in SQL
 //! both speak, and [`both_stores!`] makes each such method a method of both stores; [`Dialect`]
 //! holds the little that differs in a shared statement's text: how a list of ids is bound,
-//! the clock, and row locks.
+//! the clock, row locks and how a writing transaction begins.
 //!
 //! Both speak more alike than their mirrored code once showed: sqlx binds SQLite's `$1`, `$2`
 //! by number as PostgreSQL does; both count with `COUNT(*) FILTER (WHERE ...)`, compare with
@@ -31,6 +31,14 @@ pub(crate) trait Dialect {
     /// (by id): PostgreSQL's `FOR UPDATE`, so that two of its transactions never wait on each
     /// other in a cycle; nothing on SQLite, whose one writer holds the only write lock.
     const LOCK_ROWS: &str;
+    /// What a subquery picking sessions to claim ends with: PostgreSQL's `FOR UPDATE SKIP
+    /// LOCKED`, so that machines claiming at once pass over each other's rows instead of waiting
+    /// on them; nothing on SQLite, whose one writer serialises claimers.
+    const SKIP_LOCKED: &str;
+    /// How a writing transaction begins: SQLite's `BEGIN IMMEDIATE` takes the write lock before
+    /// the transaction's first read (no other process can write between what it reads and what
+    /// it writes); PostgreSQL's plain `BEGIN`, as its statements lock the rows they need.
+    const BEGIN: &str;
 
     /// Writes ` IN (...)` of `ids`, bound as one parameter whatever their number: SQLite reads
     /// a JSON array (`json_each`), so that no list meets its limit on bound parameters;
@@ -43,6 +51,8 @@ impl Dialect for SqliteStore {
     const NOW_MS: &str = now_ms!();
     const NOW_TEXT: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
     const LOCK_ROWS: &str = "";
+    const SKIP_LOCKED: &str = "";
+    const BEGIN: &str = "BEGIN IMMEDIATE";
 
     fn push_in_ids(query: &mut QueryBuilder<Sqlite>, ids: &[i64]) {
         query.push(" IN (SELECT value FROM json_each(");
@@ -56,6 +66,8 @@ impl Dialect for PgStore {
     const NOW_MS: &str = pg_now_ms!();
     const NOW_TEXT: &str = pg_now_text!();
     const LOCK_ROWS: &str = " FOR UPDATE";
+    const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
+    const BEGIN: &str = "BEGIN";
 
     fn push_in_ids(query: &mut QueryBuilder<Postgres>, ids: &[i64]) {
         query.push(" = ANY(").push_bind(ids.to_vec()).push(")");
@@ -96,7 +108,8 @@ impl PgStore {
 /// Methods written once for both stores: the items given become an `impl` block of
 /// [`SqliteStore`](crate::SqliteStore) and one of [`PgStore`](crate::PgStore). A body may use what both have under one name:
 /// `self.pool()`, `self.read_error(error, what)` (a failed read in its store's words),
-/// `self.write(what, f)` (a write, on the store's writing connection), the row mappers of
+/// `self.write(what, f)` (a write, on the store's writing connection), `self.transact(what, f)`
+/// (a write in one transaction, begun as [`Dialect::BEGIN`] says), the row mappers of
 /// `row` (both stores are `Unreadable`), and [`Dialect`]'s items on `Self`.
 macro_rules! both_stores {
     ($($item:item)*) => {
@@ -105,3 +118,30 @@ macro_rules! both_stores {
     };
 }
 pub(crate) use both_stores;
+
+both_stores! {
+    /// Runs `f` in one transaction on the store's writing connection (see `write`): it commits
+    /// when `f` answers `Ok(Ok(_))`, and rolls back, writing nothing, when `f` refuses the write
+    /// (`Ok(Err(_))`, an answer in the store's words) or a statement fails.
+    pub(crate) async fn transact<T, F>(&self, what: &str, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(
+                &'c mut <<Self as Dialect>::Db as sqlx::Database>::Connection,
+            ) -> BoxFuture<'c, Result<Result<T, StoreError>, sqlx::Error>>
+            + Send
+            + 'static,
+    {
+        self.write(what, move |conn| {
+            Box::pin(async move {
+                let mut tx = sqlx::Connection::begin_with(conn, Self::BEGIN).await?;
+                let done = f(&mut tx).await?;
+                if done.is_ok() {
+                    tx.commit().await?;
+                }
+                Ok(done)
+            })
+        })
+        .await?
+    }
+}
