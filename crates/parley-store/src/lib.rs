@@ -12,8 +12,10 @@
 //! it back whole). Reads go through a separate pool, opened `query_only`, and never block the
 //! writer (WAL mode).
 //!
-//! The two stores share every statement both databases speak, written once (`dialect`); the
-//! PostgreSQL store (`pg`) keeps only what differs.
+//! The two stores share every statement both databases speak, written once (`dialect`): reads,
+//! claims, runs, re-scores and forks; the PostgreSQL store (`pg`) keeps its connection and its
+//! turn writer, and where a shared write binds rows differently each store's way is a function
+//! of its own beside the shared one (`claims`, `edit`).
 
 mod claims;
 mod delta;

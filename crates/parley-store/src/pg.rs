@@ -10,7 +10,6 @@
 //! (`FOR UPDATE SKIP LOCKED`). Times are the server's clock, never a client's. Statements are
 //! checked at run time (`sqlx::query`), so an offline build needs no query cache for them.
 
-mod edit;
 mod writer;
 
 use std::str::FromStr;
