@@ -30,6 +30,7 @@ mod read;
 mod row;
 mod seam;
 mod store;
+mod turn_rows;
 mod versions;
 mod view;
 mod writer;

@@ -1,5 +1,6 @@
 //! The single writer: it drains every session's pending turns, writes them as multi-row
-//! inserts in one transaction, and acknowledges each turn after the commit.
+//! inserts in one transaction, and acknowledges each turn after the commit. Its rows are the
+//! ones PostgreSQL's writer writes (`turn_rows`), bound as rows of `VALUES`.
 //!
 //! Two things keep a commit cheap. Statements come in a few fixed shapes (see [`shaped`]), so
 //! the connection's statement cache prepares each once instead of parsing a statement of a new
@@ -35,12 +36,13 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
-use parley_core::{Fence, Party, Role, StoreError};
+use parley_core::{Fence, StoreError};
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::handle::{self, Write};
+use crate::turn_rows::{Row, TurnRows};
 use crate::{StoreOptions, write_error};
 
 /// A future that borrows the writer's connection.
@@ -263,146 +265,77 @@ impl Writer {
         let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
         let batch = live.as_slice();
 
-        let messages: Vec<_> =
-            batch.iter().flat_map(|w| w.turn.messages.iter().map(move |m| (w.claim.session, m))).collect();
-        for chunk in shaped(&messages, MAX_PARAMS / 9) {
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, \
-                 tokens) ",
-            );
-            q.push_values(chunk, |mut b, (session, m)| {
-                // Parts and reasoning are plain data (strings and JSON values): they serialize.
-                let calls = (!m.message.tool_calls.is_empty())
-                    .then(|| serde_json::to_string(&m.message.tool_calls).unwrap_or_default());
-                let parts =
-                    (!m.message.parts.is_empty()).then(|| serde_json::to_string(&m.message.parts).unwrap_or_default());
-                let reasoning = m.message.reasoning.as_ref().map(|r| serde_json::to_string(r).unwrap_or_default());
-                let tokens = m.message.tokens.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default());
-                b.push_bind(*session)
-                    .push_bind(m.seq as i64)
-                    .push_bind(m.message.role.as_str())
-                    .push_bind(m.message.content.as_deref())
-                    .push_bind(calls)
-                    .push_bind(m.message.tool_call_id.as_deref())
-                    .push_bind(parts)
-                    .push_bind(reasoning)
-                    .push_bind(tokens);
-            });
-            q.build().execute(&mut *tx).await.map_err(db_error)?;
-        }
-
-        let calls: Vec<_> =
-            messages.iter().filter_map(|(s, m)| m.call.as_ref().map(|c| (*s, m.seq, m.message.role, c))).collect();
-        let tools: Vec<_> =
-            batch.iter().flat_map(|w| w.turn.tool_calls.iter().map(move |t| (w.claim.session, t))).collect();
+        // What is written to the WAL, estimated from what the sessions sent.
         let bytes = COMMIT_BYTES
-            + messages.iter().map(|(_, m)| ROW_BYTES + message_bytes(&m.message)).sum::<usize>()
-            + calls
+            + batch
                 .iter()
-                .map(|(_, _, _, c)| match raw {
-                    true => ROW_BYTES + c.request.get().len() + c.response.as_ref().map_or(0, |r| r.get().len()),
-                    false => ROW_BYTES,
+                .map(|w| {
+                    let messages = w.turn.messages.iter().map(|m| {
+                        let call = m.call.as_ref().map_or(0, |c| match raw {
+                            true => {
+                                ROW_BYTES + c.request.get().len() + c.response.as_ref().map_or(0, |r| r.get().len())
+                            }
+                            false => ROW_BYTES,
+                        });
+                        ROW_BYTES + message_bytes(&m.message) + call
+                    });
+                    let tools = w.turn.tool_calls.iter().map(|t| ROW_BYTES + t.arguments.len() + t.output.len());
+                    messages.sum::<usize>() + tools.sum::<usize>()
                 })
-                .sum::<usize>()
-            + tools.iter().map(|(_, t)| ROW_BYTES + t.arguments.len() + t.output.len()).sum::<usize>();
+                .sum::<usize>();
         self.unchecked += bytes;
         self.unlooked += bytes as u64;
 
-        for chunk in shaped(&calls, MAX_PARAMS / 14) {
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
-                 completion_tokens, latency_ms, attempts, error, party, finish_reason, sampling) ",
-            );
-            q.push_values(chunk, |mut b, (session, seq, role, c)| {
-                // The agent's calls produce its messages, the user's theirs.
-                let party = match role {
-                    Role::User => Party::User,
-                    _ => Party::Agent,
-                };
-                let sampling = c.sampling.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
-                b.push_bind(*session)
-                    .push_bind(*seq as i64)
-                    .push_bind(c.endpoint.as_str())
-                    // The bodies are bound as the text that went over the wire: no copy, no
-                    // second serialization.
-                    .push_bind(raw.then(|| c.request.get()))
-                    .push_bind(if raw { c.response.as_ref().map(|r| r.get()) } else { None })
-                    .push_bind(c.usage.prompt_tokens as i64)
-                    .push_bind(c.usage.completion_tokens as i64)
-                    .push_bind(c.latency.as_secs_f64() * 1e3)
-                    .push_bind(c.attempts as i64)
-                    .push_bind(c.error.as_deref())
-                    .push_bind(party.as_str())
-                    .push_bind(c.finish_reason.as_deref())
-                    .push_bind(sampling);
-            });
-            q.build().execute(&mut *tx).await.map_err(db_error)?;
-        }
-
-        for chunk in shaped(&tools, MAX_PARAMS / 12) {
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, \
-                 malformed, truncated, duration_us) ",
-            );
-            q.push_values(chunk, |mut b, (session, t)| {
-                b.push_bind(*session)
-                    .push_bind(t.seq as i64)
-                    .push_bind(t.party.as_str())
-                    .push_bind(t.call_id.as_str())
-                    .push_bind(t.name.as_str())
-                    .push_bind(t.arguments.as_str())
-                    .push_bind(t.output.as_str())
-                    .push_bind(t.is_error)
-                    .push_bind(t.write)
-                    .push_bind(t.malformed)
-                    .push_bind(t.truncated)
-                    .push_bind(t.duration.as_micros() as i64);
-            });
-            q.build().execute(&mut *tx).await.map_err(db_error)?;
-        }
-
-        let finished: Vec<_> = batch.iter().filter_map(|w| w.outcome.as_ref().map(|o| (w.claim.session, o))).collect();
-        for chunk in shaped(&finished, MAX_PARAMS / 10) {
-            // One statement for all sessions that ended in this batch.
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "WITH v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity, \
-                 user_faults) AS (",
-            );
-            q.push_values(chunk, |mut b, (session, o)| {
-                b.push_bind(*session)
-                    .push_bind(o.termination.as_str())
-                    .push_bind(o.reward.as_ref().map(|r| r.value))
-                    .push_bind(o.error.as_deref())
-                    .push_bind(o.failure.map(|f| f.as_str()))
-                    .push_bind(o.steps as i64)
-                    .push_bind(o.retries as i64)
-                    .push_bind(o.duration.as_secs_f64() * 1e3)
-                    .push_bind(o.token_contiguity.as_deref())
-                    .push_bind(crate::row::faults_text(&o.user_faults));
-            });
-            q.push(
-                ") UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward, \
-                 error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries, \
-                 duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, user_faults = v.user_faults, \
-                 owner = NULL, lease_until = NULL, \
-                 finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM v WHERE sessions.id = v.id",
-            );
-            q.build().execute(&mut *tx).await.map_err(db_error)?;
-        }
-
-        let scored: Vec<_> = finished.iter().filter_map(|(s, o)| o.reward.as_ref().map(|r| (*s, r))).collect();
-        for chunk in shaped(&scored, MAX_PARAMS / 4) {
-            let mut q =
-                QueryBuilder::<Sqlite>::new("INSERT INTO scores (session_id, scorer, version, value, breakdown) ");
-            q.push_values(chunk, |mut b, (session, r)| {
-                b.push_bind(*session)
-                    .push_bind("environment")
-                    .push_bind(1i64)
-                    .push_bind(r.value)
-                    .push_bind(serde_json::Value::Object(r.breakdown.clone()).to_string());
-            });
-            q.build().execute(&mut *tx).await.map_err(db_error)?;
-        }
+        let rows = TurnRows::gather(batch.iter().copied(), raw);
+        insert(
+            &mut tx,
+            "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens) ",
+            "",
+            &rows.messages,
+        )
+        .await
+        .map_err(db_error)?;
+        insert(
+            &mut tx,
+            "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, completion_tokens, \
+             latency_ms, attempts, error, party, finish_reason, sampling) ",
+            "",
+            &rows.calls,
+        )
+        .await
+        .map_err(db_error)?;
+        insert(
+            &mut tx,
+            "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, \
+             malformed, truncated, duration_us) ",
+            "",
+            &rows.tools,
+        )
+        .await
+        .map_err(db_error)?;
+        // One statement for all sessions that ended in this batch.
+        insert(
+            &mut tx,
+            "WITH v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity, \
+             user_faults) AS (",
+            ") UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward, \
+             error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries, \
+             duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, user_faults = v.user_faults, \
+             owner = NULL, lease_until = NULL, \
+             finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM v WHERE sessions.id = v.id",
+            &rows.ends,
+        )
+        .await
+        .map_err(db_error)?;
+        insert(
+            &mut tx,
+            "WITH v (session_id, value, breakdown) AS (",
+            ") INSERT INTO scores (session_id, scorer, version, value, breakdown) \
+             SELECT session_id, 'environment', 1, value, breakdown FROM v",
+            &rows.scores,
+        )
+        .await
+        .map_err(db_error)?;
 
         tx.commit().await.map_err(db_error)?;
         Ok(refused)
@@ -439,6 +372,18 @@ fn shaped<T>(items: &[T], max_rows: usize) -> impl Iterator<Item = &[T]> {
         rest = tail;
         Some(chunk)
     })
+}
+
+/// Writes `rows` as statements of a few fixed row counts (see [`shaped`]), each `head`, the
+/// rows' `VALUES`, then `tail`.
+async fn insert<R: Row>(conn: &mut SqliteConnection, head: &str, tail: &str, rows: &[R]) -> Result<(), sqlx::Error> {
+    for chunk in shaped(rows, MAX_PARAMS / R::COLUMNS) {
+        let mut q = QueryBuilder::<Sqlite>::new(head);
+        q.push_values(chunk, |values, row| row.bind(values));
+        q.push(tail);
+        q.build().execute(&mut *conn).await?;
+    }
+    Ok(())
 }
 
 impl WriterHandle {

@@ -7,7 +7,8 @@
 //! ([`BATCH`]), so one round trip and one transaction: its rows go in as arrays bound whole
 //! (`INSERT ... SELECT ... FROM UNNEST($1, $2, ...)`), one fixed text for any number of rows, so
 //! the connection prepares it once and no batch meets the limit on bound parameters. Round trips,
-//! not rows, are most of what a small batch costs both sides.
+//! not rows, are most of what a small batch costs both sides. The rows are the SQLite writer's
+//! (`turn_rows`), bound as columns.
 //!
 //! Fencing: the statement locks its sessions' rows in id order (`SELECT ... ORDER BY id FOR
 //! UPDATE`), so no claim can raise a fence between the check and the commit, and two batches
@@ -18,14 +19,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parley_core::{Fence, Party, Role, SessionId, SessionOutcome, StoreError};
-use sqlx::PgPool;
+use parley_core::{Fence, SessionId, StoreError};
+use sqlx::error::BoxDynError;
+use sqlx::postgres::PgArguments;
+use sqlx::{Arguments, PgPool};
 use tokio::sync::{Mutex, mpsc};
 use tracing::Instrument;
 
 use super::pg_now_text;
 use crate::StoreOptions;
 use crate::handle::{Write, WriterHandle};
+use crate::turn_rows::{CallColumns, EndColumns, MessageColumns, ScoreColumns, ToolColumns, TurnRows};
 
 /// Writer tasks sharing the queue. Two keep the server busy while a commit waits on its WAL
 /// flush; more only split the same turns into smaller batches.
@@ -133,82 +137,11 @@ impl Task {
         claims.sort_unstable();
         let (ids, fences): (Vec<i64>, Vec<i64>) = claims.into_iter().unzip();
 
-        let mut m = MessageRows::default();
-        let mut c = CallRows::default();
-        let mut t = ToolRows::default();
-        let mut e = EndRows::default();
-        let mut s = ScoreRows::default();
-        for (w, _) in batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()) {
-            let session = w.claim.session;
-            for r in &w.turn.messages {
-                m.push(session, r);
-                if let Some(call) = &r.call {
-                    c.push(session, r.seq, r.message.role, call, self.raw);
-                }
-            }
-            for r in &w.turn.tool_calls {
-                t.push(session, r);
-            }
-            if let Some(o) = &w.outcome {
-                e.push(session, o);
-                if let Some(r) = &o.reward {
-                    s.push(session, r);
-                }
-            }
-        }
-        let locked: Vec<(i64, i64)> = sqlx::query_as(BATCH)
-            .bind(&ids)
-            .bind(&fences)
-            .bind(&m.session)
-            .bind(&m.seq)
-            .bind(&m.role)
-            .bind(&m.content)
-            .bind(&m.tool_calls)
-            .bind(&m.tool_call_id)
-            .bind(&m.parts)
-            .bind(&m.reasoning)
-            .bind(&m.tokens)
-            .bind(&c.session)
-            .bind(&c.seq)
-            .bind(&c.endpoint)
-            .bind(&c.request)
-            .bind(&c.response)
-            .bind(&c.prompt_tokens)
-            .bind(&c.completion_tokens)
-            .bind(&c.latency_ms)
-            .bind(&c.attempts)
-            .bind(&c.error)
-            .bind(&c.party)
-            .bind(&c.finish_reason)
-            .bind(&c.sampling)
-            .bind(&t.session)
-            .bind(&t.seq)
-            .bind(&t.party)
-            .bind(&t.call_id)
-            .bind(&t.name)
-            .bind(&t.arguments)
-            .bind(&t.output)
-            .bind(&t.is_error)
-            .bind(&t.write)
-            .bind(&t.malformed)
-            .bind(&t.truncated)
-            .bind(&t.duration_us)
-            .bind(&e.session)
-            .bind(&e.termination)
-            .bind(&e.reward)
-            .bind(&e.error)
-            .bind(&e.failure)
-            .bind(&e.steps)
-            .bind(&e.retries)
-            .bind(&e.duration_ms)
-            .bind(&e.token_contiguity)
-            .bind(&s.session)
-            .bind(&s.value)
-            .bind(&s.breakdown)
-            .bind(&e.user_faults)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(Failed::from)?;
+        let kept = batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(w, _)| w);
+        let rows = TurnRows::gather(kept, self.raw);
+        let arguments = arguments(&ids, &fences, rows).map_err(|e| Failed::Other(e.to_string()))?;
+        let locked: Vec<(i64, i64)> =
+            sqlx::query_as_with(BATCH, arguments).fetch_all(&self.pool).await.map_err(Failed::from)?;
 
         // What the server found under its locks says which writes went in.
         let current: HashMap<i64, Fence> = locked.into_iter().map(|(id, f)| (id, Fence(f))).collect();
@@ -279,18 +212,32 @@ const BATCH: &str = concat!(
     pg_now_text!(),
     "
          FROM UNNEST($37::bigint[], $38::text[], $39::float8[], $40::text[], $41::text[], $42::bigint[],
-                     $43::bigint[], $44::float8[], $45::text[], $49::text[])
+                     $43::bigint[], $44::float8[], $45::text[], $46::text[])
               AS v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity,
                     user_faults)
          WHERE sessions.id = v.id AND v.id IN (SELECT id FROM live)
      ),
      s AS (
          INSERT INTO scores (session_id, scorer, version, value, breakdown)
-         SELECT u.s, 'environment', 1, u.v, u.b FROM UNNEST($46::bigint[], $47::float8[], $48::text[]) AS u (s, v, b)
+         SELECT u.s, 'environment', 1, u.v, u.b FROM UNNEST($47::bigint[], $48::float8[], $49::text[]) AS u (s, v, b)
          WHERE u.s IN (SELECT id FROM live)
      )
      SELECT id, fence FROM locked"
 );
+
+/// A batch's arguments, in the order [`BATCH`] numbers them: its sessions' ids and the fences
+/// it writes under, then each table's rows ([`TurnRows`]), one array per column.
+fn arguments(ids: &[i64], fences: &[i64], rows: TurnRows<'_>) -> Result<PgArguments, BoxDynError> {
+    let mut arguments = PgArguments::default();
+    arguments.add(ids)?;
+    arguments.add(fences)?;
+    MessageColumns::from_iter(rows.messages).bind(&mut arguments)?;
+    CallColumns::from_iter(rows.calls).bind(&mut arguments)?;
+    ToolColumns::from_iter(rows.tools).bind(&mut arguments)?;
+    EndColumns::from_iter(rows.ends).bind(&mut arguments)?;
+    ScoreColumns::from_iter(rows.scores).bind(&mut arguments)?;
+    Ok(arguments)
+}
 
 /// Why a batch was not written: the server cancelled it and it may be tried again, or not.
 enum Failed {
@@ -372,159 +319,4 @@ fn unstorable(w: &Write) -> Option<StoreError> {
         }
     }
     None
-}
-
-/// The columns of the batch's `messages` rows, one array each.
-#[derive(Default)]
-struct MessageRows<'a> {
-    session: Vec<i64>,
-    seq: Vec<i64>,
-    role: Vec<&'static str>,
-    content: Vec<Option<&'a str>>,
-    tool_calls: Vec<Option<String>>,
-    tool_call_id: Vec<Option<&'a str>>,
-    parts: Vec<Option<String>>,
-    reasoning: Vec<Option<String>>,
-    tokens: Vec<Option<String>>,
-}
-
-impl<'a> MessageRows<'a> {
-    fn push(&mut self, session: SessionId, r: &'a parley_core::MessageRecord) {
-        let m = &r.message;
-        // Tool calls, parts, reasoning and tokens are plain data (strings, numbers and JSON
-        // values): they serialize.
-        let json = |v: Result<String, serde_json::Error>| v.unwrap_or_default();
-        self.session.push(session);
-        self.seq.push(i64::from(r.seq));
-        self.role.push(m.role.as_str());
-        self.content.push(m.content.as_deref());
-        self.tool_calls.push((!m.tool_calls.is_empty()).then(|| json(serde_json::to_string(&m.tool_calls))));
-        self.tool_call_id.push(m.tool_call_id.as_deref());
-        self.parts.push((!m.parts.is_empty()).then(|| json(serde_json::to_string(&m.parts))));
-        self.reasoning.push(m.reasoning.as_ref().map(|r| json(serde_json::to_string(r))));
-        self.tokens.push(m.tokens.as_ref().map(|t| json(serde_json::to_string(t))));
-    }
-}
-
-/// The columns of the batch's `model_calls` rows.
-#[derive(Default)]
-struct CallRows<'a> {
-    session: Vec<i64>,
-    seq: Vec<i64>,
-    endpoint: Vec<&'a str>,
-    request: Vec<Option<&'a str>>,
-    response: Vec<Option<&'a str>>,
-    prompt_tokens: Vec<i64>,
-    completion_tokens: Vec<i64>,
-    latency_ms: Vec<f64>,
-    attempts: Vec<i64>,
-    error: Vec<Option<&'a str>>,
-    party: Vec<&'static str>,
-    finish_reason: Vec<Option<&'a str>>,
-    sampling: Vec<Option<String>>,
-}
-
-impl<'a> CallRows<'a> {
-    fn push(&mut self, session: SessionId, seq: u32, role: Role, c: &'a parley_core::ModelCall, raw: bool) {
-        // The agent's calls produce its messages, the user's theirs.
-        let party = match role {
-            Role::User => Party::User,
-            _ => Party::Agent,
-        };
-        self.session.push(session);
-        self.seq.push(i64::from(seq));
-        self.endpoint.push(&c.endpoint);
-        // The bodies are bound as the text that went over the wire: no copy, no second
-        // serialization.
-        self.request.push(raw.then(|| c.request.get()));
-        self.response.push(if raw { c.response.as_ref().map(|r| r.get()) } else { None });
-        self.prompt_tokens.push(c.usage.prompt_tokens as i64);
-        self.completion_tokens.push(c.usage.completion_tokens as i64);
-        self.latency_ms.push(c.latency.as_secs_f64() * 1e3);
-        self.attempts.push(i64::from(c.attempts));
-        self.error.push(c.error.as_deref());
-        self.party.push(party.as_str());
-        self.finish_reason.push(c.finish_reason.as_deref());
-        self.sampling.push(c.sampling.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default()));
-    }
-}
-
-/// The columns of the batch's `tool_calls` rows.
-#[derive(Default)]
-struct ToolRows<'a> {
-    session: Vec<i64>,
-    seq: Vec<i64>,
-    party: Vec<&'static str>,
-    call_id: Vec<&'a str>,
-    name: Vec<&'a str>,
-    arguments: Vec<&'a str>,
-    output: Vec<&'a str>,
-    is_error: Vec<bool>,
-    write: Vec<bool>,
-    malformed: Vec<bool>,
-    truncated: Vec<bool>,
-    duration_us: Vec<i64>,
-}
-
-impl<'a> ToolRows<'a> {
-    fn push(&mut self, session: SessionId, t: &'a parley_core::ToolCallRecord) {
-        self.session.push(session);
-        self.seq.push(i64::from(t.seq));
-        self.party.push(t.party.as_str());
-        self.call_id.push(&t.call_id);
-        self.name.push(&t.name);
-        self.arguments.push(&t.arguments);
-        self.output.push(&t.output);
-        self.is_error.push(t.is_error);
-        self.write.push(t.write);
-        self.malformed.push(t.malformed);
-        self.truncated.push(t.truncated);
-        self.duration_us.push(i64::try_from(t.duration.as_micros()).unwrap_or(i64::MAX));
-    }
-}
-
-/// The columns of the ends of the batch's finished sessions.
-#[derive(Default)]
-struct EndRows<'a> {
-    session: Vec<i64>,
-    termination: Vec<&'static str>,
-    reward: Vec<Option<f64>>,
-    error: Vec<Option<&'a str>>,
-    failure: Vec<Option<&'static str>>,
-    steps: Vec<i64>,
-    retries: Vec<i64>,
-    duration_ms: Vec<f64>,
-    token_contiguity: Vec<Option<&'a str>>,
-    user_faults: Vec<Option<String>>,
-}
-
-impl<'a> EndRows<'a> {
-    fn push(&mut self, session: SessionId, o: &'a SessionOutcome) {
-        self.session.push(session);
-        self.termination.push(o.termination.as_str());
-        self.reward.push(o.reward.as_ref().map(|r| r.value));
-        self.error.push(o.error.as_deref());
-        self.failure.push(o.failure.map(|f| f.as_str()));
-        self.steps.push(i64::from(o.steps));
-        self.retries.push(i64::from(o.retries));
-        self.duration_ms.push(o.duration.as_secs_f64() * 1e3);
-        self.token_contiguity.push(o.token_contiguity.as_deref());
-        self.user_faults.push(crate::row::faults_text(&o.user_faults));
-    }
-}
-
-/// The environment's scores of the batch's finished sessions.
-#[derive(Default)]
-struct ScoreRows {
-    session: Vec<i64>,
-    value: Vec<f64>,
-    breakdown: Vec<String>,
-}
-
-impl ScoreRows {
-    fn push(&mut self, session: SessionId, r: &parley_core::Reward) {
-        self.session.push(session);
-        self.value.push(r.value);
-        self.breakdown.push(serde_json::Value::Object(r.breakdown.clone()).to_string());
-    }
 }

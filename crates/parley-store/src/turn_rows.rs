@@ -1,0 +1,266 @@
+//! The rows a batch of turns writes, built once for both writers: each table's row is one struct,
+//! made by one function from what the session sent ([`TurnRows::gather`] walks a batch), so the
+//! two stores store the same values. Only how the rows are bound differs, and [`rows!`] declares
+//! both from one list of columns: one row of a multi-row `VALUES` ([`Row::bind`], SQLite's
+//! writer, whose statements come in a few fixed row counts) or one array per column
+//! ([`MessageColumns`] and the like, PostgreSQL's, whose one statement reads them with `UNNEST`).
+
+use parley_core::{MessageRecord, ModelCall, Party, Reward, Role, SessionId, SessionOutcome, ToolCallRecord};
+use sqlx::error::BoxDynError;
+use sqlx::postgres::PgArguments;
+use sqlx::query_builder::Separated;
+use sqlx::{Arguments, Sqlite};
+
+use crate::handle::Write;
+
+/// A row of one table, as SQLite's writer binds it.
+pub(crate) trait Row {
+    /// How many values the row binds: a statement of `n` rows binds `n` times as many.
+    const COLUMNS: usize;
+    /// Binds the row's values in column order, as one row of a multi-row `VALUES`.
+    fn bind(&self, values: Separated<'_, Sqlite, &'static str>);
+}
+
+/// Declares each table's row (a struct with one field per column, in the order its statements
+/// name them), its [`Row`] binding, and its columns: the same rows as one `Vec` per column,
+/// collected from the rows and bound in the same order ([`bind`](MessageColumns::bind)).
+macro_rules! rows {
+    ($(
+        $(#[$doc:meta])*
+        struct $row:ident$(<$lt:lifetime>)? as $columns:ident { $($field:ident: $ty:ty,)* }
+    )*) => {$(
+        $(#[$doc])*
+        pub(crate) struct $row$(<$lt>)? {
+            $(pub(crate) $field: $ty,)*
+        }
+
+        impl$(<$lt>)? Row for $row$(<$lt>)? {
+            const COLUMNS: usize = [$(stringify!($field)),*].len();
+
+            fn bind(&self, mut values: Separated<'_, Sqlite, &'static str>) {
+                $(values.push_bind(&self.$field);)*
+            }
+        }
+
+        #[doc = concat!("The columns of a batch's [`", stringify!($row), "`]s, one array each.")]
+        #[derive(Default)]
+        pub(crate) struct $columns$(<$lt>)? {
+            $($field: Vec<$ty>,)*
+        }
+
+        impl$(<$lt>)? FromIterator<$row$(<$lt>)?> for $columns$(<$lt>)? {
+            fn from_iter<I: IntoIterator<Item = $row$(<$lt>)?>>(rows: I) -> Self {
+                let mut columns = Self::default();
+                for row in rows {
+                    $(columns.$field.push(row.$field);)*
+                }
+                columns
+            }
+        }
+
+        impl$(<$lt>)? $columns$(<$lt>)? {
+            /// Binds one array per column, in column order.
+            pub(crate) fn bind(&self, arguments: &mut PgArguments) -> Result<(), BoxDynError> {
+                $(arguments.add(&self.$field)?;)*
+                Ok(())
+            }
+        }
+    )*};
+}
+
+rows! {
+    /// A row of `messages`.
+    struct MessageRow<'a> as MessageColumns {
+        session: i64,
+        seq: i64,
+        role: &'static str,
+        content: Option<&'a str>,
+        tool_calls: Option<String>,
+        tool_call_id: Option<&'a str>,
+        parts: Option<String>,
+        reasoning: Option<String>,
+        tokens: Option<String>,
+    }
+
+    /// A row of `model_calls`.
+    struct CallRow<'a> as CallColumns {
+        session: i64,
+        seq: i64,
+        endpoint: &'a str,
+        request: Option<&'a str>,
+        response: Option<&'a str>,
+        prompt_tokens: i64,
+        completion_tokens: i64,
+        latency_ms: f64,
+        attempts: i64,
+        error: Option<&'a str>,
+        party: &'static str,
+        finish_reason: Option<&'a str>,
+        sampling: Option<String>,
+    }
+
+    /// A row of `tool_calls`.
+    struct ToolRow<'a> as ToolColumns {
+        session: i64,
+        seq: i64,
+        party: &'static str,
+        call_id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+        output: &'a str,
+        is_error: bool,
+        write: bool,
+        malformed: bool,
+        truncated: bool,
+        duration_us: i64,
+    }
+
+    /// A finished session's end, the values its row of `sessions` is updated with.
+    struct EndRow<'a> as EndColumns {
+        session: i64,
+        termination: &'static str,
+        reward: Option<f64>,
+        error: Option<&'a str>,
+        failure: Option<&'static str>,
+        steps: i64,
+        retries: i64,
+        duration_ms: f64,
+        token_contiguity: Option<&'a str>,
+        user_faults: Option<String>,
+    }
+
+    /// A finished session's score by its environment (version 1), a row of `scores`.
+    struct ScoreRow as ScoreColumns {
+        session: i64,
+        value: f64,
+        breakdown: String,
+    }
+}
+
+/// Serialized for a text column: tool calls, parts, reasoning, tokens and sampling are plain data
+/// (strings, numbers and JSON values), so they serialize.
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+impl<'a> MessageRow<'a> {
+    pub(crate) fn new(session: SessionId, r: &'a MessageRecord) -> MessageRow<'a> {
+        let m = &r.message;
+        MessageRow {
+            session,
+            seq: i64::from(r.seq),
+            role: m.role.as_str(),
+            content: m.content.as_deref(),
+            tool_calls: (!m.tool_calls.is_empty()).then(|| json(&m.tool_calls)),
+            tool_call_id: m.tool_call_id.as_deref(),
+            parts: (!m.parts.is_empty()).then(|| json(&m.parts)),
+            reasoning: m.reasoning.as_ref().map(json),
+            tokens: m.tokens.as_ref().map(json),
+        }
+    }
+}
+
+impl<'a> CallRow<'a> {
+    /// The call that produced the message `seq` of `role`; its bodies only when `raw`.
+    pub(crate) fn new(session: SessionId, seq: u32, role: Role, c: &'a ModelCall, raw: bool) -> CallRow<'a> {
+        // The agent's calls produce its messages, the user's theirs.
+        let party = match role {
+            Role::User => Party::User,
+            _ => Party::Agent,
+        };
+        CallRow {
+            session,
+            seq: i64::from(seq),
+            endpoint: &c.endpoint,
+            // The bodies are bound as the text that went over the wire: no copy, no second
+            // serialization.
+            request: raw.then(|| c.request.get()),
+            response: if raw { c.response.as_ref().map(|r| r.get()) } else { None },
+            prompt_tokens: c.usage.prompt_tokens as i64,
+            completion_tokens: c.usage.completion_tokens as i64,
+            latency_ms: c.latency.as_secs_f64() * 1e3,
+            attempts: i64::from(c.attempts),
+            error: c.error.as_deref(),
+            party: party.as_str(),
+            finish_reason: c.finish_reason.as_deref(),
+            sampling: c.sampling.as_ref().map(json),
+        }
+    }
+}
+
+impl<'a> ToolRow<'a> {
+    pub(crate) fn new(session: SessionId, t: &'a ToolCallRecord) -> ToolRow<'a> {
+        ToolRow {
+            session,
+            seq: i64::from(t.seq),
+            party: t.party.as_str(),
+            call_id: &t.call_id,
+            name: &t.name,
+            arguments: &t.arguments,
+            output: &t.output,
+            is_error: t.is_error,
+            write: t.write,
+            malformed: t.malformed,
+            truncated: t.truncated,
+            duration_us: i64::try_from(t.duration.as_micros()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+impl<'a> EndRow<'a> {
+    pub(crate) fn new(session: SessionId, o: &'a SessionOutcome) -> EndRow<'a> {
+        EndRow {
+            session,
+            termination: o.termination.as_str(),
+            reward: o.reward.as_ref().map(|r| r.value),
+            error: o.error.as_deref(),
+            failure: o.failure.map(|f| f.as_str()),
+            steps: i64::from(o.steps),
+            retries: i64::from(o.retries),
+            duration_ms: o.duration.as_secs_f64() * 1e3,
+            token_contiguity: o.token_contiguity.as_deref(),
+            user_faults: crate::row::faults_text(&o.user_faults),
+        }
+    }
+}
+
+impl ScoreRow {
+    pub(crate) fn new(session: SessionId, r: &Reward) -> ScoreRow {
+        ScoreRow { session, value: r.value, breakdown: serde_json::Value::Object(r.breakdown.clone()).to_string() }
+    }
+}
+
+/// Every row a batch of writes makes, table by table, in the order of the writes.
+#[derive(Default)]
+pub(crate) struct TurnRows<'a> {
+    pub(crate) messages: Vec<MessageRow<'a>>,
+    pub(crate) calls: Vec<CallRow<'a>>,
+    pub(crate) tools: Vec<ToolRow<'a>>,
+    pub(crate) ends: Vec<EndRow<'a>>,
+    pub(crate) scores: Vec<ScoreRow>,
+}
+
+impl<'a> TurnRows<'a> {
+    /// The rows of `writes` (those a writer keeps, after its fence check); model calls' bodies
+    /// only when `raw`.
+    pub(crate) fn gather(writes: impl IntoIterator<Item = &'a Write>, raw: bool) -> TurnRows<'a> {
+        let mut rows = TurnRows::default();
+        for w in writes {
+            let session = w.claim.session;
+            for r in &w.turn.messages {
+                rows.messages.push(MessageRow::new(session, r));
+                if let Some(call) = &r.call {
+                    rows.calls.push(CallRow::new(session, r.seq, r.message.role, call, raw));
+                }
+            }
+            rows.tools.extend(w.turn.tool_calls.iter().map(|t| ToolRow::new(session, t)));
+            if let Some(o) = &w.outcome {
+                rows.ends.push(EndRow::new(session, o));
+                if let Some(r) = &o.reward {
+                    rows.scores.push(ScoreRow::new(session, r));
+                }
+            }
+        }
+        rows
+    }
+}
