@@ -12,6 +12,14 @@ use tokio::sync::{mpsc, oneshot};
 use crate::StoreOptions;
 use crate::delta::Deltas;
 
+/// Turns taken into one transaction at most, by either store's writer. Large enough to
+/// amortise the commit, small enough to keep a commit's latency low.
+pub(crate) const MAX_BATCH: usize = 1024;
+
+/// Each write's answer in a batch a writer tried: `Ok` or why it was left out (a fence), or the
+/// batch's own failure, which is every write's answer.
+pub(crate) type Answers = Result<Vec<Result<(), StoreError>>, StoreError>;
+
 /// One turn (with the session's end, for its last) on its way to a writer, and who waits for
 /// its commit.
 pub(crate) struct Write {
@@ -79,5 +87,22 @@ impl<C: From<Write>> WriterHandle<C> {
     /// Queues a command for the writer.
     pub(crate) fn send(&self, command: C) -> Result<(), StoreError> {
         self.tx.send(command).map_err(|_| gone("the writer task has ended"))
+    }
+}
+
+/// Sends each write of `batch` its answer: its own, or the batch's failure (logged once).
+pub(crate) fn answer(batch: impl ExactSizeIterator<Item = Write>, answers: Answers) {
+    match answers {
+        Ok(answers) => {
+            for (w, answer) in batch.zip(answers) {
+                let _ = w.done.send(answer);
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, turns = batch.len(), "the store could not commit a batch");
+            for w in batch {
+                let _ = w.done.send(Err(e.clone()));
+            }
+        }
     }
 }

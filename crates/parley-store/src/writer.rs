@@ -41,7 +41,7 @@ use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
-use crate::handle::{self, Write};
+use crate::handle::{self, Answers, MAX_BATCH, Write};
 use crate::turn_rows::{Row, TurnRows};
 use crate::{StoreOptions, write_error};
 
@@ -60,9 +60,6 @@ where
     Box::new(f)
 }
 
-/// Turns taken into one transaction at most. Large enough to amortise the commit, small enough
-/// to keep a commit's latency low.
-const MAX_BATCH: usize = 1024;
 /// SQLite accepts 32766 bound parameters per statement; stay under it.
 const MAX_PARAMS: usize = 32_000;
 /// About this much is written to the WAL between two checkpoints. Larger means fewer, longer
@@ -160,25 +157,8 @@ impl Writer {
                 }
             }
             if !batch.is_empty() {
-                match self.write(&batch).await {
-                    Ok(refused) => {
-                        for (w, refused) in batch.drain(..).zip(refused) {
-                            let result = match refused {
-                                Some(current) => {
-                                    Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current })
-                                }
-                                None => Ok(()),
-                            };
-                            let _ = w.done.send(result);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, turns = batch.len(), "the store could not commit a batch");
-                        for w in batch.drain(..) {
-                            let _ = w.done.send(Err(e.clone()));
-                        }
-                    }
-                }
+                let answers = self.write(&batch).await;
+                handle::answer(batch.drain(..), answers);
             }
             let ran = exec.is_some();
             if let Some(task) = exec {
@@ -242,8 +222,8 @@ impl Writer {
     }
 
     /// Writes the batch in one transaction, leaving out the writes whose claim was taken over;
-    /// returns, for each write in order, the session's current fence if it was left out.
-    async fn write(&mut self, batch: &[Write]) -> Result<Vec<Option<Fence>>, StoreError> {
+    /// returns, for each write in order, `Ok` or why it was left out.
+    async fn write(&mut self, batch: &[Write]) -> Answers {
         let raw = self.options.raw_model_calls;
         let path = self.path.clone();
         let db_error = |e: sqlx::Error| write_error(e, &path);
@@ -263,7 +243,7 @@ impl Writer {
         let refused: Vec<Option<Fence>> =
             batch.iter().map(|w| current.get(&w.claim.session).copied().filter(|&f| f != w.claim.fence)).collect();
         let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
-        let batch = live.as_slice();
+        let (all, batch) = (batch, live.as_slice());
 
         // What is written to the WAL, estimated from what the sessions sent.
         let bytes = COMMIT_BYTES
@@ -338,7 +318,11 @@ impl Writer {
         .map_err(db_error)?;
 
         tx.commit().await.map_err(db_error)?;
-        Ok(refused)
+        let answers = all.iter().zip(refused).map(|(w, refused)| match refused {
+            Some(current) => Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current }),
+            None => Ok(()),
+        });
+        Ok(answers.collect())
     }
 }
 

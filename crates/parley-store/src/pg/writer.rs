@@ -28,7 +28,7 @@ use tracing::Instrument;
 
 use super::pg_now_text;
 use crate::StoreOptions;
-use crate::handle::{Write, WriterHandle};
+use crate::handle::{self, MAX_BATCH, Write, WriterHandle};
 use crate::turn_rows::{CallColumns, EndColumns, MessageColumns, ScoreColumns, ToolColumns, TurnRows};
 
 /// Writer tasks sharing the queue. Two keep the server busy while a commit waits on its WAL
@@ -39,8 +39,6 @@ const WRITERS: usize = 2;
 /// millisecond more per commit, spent beside the session's next model call, gathers several
 /// times as many turns into each.
 const GATHER: std::time::Duration = std::time::Duration::from_micros(500);
-/// Turns taken into one transaction at most.
-const MAX_BATCH: usize = 1024;
 /// How often a batch is tried when the server cancels it to break a deadlock or a serialization
 /// conflict (neither should happen, as rows are locked in id order; this is the server's word).
 const ATTEMPTS: usize = 3;
@@ -96,22 +94,11 @@ impl Task {
                     _ => break,
                 }
             }
-            match result {
-                Ok(answers) => {
-                    for (w, answer) in batch.into_iter().zip(answers) {
-                        let _ = w.done.send(answer);
-                    }
-                }
-                Err(Failed::Retry(e) | Failed::Other(e)) => {
-                    let sessions = session_list(batch.iter().map(|w| w.claim.session));
-                    let e =
-                        StoreError::Database(format!("{}: writing the turns of sessions {sessions}: {e}", self.name));
-                    tracing::error!(error = %e, turns = batch.len(), "the store could not commit a batch");
-                    for w in batch {
-                        let _ = w.done.send(Err(e.clone()));
-                    }
-                }
-            }
+            let answers = result.map_err(|(Failed::Retry(e) | Failed::Other(e))| {
+                let sessions = session_list(batch.iter().map(|w| w.claim.session));
+                StoreError::Database(format!("{}: writing the turns of sessions {sessions}: {e}", self.name))
+            });
+            handle::answer(batch.into_iter(), answers);
         }
     }
 
