@@ -103,9 +103,7 @@ both_stores! {
         })
         .await
     }
-}
 
-both_stores! {
     /// The owners holding live leases on the run's unfinished sessions, with how many each holds.
     pub async fn owners(&self, run: RunId) -> Result<Vec<(String, u64)>, StoreError> {
         let mut query = QueryBuilder::new("SELECT owner, COUNT(*) FROM sessions WHERE run_id = ");

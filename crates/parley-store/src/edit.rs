@@ -158,9 +158,7 @@ both_stores! {
         })
         .await
     }
-}
 
-both_stores! {
     /// Makes the finished sessions of a run that failed for a reason outside the agent (an
     /// infrastructure or environment failure, with its class) pending again, keeping their
     /// committed turns, so that a resume continues each from its last turn. They are left
