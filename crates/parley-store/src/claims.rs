@@ -12,10 +12,12 @@
 
 use std::sync::Arc;
 
-use parley_core::{Claim, Claimed, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, StoreError, Task};
+use parley_core::{
+    Claim, Claimed, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, SessionStatus, StoreError, Task,
+};
 use sqlx::{PgConnection, QueryBuilder, SqliteConnection};
 
-use crate::dialect::{Dialect, both_stores};
+use crate::dialect::{Dialect, both_stores, literal};
 use crate::pg::pg_now_ms;
 use crate::{PgStore, SqliteStore};
 
@@ -31,6 +33,11 @@ pub(crate) use now_ms;
 /// How long `owner`'s claims hold, in milliseconds, as both stores write leases.
 pub(crate) fn lease_ms(owner: &Owner) -> i64 {
     i64::try_from(owner.lease.as_millis()).unwrap_or(i64::MAX / 2)
+}
+
+/// The status of the sessions claims are about, as a literal of the statements.
+fn pending() -> String {
+    literal(SessionStatus::Pending.as_str())
 }
 
 /// A task as a row of `tasks`: its index, id and row (JSON).
@@ -85,14 +92,14 @@ both_stores! {
                 // one's fence.
                 let mut pick = QueryBuilder::new("WITH picked AS (SELECT id FROM sessions WHERE run_id = ");
                 pick.push_bind(run);
-                pick.push(" AND status = 'pending' AND (owner IS NULL OR lease_until < ").push(Self::NOW_MS);
+                pick.push(" AND status = ").push(pending()).push(" AND (owner IS NULL OR lease_until < ").push(Self::NOW_MS);
                 pick.push(") ORDER BY id LIMIT ").push_bind(limit).push(Self::SKIP_LOCKED);
                 pick.push(") UPDATE sessions SET owner = ").push_bind(&id);
                 pick.push(", lease_until = ").push(Self::NOW_MS).push(" + ").push_bind(lease);
                 pick.push(", fence = fence + 1 WHERE id IN (SELECT id FROM picked) RETURNING id, fence");
                 let mut claimed: Vec<(i64, i64)> = pick.build_query_as().fetch_all(&mut *conn).await?;
                 let mut count = QueryBuilder::new("SELECT COUNT(*) FROM sessions WHERE run_id = ");
-                count.push_bind(run).push(" AND status = 'pending' AND owner IS NOT NULL AND owner <> ");
+                count.push_bind(run).push(" AND status = ").push(pending()).push(" AND owner IS NOT NULL AND owner <> ");
                 count.push_bind(&id).push(" AND lease_until >= ").push(Self::NOW_MS);
                 let (held_elsewhere,): (i64,) = count.build_query_as().fetch_one(&mut *conn).await?;
                 // RETURNING gives no order.
@@ -108,7 +115,7 @@ both_stores! {
     pub async fn owners(&self, run: RunId) -> Result<Vec<(String, u64)>, StoreError> {
         let mut query = QueryBuilder::new("SELECT owner, COUNT(*) FROM sessions WHERE run_id = ");
         query.push_bind(run);
-        query.push(" AND status = 'pending' AND owner IS NOT NULL AND lease_until >= ");
+        query.push(" AND status = ").push(pending()).push(" AND owner IS NOT NULL AND lease_until >= ");
         query.push(Self::NOW_MS).push(" GROUP BY owner ORDER BY owner");
         let rows: Vec<(String, i64)> = query
             .build_query_as()
@@ -130,7 +137,7 @@ both_stores! {
                     "UPDATE sessions SET lease_until = 0 WHERE id IN (SELECT id FROM sessions WHERE run_id = ",
                 );
                 query.push_bind(run).push(" AND owner = ").push_bind(owner);
-                query.push(" AND status = 'pending' ORDER BY id").push(Self::LOCK_ROWS).push(")");
+                query.push(" AND status = ").push(pending()).push(" ORDER BY id").push(Self::LOCK_ROWS).push(")");
                 Ok(query.build().execute(conn).await?.rows_affected())
             })
         })
@@ -146,7 +153,7 @@ both_stores! {
                 let mut query = QueryBuilder::new("UPDATE sessions SET lease_until = ");
                 query.push(Self::NOW_MS).push(" + ").push_bind(lease);
                 query.push(" WHERE id IN (SELECT id FROM sessions WHERE owner = ").push_bind(id);
-                query.push(" AND status = 'pending' ORDER BY id").push(Self::LOCK_ROWS).push(")");
+                query.push(" AND status = ").push(pending()).push(" ORDER BY id").push(Self::LOCK_ROWS).push(")");
                 Ok(query.build().execute(conn).await?.rows_affected())
             })
         })

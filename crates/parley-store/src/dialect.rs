@@ -74,6 +74,16 @@ impl Dialect for PgStore {
     }
 }
 
+/// A stored enum's value as an SQL literal (`'pending'`), from the enum (`SessionStatus::Pending`):
+/// a statement names the value it means rather than its text, and still holds it as a literal,
+/// which PostgreSQL's planner weighs (a claim looks for the few pending sessions of a run mostly
+/// finished) where a bound value would be hidden from a generic plan. The values are
+/// `as_str()`'s, plain identifiers: nothing to escape.
+pub(crate) fn literal(value: &'static str) -> String {
+    debug_assert!(value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'), "{value}");
+    format!("'{value}'")
+}
+
 // A write outside the turns, under one name on both stores; where it runs is the real
 // difference between them.
 

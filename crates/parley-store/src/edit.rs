@@ -5,10 +5,10 @@
 //! of this file: PostgreSQL binds a score per session as arrays, SQLite inserts chunks of
 //! `VALUES` under its limit on bound parameters.
 
-use parley_core::{Reward, RunId, SessionId, StoreError};
+use parley_core::{Reward, RunId, SessionId, SessionStatus, StoreError, Termination};
 use sqlx::{PgConnection, QueryBuilder, Sqlite, SqliteConnection};
 
-use crate::dialect::{Dialect, both_stores};
+use crate::dialect::{Dialect, both_stores, literal};
 use crate::{PgStore, SqliteStore};
 
 /// Score rows per statement: four parameters each, under SQLite's 32,766.
@@ -167,15 +167,17 @@ both_stores! {
         let what = format!("reopening the failed sessions of run {run} (table `sessions`)");
         self.write(&what, move |conn| {
             Box::pin(async move {
-                let mut query = QueryBuilder::new(
-                    "UPDATE sessions SET status = 'pending', termination = NULL, reward = NULL, error = NULL,
-                                         failure = NULL, finished_at = NULL, attempt = attempt + 1
+                let mut query = QueryBuilder::new("UPDATE sessions SET status = ");
+                query.push(literal(SessionStatus::Pending.as_str()));
+                query.push(
+                    ", termination = NULL, reward = NULL, error = NULL, failure = NULL, finished_at = NULL,
+                       attempt = attempt + 1
                      WHERE id IN (SELECT id FROM sessions WHERE run_id = ",
                 );
-                query.push_bind(run).push(
-                    " AND status = 'finished' AND failure IS NOT NULL
-                      AND termination IN ('infrastructure_error', 'environment_error') ORDER BY id",
-                );
+                query.push_bind(run).push(" AND status = ").push(literal(SessionStatus::Finished.as_str()));
+                query.push(" AND failure IS NOT NULL AND termination IN (");
+                query.push(literal(Termination::InfrastructureError.as_str())).push(", ");
+                query.push(literal(Termination::EnvironmentError.as_str())).push(") ORDER BY id");
                 query.push(Self::LOCK_ROWS).push(")");
                 Ok(query.build().execute(conn).await?.rows_affected())
             })
