@@ -245,24 +245,7 @@ impl Writer {
         let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
         let (all, batch) = (batch, live.as_slice());
 
-        // What is written to the WAL, estimated from what the sessions sent.
-        let bytes = COMMIT_BYTES
-            + batch
-                .iter()
-                .map(|w| {
-                    let messages = w.turn.messages.iter().map(|m| {
-                        let call = m.call.as_ref().map_or(0, |c| match raw {
-                            true => {
-                                ROW_BYTES + c.request.get().len() + c.response.as_ref().map_or(0, |r| r.get().len())
-                            }
-                            false => ROW_BYTES,
-                        });
-                        ROW_BYTES + message_bytes(&m.message) + call
-                    });
-                    let tools = w.turn.tool_calls.iter().map(|t| ROW_BYTES + t.arguments.len() + t.output.len());
-                    messages.sum::<usize>() + tools.sum::<usize>()
-                })
-                .sum::<usize>();
+        let bytes = COMMIT_BYTES + batch.iter().map(|w| wal_bytes(w, raw)).sum::<usize>();
         self.unchecked += bytes;
         self.unlooked += bytes as u64;
 
@@ -398,6 +381,20 @@ impl WriterHandle {
         self.send(command(done))?;
         ack.await.map_err(|_| StoreError::WriterGone("the writer task ended before flushing".into()))
     }
+}
+
+/// About what a write adds to the WAL, estimated from what its session sent: each row's text
+/// (with the bodies of model calls when `raw`), and what a row costs besides.
+fn wal_bytes(w: &Write, raw: bool) -> usize {
+    let messages = w.turn.messages.iter().map(|m| {
+        let call = m.call.as_ref().map_or(0, |c| match raw {
+            true => ROW_BYTES + c.request.get().len() + c.response.as_ref().map_or(0, |r| r.get().len()),
+            false => ROW_BYTES,
+        });
+        ROW_BYTES + message_bytes(&m.message) + call
+    });
+    let tools = w.turn.tool_calls.iter().map(|t| ROW_BYTES + t.arguments.len() + t.output.len());
+    messages.sum::<usize>() + tools.sum::<usize>()
 }
 
 /// About the bytes a message row takes: its text, its parts (an image's data URL is most of a
