@@ -1,0 +1,251 @@
+//! Several environments in one `parley serve` (`[[environment]]` tables beside the default):
+//! a mixed batch goes row by row to the environment each names and gets from it the reward the
+//! same row gets from that environment served alone; an unknown environment is a 400 naming
+//! the known ones; each environment records under its own service run, reported by `parley
+//! metrics`, `/aggregate_metrics` and `/metrics` apart; OpenEnv resets choose by name; and a
+//! stalled environment, bounded by its own admission, does not starve another.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::{Stub, Workdir, ok, read_jsonl, tau2_data_dir};
+use crate::http::{get, post, post_json};
+use crate::serve::{Serve, post_run};
+
+/// The math environment's reward, as flags.
+const MATH_REWARD: [&str; 4] = ["--reward", "math:weight=0.8", "--reward", "format:pattern=\\\\boxed,weight=0.2"];
+
+/// The rows of a mixed batch, each with the environment that must play it: multi-step rows
+/// naming none (or the default by `agent_ref`), math rows naming theirs in `environment`, and
+/// tau2 airline conversations naming theirs in `agent_ref.name`. Each is its own task.
+fn mixed_batch(work: &Workdir) -> Vec<(Value, &'static str)> {
+    let mut batch = Vec::new();
+    for (i, mut row) in read_jsonl(&work.path("tasks.jsonl")).into_iter().enumerate() {
+        if i % 2 == 1 {
+            row["agent_ref"] = json!({"type": "responses_api_agents", "name": "default"});
+        }
+        batch.push((row, "default"));
+    }
+    for mut row in read_jsonl(&work.path("math.jsonl")) {
+        row["environment"] = json!("math");
+        batch.push((row, "math"));
+    }
+    for task in ["0", "7"] {
+        let row = json!({"id": task, "responses_create_params": {"input": []},
+                         "agent_ref": {"type": "responses_api_agents", "name": "airline"}});
+        batch.push((row, "airline"));
+    }
+    for (index, (row, _)) in batch.iter_mut().enumerate() {
+        row["_ng_task_index"] = json!(index);
+        row["_ng_rollout_index"] = json!(0);
+    }
+    batch
+}
+
+/// Posts every row at once and answers them in order.
+fn post_all(address: &str, rows: &[Value]) -> Vec<Value> {
+    std::thread::scope(|scope| {
+        let posted: Vec<_> = rows.iter().map(|row| scope.spawn(move || post_run(address, &row.to_string()))).collect();
+        posted
+            .into_iter()
+            .map(|answer| {
+                let (status, _, body) = answer.join().unwrap();
+                assert_eq!(status, 200, "{body}");
+                serde_json::from_str(&body).unwrap()
+            })
+            .collect()
+    })
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+#[test]
+fn a_mixed_batch_gets_from_each_environment_the_reward_it_gets_alone() {
+    let work = Workdir::new();
+    work.tasks(4);
+    let math = crate::rewards::math_tasks(&work, 6);
+    let data = tau2_data_dir();
+    let policy = Stub::start(&[]);
+    let math_policy = Stub::start(&[
+        "--answers",
+        math.to_str().unwrap(),
+        "--answer-format",
+        "So it is \\boxed{{answer}}.",
+        "--wrong-answers",
+        "0.3",
+    ]);
+    let user = Stub::start(&["--user-turns", "2"]);
+    std::fs::write(
+        work.path("multi.toml"),
+        format!(
+            "[[environment]]\nname = \"math\"\nenv = \"custom\"\ntasks = \"math.jsonl\"\nbase_url = \"{}\"\n\n\
+             [[environment.reward]]\nscorer = \"math\"\nweight = 0.8\n\n\
+             [[environment.reward]]\nscorer = \"format\"\nweight = 0.2\noptions = {{ pattern = '\\\\boxed' }}\n\n\
+             [[environment]]\nname = \"airline\"\nenv = \"tau2:airline\"\ndata_dir = \"{data}\"\nuser = \"llm\"\n\
+             user_base_url = \"{}\"\n",
+            math_policy.url, user.url
+        ),
+    )
+    .unwrap();
+    let batch = mixed_batch(&work);
+    let rows: Vec<Value> = batch.iter().map(|(row, _)| row.clone()).collect();
+
+    let serve = Serve::start(&work, &policy, &["--settings", "multi.toml"]);
+    let answers = post_all(&serve.address, &rows);
+    let mut runs: BTreeMap<&str, i64> = BTreeMap::new();
+    for ((row, environment), answer) in batch.iter().zip(&answers) {
+        assert_eq!(answer["_parley_environment"], *environment, "{row}: {answer}");
+        assert_eq!(answer["id"], row["id"], "the row's fields come back");
+        let run = answer["_parley_run"].as_i64().unwrap();
+        assert_eq!(*runs.entry(environment).or_insert(run), run, "one service run per environment");
+    }
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let airline = answers.iter().filter(|a| a["_parley_environment"] == "airline");
+    assert!(
+        airline.clone().all(|a| a["response"]["output"].as_array().unwrap().iter().any(|i| i["role"] == "user")),
+        "tau2 conversations with the LLM user"
+    );
+
+    // An environment the service does not host is a 400 that names those it does.
+    for named in [json!({"environment": "chess"}), json!({"agent_ref": {"name": "chess"}})] {
+        let mut row = rows[0].clone();
+        row.as_object_mut().unwrap().extend(named.as_object().unwrap().clone());
+        let (status, _, body) = post_run(&serve.address, &row.to_string());
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("`chess`") && body.contains("`default`, `math`, `airline`"), "{body}");
+    }
+
+    // Figures per environment and for the whole: `/aggregate_metrics` over the answers...
+    let rewards = |environment: &str| -> Vec<f64> {
+        answers
+            .iter()
+            .filter(|a| environment.is_empty() || a["_parley_environment"] == environment)
+            .map(|a| a["reward"].as_f64().unwrap())
+            .collect()
+    };
+    let aggregate = post_json(&serve.address, "/aggregate_metrics", &json!({"verify_responses": answers}).to_string());
+    let whole = aggregate["agent_metrics"]["mean/reward"].as_f64().unwrap();
+    assert!((whole - mean(&rewards(""))).abs() < 1e-9, "{aggregate}");
+    for environment in ["default", "math", "airline"] {
+        let figures = &aggregate["environments"][environment];
+        let own = figures["agent_metrics"]["mean/reward"].as_f64().unwrap_or_else(|| panic!("{aggregate}"));
+        assert!((own - mean(&rewards(environment))).abs() < 1e-9, "{environment}: {figures}");
+        assert_eq!(figures["group_level_metrics"].as_array().unwrap().len(), rewards(environment).len());
+    }
+    // ... and `/metrics`, every sample labelled with its environment.
+    let (_, _, metrics) = get(&serve.address, "/metrics");
+    for (environment, n) in [("default", 4.0), ("math", 6.0), ("airline", 2.0)] {
+        let finished: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with(&format!("parley_sessions_finished_total{{environment=\"{environment}\"")))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+            .sum();
+        assert_eq!(finished, n, "{environment}: {metrics}");
+        let count = format!("parley_run_seconds_count{{environment=\"{environment}\"}} {n}");
+        assert!(metrics.lines().any(|l| l == count), "{count}: {metrics}");
+    }
+
+    // OpenEnv: a reset names its environment; `/metadata` and `/schema` describe each.
+    let (status, _, body) = post(&serve.address, "/reset", r#"{"environment": "math", "task_index": 2}"#);
+    assert_eq!(status, 200, "{body}");
+    let episode: Value = serde_json::from_str(&body).unwrap();
+    let first = episode["observation"]["messages"].to_string();
+    assert!(first.contains("What is 2 times 3?"), "math's task 2: {episode}");
+    let (status, _, body) = post(&serve.address, "/reset", r#"{"environment": "chess"}"#);
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("`default`, `math`, `airline`"), "{body}");
+    let metadata: Value = serde_json::from_str(&get(&serve.address, "/metadata").2).unwrap();
+    assert_eq!(metadata["environments"]["math"]["tasks"], 6, "{metadata}");
+    assert_eq!(metadata["environments"]["airline"]["env"], "tau2:airline", "{metadata}");
+    let schema: Value = serde_json::from_str(&get(&serve.address, "/schema").2).unwrap();
+    assert_eq!(schema["environments"]["default"]["run"], runs["default"], "{schema}");
+    drop(serve);
+
+    // `parley metrics` reports each environment's run from the store.
+    for (environment, run) in &runs {
+        let report = ok(&work.parley(&["metrics", &run.to_string(), "--db", "serve.db", "--json"]));
+        let report: Value = serde_json::from_str(&report).unwrap();
+        let scored = rewards(environment);
+        assert_eq!(report["reward"]["n"], scored.len(), "{environment}: {report}");
+        let own = report["reward"]["mean"].as_f64().unwrap();
+        assert!((own - mean(&scored)).abs() < 1e-9, "{environment}: {report}");
+    }
+
+    // Each environment alone, on the same rows: the same rewards and trajectories.
+    let alone: [(&str, &Stub, Vec<&str>); 3] = [
+        ("default", &policy, vec![]),
+        ("math", &math_policy, [&["--env", "custom", "--tasks", "math.jsonl"][..], &MATH_REWARD[..]].concat()),
+        (
+            "airline",
+            &policy,
+            vec![
+                "--env",
+                "tau2:airline",
+                "--data-dir",
+                data.as_str(),
+                "--user",
+                "llm",
+                "--user-base-url",
+                user.url.as_str(),
+            ],
+        ),
+    ];
+    for (environment, stub, flags) in alone {
+        let serve = Serve::start(&work, stub, &flags);
+        let own: Vec<usize> = (0..batch.len()).filter(|&i| batch[i].1 == environment).collect();
+        let played = post_all(&serve.address, &own.iter().map(|&i| rows[i].clone()).collect::<Vec<_>>());
+        for (&i, alone) in own.iter().zip(&played) {
+            assert_eq!(answers[i]["reward"], alone["reward"], "{environment} row {i}");
+            assert_eq!(answers[i]["response"]["output"], alone["response"]["output"], "{environment} row {i}");
+        }
+    }
+}
+
+#[test]
+fn a_stalled_environment_does_not_starve_another() {
+    let work = Workdir::new();
+    work.tasks(2);
+    let policy = Stub::start(&[]);
+    // The stalled environment's model never answers in time.
+    let stalled = Stub::start(&["--hang", "1", "--hang-secs", "120"]);
+    std::fs::write(
+        work.path("stall.toml"),
+        format!("[[environment]]\nname = \"stalled\"\nbase_url = \"{}\"\nconcurrency = 1\nqueue = 0\n", stalled.url),
+    )
+    .unwrap();
+    let serve = Serve::start(&work, &policy, &["--settings", "stall.toml", "--concurrency", "2", "--queue", "0"]);
+    let row: Value = serde_json::from_str(&work.first_task_row()).unwrap();
+    let mut to_stalled = row.clone();
+    to_stalled["environment"] = json!("stalled");
+    let address = serve.address.clone();
+    let body = to_stalled.to_string();
+    let _hanging = std::thread::spawn(move || post_run(&address, &body));
+    let in_flight = "parley_sessions_in_flight{environment=\"stalled\"} 1";
+    let since = Instant::now();
+    while !get(&serve.address, "/metrics").2.lines().any(|l| l == in_flight) {
+        assert!(since.elapsed() < Duration::from_secs(20), "the stalled environment's session never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Its own bound is full: another request for it is refused at once...
+    let (status, head, body) = post_run(&serve.address, &to_stalled.to_string());
+    assert_eq!(status, 503, "{body}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    // ... while the default environment serves one row after another.
+    for _ in 0..3 {
+        let (status, _, body) = post_run(&serve.address, &row.to_string());
+        assert_eq!(status, 200, "{body}");
+    }
+    let metrics = get(&serve.address, "/metrics").2;
+    assert!(metrics.lines().any(|l| l == in_flight), "still stalled: {metrics}");
+    for line in [
+        "parley_requests_refused_total{environment=\"stalled\"} 1",
+        "parley_requests_refused_total{environment=\"default\"} 0",
+        "parley_run_seconds_count{environment=\"default\"} 3",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
+    }
+}
