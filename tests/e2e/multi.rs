@@ -63,38 +63,94 @@ fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len() as f64
 }
 
+/// What a mixed batch needs: its task files, a policy, the math environment's own policy (which
+/// answers from the math rows, some wrong) and the tau2 user's model.
+struct Mixed {
+    work: Workdir,
+    data: String,
+    policy: Stub,
+    math_policy: Stub,
+    user: Stub,
+}
+
+impl Mixed {
+    fn new() -> Mixed {
+        let work = Workdir::new();
+        work.tasks(4);
+        let math = crate::rewards::math_tasks(&work, 6);
+        let math_policy = Stub::start(&[
+            "--answers",
+            math.to_str().unwrap(),
+            "--answer-format",
+            "So it is \\boxed{{answer}}.",
+            "--wrong-answers",
+            "0.3",
+        ]);
+        let mixed = Mixed {
+            data: tau2_data_dir(),
+            policy: Stub::start(&[]),
+            math_policy,
+            user: Stub::start(&["--user-turns", "2"]),
+            work,
+        };
+        // The default environment is the flags' multi-step; the others are tables.
+        std::fs::write(
+            mixed.work.path("multi.toml"),
+            format!(
+                "[[environment]]\nname = \"math\"\nenv = \"custom\"\ntasks = \"math.jsonl\"\nbase_url = \"{}\"\n\n\
+                 [[environment.reward]]\nscorer = \"math\"\nweight = 0.8\n\n\
+                 [[environment.reward]]\nscorer = \"format\"\nweight = 0.2\noptions = {{ pattern = '\\\\boxed' }}\n\n\
+                 [[environment]]\nname = \"airline\"\nenv = \"tau2:airline\"\ndata_dir = \"{}\"\nuser = \"llm\"\n\
+                 user_base_url = \"{}\"\n",
+                mixed.math_policy.url, mixed.data, mixed.user.url
+            ),
+        )
+        .unwrap();
+        mixed
+    }
+
+    /// Each row played by its environment served alone (`parley serve` with that environment's
+    /// flags), answered in order.
+    fn alone(&self, batch: &[(Value, &str)]) -> Vec<Value> {
+        let mut answers = vec![Value::Null; batch.len()];
+        let alone: [(&str, &Stub, Vec<&str>); 3] = [
+            ("default", &self.policy, vec![]),
+            ("math", &self.math_policy, [&["--env", "custom", "--tasks", "math.jsonl"][..], &MATH_REWARD[..]].concat()),
+            (
+                "airline",
+                &self.policy,
+                vec![
+                    "--env",
+                    "tau2:airline",
+                    "--data-dir",
+                    &self.data,
+                    "--user",
+                    "llm",
+                    "--user-base-url",
+                    &self.user.url,
+                ],
+            ),
+        ];
+        for (environment, stub, flags) in alone {
+            let serve = Serve::start(&self.work, stub, &flags);
+            let own: Vec<usize> = (0..batch.len()).filter(|&i| batch[i].1 == environment).collect();
+            let played = post_all(&serve.address, &own.iter().map(|&i| batch[i].0.clone()).collect::<Vec<_>>());
+            for (i, answer) in own.into_iter().zip(played) {
+                answers[i] = answer;
+            }
+        }
+        answers
+    }
+}
+
 #[test]
 fn a_mixed_batch_gets_from_each_environment_the_reward_it_gets_alone() {
-    let work = Workdir::new();
-    work.tasks(4);
-    let math = crate::rewards::math_tasks(&work, 6);
-    let data = tau2_data_dir();
-    let policy = Stub::start(&[]);
-    let math_policy = Stub::start(&[
-        "--answers",
-        math.to_str().unwrap(),
-        "--answer-format",
-        "So it is \\boxed{{answer}}.",
-        "--wrong-answers",
-        "0.3",
-    ]);
-    let user = Stub::start(&["--user-turns", "2"]);
-    std::fs::write(
-        work.path("multi.toml"),
-        format!(
-            "[[environment]]\nname = \"math\"\nenv = \"custom\"\ntasks = \"math.jsonl\"\nbase_url = \"{}\"\n\n\
-             [[environment.reward]]\nscorer = \"math\"\nweight = 0.8\n\n\
-             [[environment.reward]]\nscorer = \"format\"\nweight = 0.2\noptions = {{ pattern = '\\\\boxed' }}\n\n\
-             [[environment]]\nname = \"airline\"\nenv = \"tau2:airline\"\ndata_dir = \"{data}\"\nuser = \"llm\"\n\
-             user_base_url = \"{}\"\n",
-            math_policy.url, user.url
-        ),
-    )
-    .unwrap();
-    let batch = mixed_batch(&work);
+    let mixed = Mixed::new();
+    let (work, policy) = (&mixed.work, &mixed.policy);
+    let batch = mixed_batch(work);
     let rows: Vec<Value> = batch.iter().map(|(row, _)| row.clone()).collect();
 
-    let serve = Serve::start(&work, &policy, &["--settings", "multi.toml"]);
+    let serve = Serve::start(work, policy, &["--settings", "multi.toml"]);
     let answers = post_all(&serve.address, &rows);
     let mut runs: BTreeMap<&str, i64> = BTreeMap::new();
     for ((row, environment), answer) in batch.iter().zip(&answers) {
@@ -127,6 +183,9 @@ fn a_mixed_batch_gets_from_each_environment_the_reward_it_gets_alone() {
             .map(|a| a["reward"].as_f64().unwrap())
             .collect()
     };
+    for environment in ["default", "math"] {
+        assert!(rewards(environment).iter().any(|r| (r - 1.0).abs() < 1e-9), "{environment} scored some rows right");
+    }
     let aggregate = post_json(&serve.address, "/aggregate_metrics", &json!({"verify_responses": answers}).to_string());
     let whole = aggregate["agent_metrics"]["mean/reward"].as_f64().unwrap();
     assert!((whole - mean(&rewards(""))).abs() < 1e-9, "{aggregate}");
@@ -135,6 +194,8 @@ fn a_mixed_batch_gets_from_each_environment_the_reward_it_gets_alone() {
         let own = figures["agent_metrics"]["mean/reward"].as_f64().unwrap_or_else(|| panic!("{aggregate}"));
         assert!((own - mean(&rewards(environment))).abs() < 1e-9, "{environment}: {figures}");
         assert_eq!(figures["group_level_metrics"].as_array().unwrap().len(), rewards(environment).len());
+        let flat = &aggregate["key_metrics"][format!("env/{environment}/mean/reward")];
+        assert_eq!(flat.as_f64(), Some(own), "flat, where Gym keeps it: {aggregate}");
     }
     // ... and `/metrics`, every sample labelled with its environment.
     let (_, _, metrics) = get(&serve.address, "/metrics");
@@ -176,32 +237,9 @@ fn a_mixed_batch_gets_from_each_environment_the_reward_it_gets_alone() {
     }
 
     // Each environment alone, on the same rows: the same rewards and trajectories.
-    let alone: [(&str, &Stub, Vec<&str>); 3] = [
-        ("default", &policy, vec![]),
-        ("math", &math_policy, [&["--env", "custom", "--tasks", "math.jsonl"][..], &MATH_REWARD[..]].concat()),
-        (
-            "airline",
-            &policy,
-            vec![
-                "--env",
-                "tau2:airline",
-                "--data-dir",
-                data.as_str(),
-                "--user",
-                "llm",
-                "--user-base-url",
-                user.url.as_str(),
-            ],
-        ),
-    ];
-    for (environment, stub, flags) in alone {
-        let serve = Serve::start(&work, stub, &flags);
-        let own: Vec<usize> = (0..batch.len()).filter(|&i| batch[i].1 == environment).collect();
-        let played = post_all(&serve.address, &own.iter().map(|&i| rows[i].clone()).collect::<Vec<_>>());
-        for (&i, alone) in own.iter().zip(&played) {
-            assert_eq!(answers[i]["reward"], alone["reward"], "{environment} row {i}");
-            assert_eq!(answers[i]["response"]["output"], alone["response"]["output"], "{environment} row {i}");
-        }
+    for (i, alone) in mixed.alone(&batch).iter().enumerate() {
+        assert_eq!(answers[i]["reward"], alone["reward"], "row {i}");
+        assert_eq!(answers[i]["response"]["output"], alone["response"]["output"], "row {i}");
     }
 }
 
@@ -247,5 +285,46 @@ fn a_stalled_environment_does_not_starve_another() {
         "parley_run_seconds_count{environment=\"default\"} 3",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
+    }
+}
+
+/// NeMo Gym 0.7.0's `gym eval run` over one file mixing multi-step rows, math rows and tau2
+/// airline conversations, through one Parley agent server hosting the three: the rows name
+/// Parley's agent, and choose their environment by the `environment` field (multi-step's by
+/// naming none). Every row comes back once, with the reward the same row gets from its
+/// environment served alone, and Gym's aggregate carries each environment's figures.
+#[test]
+fn nemo_gym_collects_a_mixed_file_through_one_parley() {
+    let venv = crate::harness::root().join(".venv-nemo-gym");
+    let Some(venv) = crate::remote::peer(venv.clone(), venv.join(".parley-ready-0.7.0")) else { return };
+    let mixed = Mixed::new();
+    let mut batch = mixed_batch(&mixed.work);
+    for (row, environment) in &mut batch {
+        row["agent_ref"] = json!({"type": "responses_api_agents", "name": "parley_agent"});
+        if *environment != "default" {
+            row["environment"] = json!(environment);
+        }
+    }
+    let rows: Vec<String> = batch.iter().map(|(row, _)| row.to_string()).collect();
+    std::fs::write(mixed.work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
+    let args = format!(
+        "[--env,multi-step,--db,{},--settings,{}]",
+        mixed.work.path("parley-serve.db").display(),
+        mixed.work.path("multi.toml").display()
+    );
+    let (collected, eval_log) = crate::gym_agent::collect(&mixed.work, &venv, &mixed.policy.url, &args, 11_318);
+    assert_eq!(collected.len(), batch.len(), "every row once:\n{eval_log}");
+    let alone = mixed.alone(&batch);
+    let mut seen = std::collections::BTreeSet::new();
+    for row in &collected {
+        let i = row["_ng_task_index"].as_u64().unwrap() as usize;
+        assert!(seen.insert(i), "row {i} twice");
+        assert_eq!(row["_parley_environment"], batch[i].1, "row {i}: {row}");
+        assert_eq!(row["reward"], alone[i]["reward"], "row {i}");
+        assert_eq!(row["response"]["output"], alone[i]["response"]["output"], "row {i}");
+    }
+    let metrics = std::fs::read_to_string(mixed.work.path("gym_aggregate_metrics.json")).unwrap_or_default();
+    for environment in ["default", "math", "airline"] {
+        assert!(metrics.contains(&format!("env/{environment}/mean/reward")), "{environment}: {metrics}");
     }
 }

@@ -173,6 +173,11 @@ pub struct ServeArgs {
     /// data's `environment`; a row naming neither goes to the default.
     #[arg(long = "environment", value_name = "NAME=FILE", value_parser = named_file, help_heading = "Service")]
     pub environments: Vec<(String, PathBuf)>,
+    /// The name rows call this service by in `agent_ref.name` (NeMo Gym's name for its agent
+    /// server, which `integrations/nemo-gym` passes): with several environments, such a row goes
+    /// to the environment its `environment` field names, or the default.
+    #[arg(long, value_name = "NAME", help_heading = "Service")]
+    pub agent_name: Option<String>,
 }
 
 /// A hosted environment's name and settings file: `NAME=FILE`.

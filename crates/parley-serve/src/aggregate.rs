@@ -25,7 +25,9 @@
 //!
 //! A service hosting several environments (`host`) answers the same over all the rows, and
 //! beside it, under `environments`, the same answer over each environment's rows (by the
-//! environment that played each, `_parley_environment`, or the one the row names).
+//! environment that played each, `_parley_environment`, or the one the row names); each
+//! environment's `agent_metrics` and `key_metrics` are also in the whole's, prefixed
+//! `env/NAME/`, where Gym's answer model (which drops fields it does not know) keeps them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -74,10 +76,20 @@ pub(crate) async fn aggregate_metrics(State(host): State<Arc<Host>>, body: Bytes
     if !by_environment.is_empty() {
         let mut each = Map::new();
         for (name, rows) in by_environment {
-            match aggregate(rows) {
-                Ok(figures) => each.insert(name, figures),
+            let figures = match aggregate(rows) {
+                Ok(figures) => figures,
                 Err(refused) => return problem(StatusCode::BAD_REQUEST, format!("in `{name}`: {refused}")),
             };
+            // Gym's own answer model keeps only its fields, and logs their flat keys: each
+            // environment's figures go there too, under `env/NAME/`.
+            for field in ["agent_metrics", "key_metrics"] {
+                if let (Some(Value::Object(own)), Some(Value::Object(all))) =
+                    (figures.get(field), answer.get_mut(field))
+                {
+                    all.extend(own.iter().map(|(k, v)| (format!("env/{name}/{k}"), v.clone())));
+                }
+            }
+            each.insert(name, figures);
         }
         answer["environments"] = Value::Object(each);
     }

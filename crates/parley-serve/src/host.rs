@@ -4,7 +4,8 @@
 //!
 //! Routing: a `/run` row goes to the environment its `environment` field names, else to the one
 //! its `agent_ref.name` names; an OpenEnv reset names it in its data's `environment`. A row or
-//! reset that names none goes to the default (the first); one naming an environment the service
+//! reset that names none goes to the default (the first), and so does a row whose
+//! `agent_ref.name` is the service's own agent name (NeMo Gym's instance name for it); one naming an environment the service
 //! does not host is refused with the names of those it does. A service of one environment
 //! routes every row to it, whatever it names, as it always has.
 //!
@@ -42,6 +43,9 @@ pub struct Host {
     /// Requests the whole service refused before reading them, so before knowing their
     /// environment.
     refused: AtomicU64,
+    /// The name a row's `agent_ref.name` calls the service itself by (NeMo Gym's agent
+    /// instance): such a row goes to the environment its field names, or the default.
+    agent_name: Option<String>,
 }
 
 /// Every place of the whole service is taken.
@@ -60,7 +64,14 @@ impl Host {
     pub fn new(hosted: Vec<Arc<Service>>, whole: Option<(usize, usize)>) -> Host {
         assert!(!hosted.is_empty(), "a service hosts at least one environment");
         let whole = whole.filter(|_| hosted.len() > 1).map(|(concurrency, queue)| Admission::new(concurrency, queue));
-        Host { hosted, whole, refused: AtomicU64::new(0) }
+        Host { hosted, whole, refused: AtomicU64::new(0), agent_name: None }
+    }
+
+    /// A host that rows also reach by `name` in their `agent_ref.name`, the name of the agent
+    /// server it is to NeMo Gym: those rows choose by their `environment` field alone.
+    pub fn answering_to(mut self, name: Option<String>) -> Host {
+        self.agent_name = name;
+        self
     }
 
     /// The HTTP routes.
@@ -159,6 +170,7 @@ impl Host {
         }
         match row.get("agent_ref").and_then(|r| r.get("name")) {
             None | Some(Value::Null) => Ok(self.default()),
+            Some(Value::String(name)) if self.agent_name.as_ref() == Some(name) => Ok(self.default()),
             Some(Value::String(name)) => self.named(name),
             Some(other) => Err(format!("`agent_ref.name` is a name, not {other}")),
         }

@@ -99,7 +99,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
         services.push(Arc::new(service));
     }
-    let host = Arc::new(Host::new(services, Some(whole)));
+    let host = Arc::new(Host::new(services, Some(whole)).answering_to(args.agent_name.clone()));
     println!("http://{address}");
     if args.trusted_network && !address.ip().is_loopback() {
         eprintln!(
