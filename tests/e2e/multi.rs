@@ -236,6 +236,19 @@ fn a_mixed_batch_gets_from_each_environment_the_reward_it_gets_alone() {
         assert!((own - mean(&scored)).abs() < 1e-9, "{environment}: {report}");
     }
 
+    // ... and the three as a whole, each environment's tasks its own.
+    let all: Vec<String> = runs.values().map(ToString::to_string).collect();
+    let mut args = vec!["metrics"];
+    args.extend(all.iter().map(String::as_str));
+    args.extend(["--db", "serve.db", "--json"]);
+    let whole: Value = serde_json::from_str(&ok(&work.parley(&args))).unwrap();
+    assert_eq!(whole["reward"]["n"], rewards("").len(), "{whole}");
+    assert!((whole["reward"]["mean"].as_f64().unwrap() - mean(&rewards(""))).abs() < 1e-9, "{whole}");
+    assert_eq!(whole["training"]["tasks"].as_object().map(|t| t.len()), Some(rewards("").len()), "{whole}");
+    args.retain(|a| *a != "--json");
+    let table = ok(&work.parley(&args));
+    assert!(table.starts_with(&format!("runs {}", all.join(", "))), "{table}");
+
     // Each environment alone, on the same rows: the same rewards and trajectories.
     for (i, alone) in mixed.alone(&batch).iter().enumerate() {
         assert_eq!(answers[i]["reward"], alone["reward"], "row {i}");

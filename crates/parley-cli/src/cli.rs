@@ -399,6 +399,10 @@ pub struct ShowArgs {
 pub struct MetricsArgs {
     #[command(flatten)]
     pub run: RunRef,
+    /// More runs to report with RUN as one, each run's tasks its own: the environments of one
+    /// `parley serve` (each its own service run) as a whole.
+    #[arg(value_name = "RUN")]
+    pub with: Vec<i64>,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
