@@ -341,3 +341,61 @@ fn nemo_gym_collects_a_mixed_file_through_one_parley() {
         assert!(metrics.contains(&format!("env/{environment}/mean/reward")), "{environment}: {metrics}");
     }
 }
+
+/// `--env nemo-gym` with a config naming two resources servers serves both, as `gym env start`
+/// does: their servers started once, each an environment named by its instance name, which a
+/// row names in `environment` or reaches through the agent the config binds to it. Each row gets
+/// the reward the same row gets from its server served alone (`--server-name`).
+#[test]
+fn a_nemo_gym_config_with_several_resources_servers_serves_them_all() {
+    let venv = crate::harness::root().join(".venv-nemo-gym");
+    let Some(venv) = crate::remote::peer(venv.clone(), venv.join(".parley-ready-0.7.0")) else { return };
+    let servers = venv.join("lib/python3.13/site-packages/resources_servers");
+    let configs = [
+        servers.join("example_multi_step/configs/example_multi_step.yaml"),
+        servers.join("example_single_tool_call/configs/example_single_tool_call.yaml"),
+    ];
+    let work = Workdir::new();
+    let rows = |server: &str| -> Vec<Value> {
+        let text = std::fs::read_to_string(servers.join(server).join("data/example.jsonl")).unwrap();
+        text.lines().take(3).map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let mut batch: Vec<(Value, &str)> = Vec::new();
+    for (i, mut row) in rows("example_multi_step").into_iter().enumerate() {
+        if i == 0 {
+            row["expected_synonym_values"] = json!([0]);
+        }
+        row["agent_ref"] = json!({"type": "responses_api_agents", "name": "example_multi_step_simple_agent"});
+        batch.push((row, "example_multi_step_resources_server"));
+    }
+    for mut row in rows("example_single_tool_call") {
+        row["environment"] = json!("example_single_tool_call");
+        batch.push((row, "example_single_tool_call"));
+    }
+    let stub = Stub::start(&[]);
+    let venv_arg = venv.to_str().unwrap();
+    let (a, b) = (configs[0].to_str().unwrap(), configs[1].to_str().unwrap());
+    let gym = ["--env", "nemo-gym", "--config", a, "--config", b, "--gym-venv", venv_arg];
+    let serve = Serve::start(&work, &stub, &gym);
+    let answers = post_all(&serve.address, &batch.iter().map(|(row, _)| row.clone()).collect::<Vec<_>>());
+    for ((row, environment), answer) in batch.iter().zip(&answers) {
+        assert_eq!(answer["_parley_environment"], *environment, "{row}: {answer}");
+    }
+    assert_eq!(answers[0]["reward"], 1.0, "NeMo Gym's own verify: {}", answers[0]);
+    let mut unknown = batch[0].0.clone();
+    unknown["agent_ref"]["name"] = json!("chess_agent");
+    let (status, _, body) = post_run(&serve.address, &unknown.to_string());
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("`example_multi_step_resources_server`, `example_single_tool_call`"), "{body}");
+    drop(serve);
+
+    for server in ["example_multi_step_resources_server", "example_single_tool_call"] {
+        let serve = Serve::start(&work, &stub, &[&gym[..], &["--server-name", server]].concat());
+        let own: Vec<usize> = (0..batch.len()).filter(|&i| batch[i].1 == server).collect();
+        let played = post_all(&serve.address, &own.iter().map(|&i| batch[i].0.clone()).collect::<Vec<_>>());
+        for (&i, alone) in own.iter().zip(&played) {
+            assert_eq!(answers[i]["reward"], alone["reward"], "{server} row {i}");
+            assert_eq!(answers[i]["response"]["output"], alone["response"]["output"], "{server} row {i}");
+        }
+    }
+}

@@ -134,9 +134,10 @@ impl Host {
         }
     }
 
-    /// The environment named `name`, or why none is.
+    /// The environment named `name` (or, for `agent_ref.name`, one of its aliases), or why none
+    /// is.
     pub(crate) fn named(&self, name: &str) -> Result<&Arc<Service>, String> {
-        self.hosted.iter().find(|s| s.name() == name).ok_or_else(|| {
+        self.hosted.iter().find(|s| s.answers_to(name)).ok_or_else(|| {
             format!(
                 "no environment `{name}` is served here; the environments are {} (name one in the row's \
                  `{FIELD}` or `agent_ref.name`)",

@@ -100,6 +100,8 @@ pub struct Service {
     options: ServeOptions,
     /// The name it is hosted under beside other environments (`Host`); `None` alone.
     name: Option<String>,
+    /// Other names rows call it by in `agent_ref.name` (NeMo Gym agents bound to it).
+    aliases: Vec<String>,
     /// Stops every session on shutdown; each request's session has its own child tokens.
     stop: Stop,
     pub metrics: Arc<Metrics>,
@@ -128,6 +130,7 @@ impl Service {
             lists: std::sync::Mutex::new(ToolLists::default()),
             admission: Admission::new(options.concurrency, options.queue),
             name: None,
+            aliases: Vec::new(),
             policies: policy::Policies::new(options.policy_url_allow.clone()),
             options,
             stop: Stop::default(),
@@ -148,6 +151,18 @@ impl Service {
     pub fn named(mut self, name: impl Into<String>) -> Service {
         self.name = Some(name.into());
         self
+    }
+
+    /// Other names a row's `agent_ref.name` may call this environment by: the NeMo Gym agents
+    /// a config binds to the resources server it is.
+    pub fn also_named(mut self, aliases: Vec<String>) -> Service {
+        self.aliases = aliases;
+        self
+    }
+
+    /// Whether a row's `agent_ref.name` of `name` calls this environment.
+    fn answers_to(&self, name: &str) -> bool {
+        self.name() == name || self.aliases.iter().any(|a| a == name)
     }
 
     /// Shares `stop` with other services of one `Host`, so that one signal stops them all.

@@ -9,29 +9,76 @@ use std::sync::Arc;
 use anyhow::Context;
 use parley_core::Task;
 use parley_runtime::settings::Need;
-use parley_runtime::{EnvKind, Front, RunSettings, Runtime, TaskSource};
+use parley_runtime::{EnvKind, Front, GymServed, RunSettings, Runtime, TaskSource};
 use parley_serve::{Host, ServeOptions, Service};
 use parley_store::{Store, StoreOptions};
 
 use crate::cli::ServeArgs;
 use crate::error::usage;
+use crate::settings::Hosted;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let token = token(&args)?;
-    let mut hosted = args.run.clone().resolve_hosted(&args.environments, Need::Nothing)?;
-    let whole = (hosted[0].settings.concurrency, args.queue.unwrap_or(hosted[0].settings.concurrency));
-    let count = hosted.len();
-    let several = count > 1;
-    for env in &mut hosted {
+    let mut resolved = args.run.clone().resolve_hosted(&args.environments, Need::Nothing)?;
+    for env in &mut resolved {
         // A trainer sets the policy's sampling per row, and its policy server plays the agent alone.
         env.settings.front = Front { sampling_from_row: true, policy_for_agent_only: true };
+    }
+    // A NeMo Gym config naming several resources servers is served whole, as `gym env start`
+    // serves it: its servers started once, each resources server an environment of its own.
+    let mut gym = Vec::new();
+    let mut hosted = Vec::new();
+    for env in resolved {
+        match GymServed::start(&env.settings).await {
+            Ok(Some(mut served)) => {
+                for resource in std::mem::take(&mut served.environments) {
+                    let Hosted { concurrency, queue, .. } = env;
+                    let named = Hosted { name: resource.name, settings: resource.settings, concurrency, queue };
+                    hosted.push((named, resource.agents));
+                }
+                gym.push(served);
+            }
+            Ok(None) => hosted.push((env, Vec::new())),
+            Err(e) => {
+                stop_gym(gym).await;
+                return Err(e.context(format!("environment `{}`", env.name)));
+            }
+        }
+    }
+    let served = serve_hosted(&args, token, hosted).await;
+    stop_gym(gym).await;
+    served
+}
+
+async fn stop_gym(served: Vec<GymServed>) {
+    for served in served {
+        served.shutdown().await;
+    }
+}
+
+/// Serves the environments `hosted` (with the names rows may also call each by), the default
+/// first, until a signal stops the service.
+async fn serve_hosted(
+    args: &ServeArgs,
+    token: Option<String>,
+    mut hosted: Vec<(Hosted, Vec<String>)>,
+) -> anyhow::Result<()> {
+    for (i, (env, _)) in hosted.iter().enumerate() {
+        if hosted[..i].iter().any(|(earlier, _)| earlier.name == env.name) {
+            return Err(usage(format!("two environments are named `{}`: name each once", env.name)));
+        }
+    }
+    let whole = (hosted[0].0.settings.concurrency, args.queue.unwrap_or(hosted[0].0.settings.concurrency));
+    let count = hosted.len();
+    let several = count > 1;
+    for (env, _) in &mut hosted {
         // Beside others, an environment that names no bounds of its own gets an even share of
         // the whole's, so that a stalled one cannot hold every slot.
         if several {
             env.settings.concurrency = env.concurrency.unwrap_or_else(|| share(whole.0, count).max(1));
         }
     }
-    let settings = &hosted[0].settings;
+    let settings = &hosted[0].0.settings;
     // Every setting is checked (the store opened, each environment and its endpoints set up, its
     // tasks read) before the port is bound: a bad setting never leaves a port answering.
     let store =
@@ -39,7 +86,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("opening the store {}", settings.db))?;
     let mut started: Vec<(Runtime, Vec<Arc<Task>>)> = Vec::new();
-    for env in &hosted {
+    for (env, _) in &hosted {
         let opened = match Runtime::start(&env.settings, store.clone()).await {
             Ok(runtime) => match reset_tasks(&env.settings, &runtime) {
                 Ok(tasks) => Ok((runtime, tasks)),
@@ -72,7 +119,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     let stop = parley_runtime::Stop::default();
     let mut services = Vec::new();
-    for (env, (runtime, tasks)) in hosted.iter().zip(started) {
+    for ((env, aliases), (runtime, tasks)) in hosted.iter().zip(started) {
         let run = runtime.create_service_run().await?;
         let concurrency = env.settings.concurrency;
         let queue = match (env.queue, several) {
@@ -90,7 +137,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let base_url = runtime.base_url.clone();
         let mut service = Service::new(runtime, run, 0, options).with_tasks(tasks).with_stop(stop.clone());
         if several {
-            service = service.named(env.name.clone());
+            service = service.named(env.name.clone()).also_named(aliases.clone());
         }
         let named = if several { format!("`{}`: ", env.name) } else { String::new() };
         eprintln!(
