@@ -95,7 +95,7 @@ pub struct Service {
     /// The service run's tasks: one per prompt group, or per request without one.
     groups: groups::Groups,
     lists: std::sync::Mutex<ToolLists>,
-    /// Requests admitted, running or waiting, and running.
+    /// How many requests it admits (running or waiting) and runs at once.
     admission: Admission,
     options: ServeOptions,
     /// The name it is hosted under beside other environments (`Host`); `None` alone.
