@@ -2,8 +2,11 @@
 //! a mixed batch goes row by row to the environment each names and gets from it the reward the
 //! same row gets from that environment served alone; an unknown environment is a 400 naming
 //! the known ones; each environment records under its own service run, reported by `parley
-//! metrics`, `/aggregate_metrics` and `/metrics` apart; OpenEnv resets choose by name; and a
-//! stalled environment, bounded by its own admission, does not starve another.
+//! metrics`, `/aggregate_metrics` and `/metrics` apart (and as a whole); OpenEnv resets choose
+//! by name; a stalled environment, bounded by its own admission, does not starve another, and
+//! the whole service's bound holds beside each environment's. With NeMo Gym installed: `gym eval
+//! run` over a mixed file through one Parley agent server, and a NeMo Gym config naming two
+//! resources servers served whole.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -296,6 +299,48 @@ fn a_stalled_environment_does_not_starve_another() {
         "parley_requests_refused_total{environment=\"stalled\"} 1",
         "parley_requests_refused_total{environment=\"default\"} 0",
         "parley_run_seconds_count{environment=\"default\"} 3",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
+    }
+}
+
+/// The whole service's bound holds beside each environment's: an environment whose own bound
+/// is as large as the whole's (set so on purpose) can fill the whole, and then a row for another
+/// is refused before its body is read, counted under `environment=""`.
+#[test]
+fn the_whole_service_is_bounded_beside_each_environment() {
+    let work = Workdir::new();
+    work.tasks(2);
+    let policy = Stub::start(&[]);
+    let stalled = Stub::start(&["--hang", "1", "--hang-secs", "120"]);
+    std::fs::write(
+        work.path("greedy.toml"),
+        format!("[[environment]]\nname = \"greedy\"\nbase_url = \"{}\"\nconcurrency = 2\nqueue = 0\n", stalled.url),
+    )
+    .unwrap();
+    let serve = Serve::start(&work, &policy, &["--settings", "greedy.toml", "--concurrency", "2", "--queue", "0"]);
+    let row: Value = serde_json::from_str(&work.first_task_row()).unwrap();
+    let mut greedy = row.clone();
+    greedy["environment"] = json!("greedy");
+    let _hanging: Vec<_> = (0..2)
+        .map(|_| {
+            let (address, body) = (serve.address.clone(), greedy.to_string());
+            std::thread::spawn(move || post_run(&address, &body))
+        })
+        .collect();
+    let in_flight = "parley_sessions_in_flight{environment=\"greedy\"} 2";
+    let since = Instant::now();
+    while !get(&serve.address, "/metrics").2.lines().any(|l| l == in_flight) {
+        assert!(since.elapsed() < Duration::from_secs(20), "the greedy environment's sessions never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, head, body) = post_run(&serve.address, &row.to_string());
+    assert_eq!(status, 503, "{body}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    let metrics = get(&serve.address, "/metrics").2;
+    for line in [
+        "parley_requests_refused_total{environment=\"\"} 1",
+        "parley_requests_refused_total{environment=\"default\"} 0",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
     }
