@@ -185,11 +185,17 @@ impl RunOptions {
                 .combine(base.clone())
                 .settled(file.reward.clone(), need)
                 .map_err(|e| usage(format!("environment `{name}`: {e}")))?;
-            if settings.db != hosted[0].settings.db {
-                return Err(usage(format!(
-                    "environment `{name}`: `db` is the service's, one store for every environment; set it in [run] or \
-                     with --db"
-                )));
+            // The store is one, opened once: what it is and how it records are the service's.
+            for (key, differs) in [
+                ("db", settings.db != hosted[0].settings.db),
+                ("raw_calls", settings.raw_calls != hosted[0].settings.raw_calls),
+            ] {
+                if differs {
+                    return Err(usage(format!(
+                        "environment `{name}`: `{key}` is the service's, one store for every environment; set it in \
+                         [run] or with its flag"
+                    )));
+                }
             }
             hosted.push(Hosted { name, settings, concurrency, queue: table.queue });
         }
@@ -516,6 +522,7 @@ mod tests {
             ("[[environment]]\nname = \"default\"\n", "named twice"),
             ("[[environment]]\nname = \"x\"\nmax_stpes = 2\n", "max_stpes"),
             ("[[environment]]\nname = \"x\"\ndb = \"other.db\"\n", "one store"),
+            ("[[environment]]\nname = \"x\"\nraw_calls = false\n", "`raw_calls` is the service's"),
         ] {
             std::fs::write(&path, table).unwrap();
             let flags = RunOptions { settings: Some(path.clone()), ..RunOptions::default() };
