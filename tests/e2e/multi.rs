@@ -346,6 +346,26 @@ fn the_whole_service_is_bounded_beside_each_environment() {
     }
 }
 
+/// OpenEnv's own client, over WebSocket and HTTP, resets in the environment it names and is
+/// scored by that environment's reward (math's composite: a boxed right answer 1, a bare wrong
+/// one 0), its steps finding the session among the environments.
+#[test]
+fn openenv_clients_reset_in_the_environment_they_name() {
+    let Some(python) = crate::openenv::client() else { return };
+    let mixed = Mixed::new();
+    let serve = Serve::start(&mixed.work, &mixed.policy, &["--settings", "multi.toml"]);
+    let script = |task: usize, text: &str| json!({"task_index": task, "environment": "math", "actions": [{"role": "assistant", "content": text}]});
+    let scripts = json!([script(2, "So it is \\boxed{6}."), script(1, "It is 7.")]);
+    std::fs::write(mixed.work.path("math-episodes.json"), scripts.to_string()).unwrap();
+    let url = format!("http://{}", serve.address);
+    for transport in ["ws", "http"] {
+        let played = crate::openenv::trainer(&mixed.work, &python, "play", &url, &["math-episodes.json", transport]);
+        let rewards: Vec<Option<f64>> = played.as_array().unwrap().iter().map(|e| e["reward"].as_f64()).collect();
+        assert_eq!(rewards, [Some(1.0), Some(0.0)], "{transport}: {played}");
+        assert!(played.as_array().unwrap().iter().all(|e| e["done"] == true), "{transport}: {played}");
+    }
+}
+
 /// NeMo Gym 0.7.0's `gym eval run` over one file mixing multi-step rows, math rows and tau2
 /// airline conversations, through one Parley agent server hosting the three: the rows name
 /// Parley's agent, and choose their environment by the `environment` field (multi-step's by
