@@ -410,11 +410,11 @@ def main():
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", choices=["stream", "serve", "openenv", "workers", "ranks", "users", "curriculum"],
+        "--only", choices=["stream", "serve", "openenv", "workers", "ranks", "users", "curriculum", "several"],
         help="run only this part (its results are not latest.json)"
     )
     args = parser.parse_args()
-    if args.only not in ("stream", "workers", "ranks", "users", "curriculum") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
+    if args.only not in ("stream", "workers", "ranks", "users", "curriculum", "several") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
         raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
     p = plan(args.quick)
     parley = args.parley
@@ -459,6 +459,16 @@ def main():
         users.report(u)
         users.check(u)
         results["users"] = u
+        finish(results, args, work, latest=False)
+        return
+    if args.only == "several":
+        # One `parley serve` hosting three environments against one per environment (bench/several.py).
+        import several
+
+        s = several.measure(parley, args.load, work, args.quick)
+        several.report(s)
+        several.check(s)
+        results["several"] = s
         finish(results, args, work, latest=False)
         return
     if args.only == "ranks":
@@ -560,7 +570,7 @@ def finish(results, args, work, *, latest):
         report_workers(results["workers"])
     elif "ranks" in results:
         report_ranks(results["ranks"])
-    elif "users" in results or "curriculum" in results:
+    elif "users" in results or "curriculum" in results or "several" in results:
         pass  # reported as it was measured
     else:
         report_service(results["service"])

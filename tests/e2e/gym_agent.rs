@@ -3,6 +3,7 @@
 //! server, which relays `/run` to Parley, then `/aggregate_metrics`. Every row comes back once,
 //! with the rewards `parley run` gives on the same rows and stub.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -29,35 +30,25 @@ impl Drop for Group {
     }
 }
 
-#[test]
-fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
-    let venv = root().join(".venv-nemo-gym");
-    let Some(venv) = peer(venv.clone(), venv.join(".parley-ready-0.7.0")) else { return };
-    let work = Workdir::new();
-    work.tasks(6);
-    // The rows name Parley's agent, as a trainer's rows do.
-    let rows: Vec<String> = read_jsonl(&work.path("tasks.jsonl"))
-        .into_iter()
-        .map(|mut row| {
-            row["agent_ref"] = serde_json::json!({"type": "responses_api_agents", "name": "parley_agent"});
-            row.to_string()
-        })
-        .collect();
-    std::fs::write(work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
-    // The policy answers as NeMo RL's vLLM server does, token ids and log-probs included.
-    let stub = Stub::start(&["--token-ids"]);
-    ok(&run(&work, &stub, &["--token-ids"]));
-    let expected = read_jsonl(&work.path("out.jsonl"));
-
+/// Starts NeMo Gym's servers (Parley among them, with `parley_args`, a Hydra list, and its
+/// policy at `policy`) with their head on `head_port`, collects `rows.jsonl` with `gym eval run`,
+/// and stops them: the rows collected, and the run's log.
+pub(crate) fn collect(
+    work: &Workdir,
+    venv: &Path,
+    policy: &str,
+    parley_args: &str,
+    head_port: u16,
+) -> (Vec<Value>, String) {
     // One shared venv for the servers, as NeMo Gym's `skip_venv_if_present` allows.
     for server in ["responses_api_agents/parley", "environment_servers/legacy_agent"] {
         let at = work.path("venvs").join(server);
         std::fs::create_dir_all(&at).unwrap();
-        std::os::unix::fs::symlink(&venv, at.join(".venv")).unwrap();
+        std::os::unix::fs::symlink(venv, at.join(".venv")).unwrap();
     }
     std::fs::write(
         work.path("env.yaml"),
-        format!("policy_base_url: {}\npolicy_api_key: dummy\npolicy_model_name: stub-model\n", stub.url),
+        format!("policy_base_url: {policy}\npolicy_api_key: dummy\npolicy_model_name: stub-model\n"),
     )
     .unwrap();
     let integration = root().join("integrations/nemo-gym");
@@ -69,12 +60,9 @@ fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
         .arg(integration.join("responses_api_agents/parley/configs/parley.yaml"))
         .arg(format!("+uv_venv_dir={}", work.path("venvs").display()))
         .arg("+skip_venv_if_present=true")
-        .arg(format!("+head_server.port={HEAD_PORT}"))
+        .arg(format!("+head_server.port={head_port}"))
         // The configuration's arguments, with the database in this test's folder.
-        .arg(format!(
-            "++parley_agent.responses_api_agents.parley.parley_args=[--env,multi-step,--db,{},--token-ids]",
-            work.path("parley-serve.db").display()
-        ))
+        .arg(format!("++parley_agent.responses_api_agents.parley.parley_args={parley_args}"))
         .current_dir(work.dir.path())
         .env("PATH", &path)
         .env("NEMO_GYM_EXTRA_ROOTS", &integration)
@@ -98,7 +86,7 @@ fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
         .arg(work.path("rows.jsonl"))
         .arg("--output")
         .arg(&output)
-        .arg(format!("+head_server.port={HEAD_PORT}"))
+        .arg(format!("+head_server.port={head_port}"))
         .current_dir(work.dir.path())
         .env("PATH", &path)
         .stdout(std::fs::File::create(work.path("eval.log")).unwrap())
@@ -107,7 +95,32 @@ fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
         .unwrap();
     let eval_log = std::fs::read_to_string(work.path("eval.log")).unwrap_or_default();
     assert!(status.success(), "gym eval run: {status}\n{eval_log}");
-    let collected = read_jsonl(&output);
+    drop(group);
+    (read_jsonl(&output), eval_log)
+}
+
+#[test]
+fn nemo_gym_collects_rollouts_through_parley_as_its_agent_server() {
+    let venv = root().join(".venv-nemo-gym");
+    let Some(venv) = peer(venv.clone(), venv.join(".parley-ready-0.7.0")) else { return };
+    let work = Workdir::new();
+    work.tasks(6);
+    // The rows name Parley's agent, as a trainer's rows do.
+    let rows: Vec<String> = read_jsonl(&work.path("tasks.jsonl"))
+        .into_iter()
+        .map(|mut row| {
+            row["agent_ref"] = serde_json::json!({"type": "responses_api_agents", "name": "parley_agent"});
+            row.to_string()
+        })
+        .collect();
+    std::fs::write(work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
+    // The policy answers as NeMo RL's vLLM server does, token ids and log-probs included.
+    let stub = Stub::start(&["--token-ids"]);
+    ok(&run(&work, &stub, &["--token-ids"]));
+    let expected = read_jsonl(&work.path("out.jsonl"));
+
+    let args = format!("[--env,multi-step,--db,{},--token-ids]", work.path("parley-serve.db").display());
+    let (collected, eval_log) = collect(&work, &venv, &stub.url, &args, HEAD_PORT);
     assert_eq!(collected.len(), 6, "every row once:\n{eval_log}");
     for row in &collected {
         let index = &row["_ng_task_index"];

@@ -16,6 +16,7 @@ mod http;
 mod init;
 mod llama;
 mod messages;
+mod multi;
 mod nemo_rl;
 mod net_faults;
 mod openenv;

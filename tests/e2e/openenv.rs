@@ -25,7 +25,7 @@ use crate::harness::{PARLEY, Stub, Workdir, ok, read_jsonl, root, skip, text};
 use crate::http::{get, post_json};
 
 /// The Python of `.venv-openenv`, where OpenEnv's client is installed.
-fn client() -> Option<PathBuf> {
+pub(crate) fn client() -> Option<PathBuf> {
     let venv = root().join(".venv-openenv");
     if venv.join(".parley-ready-0.3.0").is_file() {
         return Some(venv.join("bin/python"));
@@ -83,7 +83,7 @@ impl Log for Workdir {
 }
 
 /// Runs the trainer's script (`openenv_client.py COMMAND URL ARGS... OUT`) and reads what it wrote.
-fn trainer(work: &Workdir, python: &PathBuf, command: &str, url: &str, args: &[&str]) -> Value {
+pub(crate) fn trainer(work: &Workdir, python: &PathBuf, command: &str, url: &str, args: &[&str]) -> Value {
     let script = root().join("tests/e2e/openenv_client.py");
     let out = work.path(&format!("{command}.json"));
     let out_arg = out.display().to_string();

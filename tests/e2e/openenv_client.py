@@ -6,7 +6,8 @@ from .venv-openenv; .ci/setup-openenv) drives `parley serve`.
   bad URL OUT                                 malformed frames and bodies, and the answers to them
   drop URL SCRIPT OUT                         an episode whose connection drops, continued by id
 
-A script is {"task_index": i, "actions": [assistant message, ...]}. Every command writes JSON to
+A script is {"task_index": i, "actions": [assistant message, ...]}, and in a service hosting
+several environments the one it resets in (`"environment": NAME`). Every command writes JSON to
 OUT; the Rust test reads it and asserts. Nothing here decides what is right.
 """
 
@@ -36,11 +37,19 @@ def summary(result, state=None):
     return out
 
 
+def reset_data(script):
+    """What a script's reset sends: its task, and its environment when it names one."""
+    data = {"task_index": script["task_index"]}
+    if "environment" in script:
+        data["environment"] = script["environment"]
+    return data
+
+
 async def play_ws(url, scripts):
     out = []
     async with GenericEnvClient(base_url=url, message_timeout_s=300) as env:
         for script in scripts:
-            result = await env.reset(task_index=script["task_index"])
+            result = await env.reset(**reset_data(script))
             first = result.observation
             for action in script["actions"]:
                 if result.done:
@@ -58,7 +67,7 @@ def play_http(url, scripts):
     out = []
     http = requests.Session()
     for script in scripts:
-        answer = http.post(f"{url}/reset", json={"task_index": script["task_index"]}, timeout=300)
+        answer = http.post(f"{url}/reset", json=reset_data(script), timeout=300)
         answer.raise_for_status()
         body = answer.json()
         session = body["observation"]["session_id"]

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::harness::{Stub, Workdir, ok, read_jsonl, text};
 
 /// Writes `count` single-step arithmetic rows in NeMo Gym's format.
-fn math_tasks(work: &Workdir, count: usize) -> PathBuf {
+pub(crate) fn math_tasks(work: &Workdir, count: usize) -> PathBuf {
     let path = work.path("math.jsonl");
     let rows: Vec<String> = (0..count)
         .map(|i| {

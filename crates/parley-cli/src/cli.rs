@@ -165,6 +165,27 @@ pub struct ServeArgs {
     /// clients cannot hold the service's connections.
     #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = header_timeout, help_heading = "Service")]
     pub header_timeout: f64,
+    /// Host another environment beside the default one (the one the other flags describe):
+    /// `NAME=FILE`, where FILE is a settings file like `parley.toml` whose `[run]` keys and
+    /// `[[reward]]` tables are this environment's, over the default's; repeatable. In
+    /// `parley.toml`, `[[environment]]` tables with a `name` do the same. A `/run` row chooses its
+    /// environment by its `environment` field or its `agent_ref.name`, an OpenEnv reset by its
+    /// data's `environment`; a row naming neither goes to the default.
+    #[arg(long = "environment", value_name = "NAME=FILE", value_parser = named_file, help_heading = "Service")]
+    pub environments: Vec<(String, PathBuf)>,
+    /// The name rows call this service by in `agent_ref.name` (NeMo Gym's name for its agent
+    /// server, which `integrations/nemo-gym` passes): with several environments, such a row goes
+    /// to the environment its `environment` field names, or the default.
+    #[arg(long, value_name = "NAME", help_heading = "Service")]
+    pub agent_name: Option<String>,
+}
+
+/// A hosted environment's name and settings file: `NAME=FILE`.
+fn named_file(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => Ok((name.to_owned(), PathBuf::from(file))),
+        _ => Err(format!("`{text}` is not NAME=FILE (`--environment math=math.toml`)")),
+    }
 }
 
 /// A header timeout: a positive number of seconds up to an hour.
@@ -378,6 +399,10 @@ pub struct ShowArgs {
 pub struct MetricsArgs {
     #[command(flatten)]
     pub run: RunRef,
+    /// More runs to report with RUN as one, each run's tasks its own: the environments of one
+    /// `parley serve` (each its own service run) as a whole.
+    #[arg(value_name = "RUN")]
+    pub with: Vec<i64>,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -402,7 +427,7 @@ pub struct ExportArgs {
 crate::settings::options! {
     /// The reward a run's sessions are scored with: its components and bounds. Part of every
     /// run's settings, and what `parley rescore --reward` tries on stored trajectories.
-    #[derive(Debug, Default, Args, Deserialize)]
+    #[derive(Debug, Clone, Default, Args, Deserialize)]
     pub struct RewardOptions {
         /// A component of the reward, repeatable: `SCORER[:KEY=VALUE,...]`, where SCORER is
         /// exact, choice, math, judge, reward-model, steps, tokens, format or environment, and the
@@ -426,7 +451,7 @@ crate::settings::options! {
     /// The policy the agent talks to: its endpoint, model, key and sampling. Part of every run's
     /// settings (in `parley.toml`, keys of the `[run]` table like the rest), and what `parley fork`
     /// may change for a continuation.
-    #[derive(Debug, Default, Args, Deserialize)]
+    #[derive(Debug, Clone, Default, Args, Deserialize)]
     pub struct PolicyOptions {
         /// Base URL of the OpenAI-compatible endpoint, up to `/v1`. Without it, Parley starts its
         /// stub model in-process: a dry run that exercises everything but a real model. Given
@@ -457,7 +482,7 @@ crate::settings::options! {
     /// Every setting of a run, declared once: clap reads it from the flags and serde from the
     /// `[run]` table of `parley.toml` (the same names, dashes as underscores). Flags win over the
     /// file, field by field (see `settings::Combine`).
-    #[derive(Debug, Default, Args, Deserialize)]
+    #[derive(Debug, Clone, Default, Args, Deserialize)]
     #[serde(deny_unknown_fields)]
     pub struct RunOptions {
         /// Settings file; flags override it. Defaults to ./parley.toml when that file exists.

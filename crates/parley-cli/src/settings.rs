@@ -76,8 +76,9 @@ macro_rules! options {
 }
 pub(crate) use options;
 
-/// `parley.toml`: one `[run]` table of [`RunOptions`] and the reward's components as
-/// `[[reward]]` tables; unknown keys are refused by name.
+/// `parley.toml`: one `[run]` table of [`RunOptions`], the reward's components as `[[reward]]`
+/// tables, and the environments `parley serve` hosts beside its default as `[[environment]]`
+/// tables; unknown keys are refused by name.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
@@ -85,6 +86,46 @@ struct File {
     run: RunOptions,
     #[serde(default)]
     reward: Vec<parley_rewards::RewardSpec>,
+    #[serde(default)]
+    environment: Vec<EnvironmentTable>,
+}
+
+/// An `[[environment]]` table: its `name`, `[run]` keys of its own, `queue` (the requests that
+/// may wait for it) and `[[environment.reward]]` tables.
+#[derive(Debug, Deserialize)]
+#[serde(try_from = "toml::Table")]
+struct EnvironmentTable {
+    name: String,
+    queue: Option<usize>,
+    run: RunOptions,
+    reward: Vec<parley_rewards::RewardSpec>,
+}
+
+impl TryFrom<toml::Table> for EnvironmentTable {
+    type Error = String;
+
+    fn try_from(mut table: toml::Table) -> Result<EnvironmentTable, String> {
+        let name = match table.remove("name") {
+            Some(toml::Value::String(name)) => name,
+            Some(other) => return Err(format!("[[environment]]: `name` is text, not {other}")),
+            None => return Err("an [[environment]] table needs a `name`".into()),
+        };
+        let at = |e: toml::de::Error| format!("[[environment]] `{name}`: {}", e.message());
+        let queue = table.remove("queue").map(|q| q.try_into::<usize>()).transpose().map_err(at)?;
+        let reward = table.remove("reward").map(|r| r.try_into()).transpose().map_err(at)?.unwrap_or_default();
+        let run = toml::Value::Table(table).try_into::<RunOptions>().map_err(at)?;
+        Ok(EnvironmentTable { name, queue, run, reward })
+    }
+}
+
+/// One environment a service hosts: its name and settings, and the admission bounds its
+/// settings gave it (`None`: a share of the whole service's).
+#[derive(Debug)]
+pub struct Hosted {
+    pub name: String,
+    pub settings: RunSettings,
+    pub concurrency: Option<usize>,
+    pub queue: Option<usize>,
 }
 
 impl RunOptions {
@@ -97,9 +138,75 @@ impl RunOptions {
     /// As [`RunOptions::resolve`], for a front end whose tasks come later (a service).
     pub fn resolve_for(self, need: Need) -> anyhow::Result<RunSettings> {
         let file = load_file(self.settings.as_deref())?;
-        let o = self.combine(file.run);
+        self.combine(file.run).settled(file.reward, need)
+    }
+
+    /// The environments a service hosts: the default first (these flags over the file's
+    /// `[run]`, named [`parley_serve::DEFAULT`]), then each of the file's `[[environment]]`
+    /// tables and each of `named` (`--environment NAME=FILE`), its own keys over the default's
+    /// and its own `[[reward]]` tables, when it has any, in place of the default's. Every one is
+    /// resolved and checked before any is started.
+    pub fn resolve_hosted(self, named: &[(String, PathBuf)], need: Need) -> anyhow::Result<Vec<Hosted>> {
+        let file = load_file(self.settings.as_deref())?;
+        let base = self.combine(file.run);
+        let mut tables = file.environment;
+        for (name, path) in named {
+            let own = load_file(Some(path))?;
+            if !own.environment.is_empty() {
+                return Err(usage(format!(
+                    "--environment {name}={}: an environment's file has no [[environment]] tables of its own",
+                    path.display()
+                )));
+            }
+            tables.push(EnvironmentTable { name: name.clone(), queue: None, run: own.run, reward: own.reward });
+        }
+        let default = base.clone().settled(file.reward.clone(), need)?;
+        let mut hosted =
+            vec![Hosted { name: parley_serve::DEFAULT.into(), settings: default, concurrency: None, queue: None }];
+        for mut table in tables {
+            let name = table.name;
+            let named_well = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+            if name.is_empty() || !named_well {
+                return Err(usage(format!(
+                    "environment `{name}`: a name is letters, digits, `_`, `-`, `.` and `:` (it labels metrics)"
+                )));
+            }
+            if hosted.iter().any(|h| h.name == name) {
+                return Err(usage(format!(
+                    "environment `{name}` is named twice (`{}` is the default's name)",
+                    parley_serve::DEFAULT
+                )));
+            }
+            let concurrency = table.run.concurrency;
+            // Its own components, when it has any, replace the default's (the flags' or the file's).
+            table.run.rewards.reward = table.reward;
+            let settings = table
+                .run
+                .combine(base.clone())
+                .settled(file.reward.clone(), need)
+                .map_err(|e| usage(format!("environment `{name}`: {e}")))?;
+            // The store is one, opened once: what it is and how it records are the service's.
+            for (key, differs) in [
+                ("db", settings.db != hosted[0].settings.db),
+                ("raw_calls", settings.raw_calls != hosted[0].settings.raw_calls),
+            ] {
+                if differs {
+                    return Err(usage(format!(
+                        "environment `{name}`: `{key}` is the service's, one store for every environment; set it in \
+                         [run] or with its flag"
+                    )));
+                }
+            }
+            hosted.push(Hosted { name, settings, concurrency, queue: table.queue });
+        }
+        Ok(hosted)
+    }
+
+    /// These options resolved, with `file_reward` the settings file's `[[reward]]` tables.
+    fn settled(self, file_reward: Vec<parley_rewards::RewardSpec>, need: Need) -> anyhow::Result<RunSettings> {
+        let o = self;
         // `[[reward]]` sits beside `[run]`, so it is merged here: flags replace the file's list.
-        let reward = o.rewards.over(file.reward);
+        let reward = o.rewards.over(file_reward);
         let concurrency = o.concurrency.unwrap_or(defaults::CONCURRENCY);
         let mut settings = RunSettings {
             env: o.env.unwrap_or(EnvKind::MultiStep),
@@ -380,6 +487,51 @@ mod tests {
         assert!(err.to_string().contains("wieght"), "{err}");
         let err = resolve_file("[run]\nenv = \"custom\"\ntasks = \"Cargo.toml\"\n").unwrap_err();
         assert!(err.to_string().contains("--reward"), "{err}");
+    }
+
+    /// `[[environment]]` tables and `--environment NAME=FILE`: each environment's own keys over
+    /// the default's, its own reward in place of the default's, and bad tables named.
+    #[test]
+    fn hosted_environments_take_their_own_keys_over_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("parley.toml");
+        std::fs::write(
+            &path,
+            "[run]\nconcurrency = 8\nmax_steps = 4\n\n[[reward]]\nscorer = \"exact\"\n\n\
+             [[environment]]\nname = \"math\"\nenv = \"custom\"\nconcurrency = 2\nqueue = 0\n\n\
+             [[environment.reward]]\nscorer = \"math\"\nweight = 0.8\n\n\
+             [[environment]]\nname = \"airline\"\nenv = \"tau2:airline\"\n",
+        )
+        .unwrap();
+        let more = dir.path().join("steps.toml");
+        std::fs::write(&more, "[run]\nmax_steps = 9\n").unwrap();
+        let policy = PolicyOptions { model: Some("m".into()), ..PolicyOptions::default() };
+        let flags = RunOptions { settings: Some(path.clone()), policy, ..RunOptions::default() };
+        let hosted = flags.resolve_hosted(&[("steps".into(), more.clone())], Need::Nothing).unwrap();
+        let names: Vec<&str> = hosted.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["default", "math", "airline", "steps"]);
+        let [default, math, airline, steps] = &hosted[..] else { unreachable!() };
+        assert_eq!((default.concurrency, default.queue, default.settings.concurrency), (None, None, 8));
+        assert_eq!((math.concurrency, math.queue, math.settings.env), (Some(2), Some(0), EnvKind::Custom));
+        assert_eq!(math.settings.reward.components[0].name(), "math", "its own reward");
+        assert_eq!(airline.settings.reward.components[0].name(), "exact", "the default's reward");
+        assert_eq!((airline.settings.max_steps, steps.settings.max_steps), (4, 9));
+        assert!(hosted.iter().all(|h| h.settings.model == "m"), "the flags reach every environment");
+
+        for (table, named) in [
+            ("[[environment]]\nenv = \"custom\"\n", "needs a `name`"),
+            ("[[environment]]\nname = \"a b\"\n", "a name is"),
+            ("[[environment]]\nname = \"default\"\n", "named twice"),
+            ("[[environment]]\nname = \"x\"\nmax_stpes = 2\n", "max_stpes"),
+            ("[[environment]]\nname = \"x\"\ndb = \"other.db\"\n", "one store"),
+            ("[[environment]]\nname = \"x\"\nraw_calls = false\n", "`raw_calls` is the service's"),
+        ] {
+            std::fs::write(&path, table).unwrap();
+            let flags = RunOptions { settings: Some(path.clone()), ..RunOptions::default() };
+            let err = flags.resolve_hosted(&[], Need::Nothing).unwrap_err();
+            assert!(err.downcast_ref::<crate::error::UsageError>().is_some(), "{table}: {err}");
+            assert!(err.to_string().contains(named), "{table}: {err}");
+        }
     }
 
     #[test]

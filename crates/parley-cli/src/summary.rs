@@ -1,4 +1,5 @@
-//! The summary of a run, computed from the store alone.
+//! The summary of a run, computed from the store alone; or of several runs as one (the
+//! environments of one `parley serve`, each its own service run, as a whole).
 
 use std::io::Write;
 use std::time::Duration;
@@ -9,6 +10,9 @@ use parley_store::{RunOutcomes, Store, TokenTotals};
 
 pub struct Report {
     pub run: i64,
+    /// The runs reported with `run` as one, each with the offset its task indexes take, so that
+    /// task 0 of one and task 0 of another stay two tasks.
+    pub with: Vec<(i64, usize)>,
     pub summary: Summary,
     pub tokens: TokenTotals,
     pub call_ms_p50: Option<f64>,
@@ -31,22 +35,60 @@ impl Report {
     /// Sessions whose simulated user failed its part are counted apart from the rewards and
     /// pass figures, unless `keep_user_faults`.
     pub async fn load(store: &Store, run: i64, trials: usize, keep_user_faults: bool) -> anyhow::Result<Report> {
-        let RunOutcomes { mut outcomes, failures, unfinished, retries, .. } = store.run_outcomes(run).await?;
+        Report::load_runs(store, run, &[], trials, keep_user_faults).await
+    }
+
+    /// The report of `run` and `with` as one run, each run's tasks its own.
+    pub async fn load_runs(
+        store: &Store,
+        run: i64,
+        with: &[i64],
+        trials: usize,
+        keep_user_faults: bool,
+    ) -> anyhow::Result<Report> {
+        let mut whole = RunOutcomes::default();
+        let (mut latencies, mut user_latencies) = (Vec::new(), Vec::new());
+        let mut tokens = TokenTotals::default();
+        let mut offsets = Vec::new();
+        let mut offset = 0;
+        for (i, &each) in std::iter::once(&run).chain(with).enumerate() {
+            let RunOutcomes { mut outcomes, failures, unfinished, retries, .. } = store.run_outcomes(each).await?;
+            if i > 0 {
+                offsets.push((each, offset));
+            }
+            let tasks = outcomes.iter().map(|o| o.task + 1).max().unwrap_or(0);
+            outcomes.iter_mut().for_each(|o| o.task += offset);
+            offset += tasks;
+            whole.outcomes.extend(outcomes);
+            for (class, n) in failures {
+                *whole.failures.entry(class).or_default() += n;
+            }
+            whole.unfinished += unfinished;
+            whole.retries += retries;
+            latencies.extend(store.call_latencies(each, "assistant").await?);
+            user_latencies.extend(store.call_latencies(each, "user").await?);
+            let own = store.token_totals(each).await?;
+            for (sum, part) in [(&mut tokens.agent, own.agent), (&mut tokens.user, own.user)] {
+                sum.model_calls += part.model_calls;
+                sum.prompt_tokens += part.prompt_tokens;
+                sum.completion_tokens += part.completion_tokens;
+            }
+        }
+        let RunOutcomes { mut outcomes, failures, unfinished, retries, .. } = whole;
         if keep_user_faults {
             outcomes.iter_mut().for_each(|o| o.user_fault = false);
         }
-        let mut latencies = store.call_latencies(run, "assistant").await?;
         latencies.sort_by(f64::total_cmp);
-        let mut user_latencies = store.call_latencies(run, "user").await?;
         user_latencies.sort_by(f64::total_cmp);
         Ok(Report {
             run,
+            with: offsets,
             // By name, as the summary lists them.
             failures: failures.into_iter().map(|(f, n)| (f.as_str().to_owned(), n)).collect(),
             retries,
             unfinished,
             summary: summarize(&outcomes, trials),
-            tokens: store.token_totals(run).await?,
+            tokens,
             call_ms_p50: percentile(&latencies, 0.5),
             call_ms_p99: percentile(&latencies, 0.99),
             user_call_ms_p50: percentile(&user_latencies, 0.5),
@@ -59,13 +101,16 @@ impl Report {
     /// sessions whose simulated user failed its part are left out unless `keep_user_faults`.
     pub async fn with_training(mut self, store: &Store, keep_user_faults: bool) -> anyhow::Result<Report> {
         let mut acc = TrainingAccumulator::default();
-        let mut after = 0;
-        loop {
-            let page = store.session_shapes(self.run, after, 4096).await?;
-            let Some(last) = page.last() else { break };
-            after = last.id;
-            for shape in page.iter().filter_map(|s| parley_runtime::curriculum::shaped(s, keep_user_faults)) {
-                acc.add(&shape);
+        for (run, offset) in std::iter::once((self.run, 0)).chain(self.with.iter().copied()) {
+            let mut after = 0;
+            loop {
+                let page = store.session_shapes(run, after, 4096).await?;
+                let Some(last) = page.last() else { break };
+                after = last.id;
+                for mut shape in page.iter().filter_map(|s| parley_runtime::curriculum::shaped(s, keep_user_faults)) {
+                    shape.task += offset;
+                    acc.add(&shape);
+                }
             }
         }
         self.training = acc.finish();
@@ -80,6 +125,11 @@ impl Report {
                 let secs = elapsed.as_secs_f64();
                 let rate = s.sessions as f64 / secs.max(1e-9);
                 writeln!(w, "run {}        {} sessions in {secs:.2} s ({rate:.1} sessions/s)", self.run, s.sessions)?
+            }
+            None if !self.with.is_empty() => {
+                let runs: Vec<String> =
+                    std::iter::once(self.run).chain(self.with.iter().map(|(r, _)| *r)).map(|r| r.to_string()).collect();
+                writeln!(w, "runs {}        {} sessions", runs.join(", "), s.sessions)?
             }
             None => writeln!(w, "run {}        {} sessions", self.run, s.sessions)?,
         }
@@ -190,7 +240,7 @@ impl Report {
     /// The same figures as the table, as JSON.
     pub fn to_json(&self) -> serde_json::Value {
         let s = &self.summary;
-        serde_json::json!({
+        let mut json = serde_json::json!({
             "run": self.run,
             "sessions": s.sessions,
             "unfinished": self.unfinished,
@@ -207,6 +257,11 @@ impl Report {
                            "user_call_p50": self.user_call_ms_p50, "user_call_p99": self.user_call_ms_p99,
                            "session_p50": s.session_ms_p50, "session_p99": s.session_ms_p99},
             "training": self.training,
-        })
+        });
+        if !self.with.is_empty() {
+            // The runs reported with `run` as one.
+            json["with"] = self.with.iter().map(|(r, _)| *r).collect();
+        }
+        json
     }
 }

@@ -82,7 +82,34 @@ pub struct NemoGymServers {
     config: Value,
 }
 
+/// A resources server a config names, with the agents the config binds to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourcesServer {
+    /// The config's instance name, e.g. `example_multi_step_resources_server`.
+    pub name: String,
+    /// The agent instances whose `resources_server` it is, e.g. `example_multi_step_simple_agent`.
+    pub agents: Vec<String>,
+}
+
 impl NemoGymServers {
+    /// The resources servers `configs` name, merged as [`start_all`](Self::start_all) merges
+    /// them, each with its agents; nothing is started.
+    pub async fn resources_servers(
+        configs: &[PathBuf],
+        options: &LaunchOptions,
+    ) -> Result<Vec<ResourcesServer>, RemoteError> {
+        let gym_root = match &options.gym_root {
+            Some(root) => root.clone(),
+            None => gym_root(&options.python).await?,
+        };
+        let merged = config::load(configs, &gym_root)?;
+        Ok(config::instances(&merged)
+            .into_iter()
+            .filter(|i| i.server_type == "resources_servers")
+            .map(|i| ResourcesServer { agents: config::agents_of(&merged, &i.name), name: i.name })
+            .collect())
+    }
+
     /// Starts the servers of one config file and waits until they answer.
     pub async fn start(config_yaml: &Path, options: &LaunchOptions) -> Result<NemoGymServers, RemoteError> {
         NemoGymServers::start_all(&[config_yaml.to_path_buf()], options).await

@@ -29,7 +29,7 @@ pub mod responses;
 pub use error::RemoteError;
 pub use gymnasium::{GymnasiumEnvironment, GymnasiumUser};
 pub use http::{CookieJar, HttpServer, Retry, ServerOptions};
-pub use launcher::{LaunchOptions, NemoGymServers, RunningServer};
+pub use launcher::{LaunchOptions, NemoGymServers, ResourcesServer, RunningServer};
 pub use mcp::{McpEnvironment, McpServerSpec, McpTransport};
 pub use nemo_gym::{NemoGymEnvironment, aggregate_metrics, reward_from_verify};
 pub use responses::{ResponsesClient, ResponsesConfig};

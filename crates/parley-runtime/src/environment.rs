@@ -238,6 +238,76 @@ impl parley_core::ModelClient for NoJudge {
 /// How a run starts NeMo Gym's servers: every resources server and every model server of the
 /// configs; the model servers (the resources servers' judges) are pointed at the judge's endpoint,
 /// or else the agent's, through NeMo Gym's `policy_*` globals.
+/// The NeMo Gym venv the settings name (`.venv-nemo-gym` by default), checked.
+fn gym_venv(remote: &crate::settings::RemoteSettings) -> Result<PathBuf, UsageError> {
+    let venv = remote.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));
+    if !venv.join("bin/python").is_file() {
+        return Err(usage(format!(
+            "no NeMo Gym venv at {}: install nemo-gym there (.ci/setup-peers does) or pass --gym-venv DIR",
+            venv.display()
+        )));
+    }
+    Ok(venv)
+}
+
+/// A NeMo Gym config naming several resources servers, served whole as `gym env start` serves
+/// it: its servers started once, and each resources server an environment of its own, reached
+/// at the URL it was started on (`--server URL`, under its instance name).
+pub struct GymServed {
+    /// The servers started; shut them down when the environments are done with them.
+    pub servers: NemoGymServers,
+    pub environments: Vec<GymResource>,
+}
+
+/// One resources server of a [`GymServed`] config as an environment.
+pub struct GymResource {
+    /// Its instance name in the config.
+    pub name: String,
+    /// The agent instances the config binds to it: the names rows call it by in `agent_ref`.
+    pub agents: Vec<String>,
+    /// The settings given, with the server's URL and name.
+    pub settings: RunSettings,
+}
+
+impl GymServed {
+    /// Starts the config's servers when `settings` are a NeMo Gym config (`--env nemo-gym
+    /// --config ...`, no `--server` or `--server-name`) naming several resources servers; `None`
+    /// otherwise, for the settings to open as they always have.
+    pub async fn start(settings: &RunSettings) -> anyhow::Result<Option<GymServed>> {
+        let remote = &settings.remote;
+        let whole = settings.env == EnvKind::NemoGym && remote.server.is_none() && remote.server_name.is_none();
+        if !whole || remote.gym_config.is_none() {
+            return Ok(None);
+        }
+        let venv = gym_venv(remote)?;
+        let options = launch(settings, &venv);
+        let configs = remote.gym_config_paths();
+        let named = NemoGymServers::resources_servers(&configs, &options).await?;
+        if named.len() < 2 {
+            return Ok(None);
+        }
+        tracing::info!(servers = named.len(), "starting the NeMo Gym servers, each resources server an environment");
+        let servers = NemoGymServers::start_all(&configs, &options).await?;
+        let mut environments = Vec::new();
+        for resources in named {
+            let started = servers
+                .get(&resources.name)
+                .ok_or_else(|| anyhow::anyhow!("the NeMo Gym server `{}` was not started", resources.name))?;
+            let mut own = settings.clone();
+            own.remote.server = Some(started.url.clone());
+            own.remote.server_name = Some(resources.name.clone());
+            own.remote.gymnasium = remote.gymnasium || started.implementation.contains("gymnasium");
+            environments.push(GymResource { name: resources.name, agents: resources.agents, settings: own });
+        }
+        Ok(Some(GymServed { servers, environments }))
+    }
+
+    /// Stops the servers.
+    pub async fn shutdown(self) {
+        self.servers.shutdown().await;
+    }
+}
+
 fn launch(settings: &RunSettings, venv: &std::path::Path) -> LaunchOptions {
     let mut options = LaunchOptions::with_venv(venv);
     options.server_types = vec!["resources_servers".into(), "responses_api_models".into()];
@@ -342,16 +412,13 @@ impl Environments {
             EnvKind::NemoGym => {
                 let config_path = remote.gym_config_path();
                 let (url, name, gymnasium) = match (&remote.server, &config_path) {
-                    (Some(url), _) => (url.clone(), "nemo-gym".to_owned(), remote.gymnasium),
+                    // A server of a config served whole (`GymServed`) keeps its instance name.
+                    (Some(url), _) => {
+                        let name = remote.server_name.clone().unwrap_or_else(|| "nemo-gym".to_owned());
+                        (url.clone(), name, remote.gymnasium)
+                    }
                     (None, Some(config)) => {
-                        let venv = remote.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));
-                        if !venv.join("bin/python").is_file() {
-                            return Err(usage(format!(
-                                "no NeMo Gym venv at {}: install nemo-gym there (.ci/setup-peers does) or pass --gym-venv DIR",
-                                venv.display()
-                            ))
-                            .into());
-                        }
+                        let venv = gym_venv(remote)?;
                         tracing::info!(config = %config.display(), "starting the NeMo Gym servers");
                         let servers =
                             NemoGymServers::start_all(&remote.gym_config_paths(), &launch(settings, &venv)).await?;

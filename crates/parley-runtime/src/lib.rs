@@ -24,7 +24,7 @@ pub mod settings;
 pub mod tasks;
 pub mod worker;
 
-pub use environment::{EnvKind, Environments, Judged, Tau2Domain};
+pub use environment::{EnvKind, Environments, GymResource, GymServed, Judged, Tau2Domain};
 pub use error::{UsageError, usage};
 pub use parley_engine::{Job, SessionResult, Stop};
 pub use rows::{Failure, Rollout};

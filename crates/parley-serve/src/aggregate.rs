@@ -22,23 +22,31 @@
 //!   and in `agent_metrics`, the same figures of each repeat's means across repeats
 //!   (`*_across_repeats/mean/...`).
 //! - `perf_summary` from the rows' `ng_perf` objects, null when none has one.
+//!
+//! A service hosting several environments (`host`) answers the same over all the rows, and
+//! beside it, under `environments`, the same answer over each environment's rows (by the
+//! environment that played each, `_parley_environment`, or the one the row names); each
+//! environment's `agent_metrics` and `key_metrics` are also in the whole's, prefixed
+//! `env/NAME/`, where Gym's answer model (which drops fields it does not know) keeps them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use crate::problem;
+use crate::{Host, problem};
 
 const TASK: &str = "_ng_task_index";
 const REPEAT: &str = "_ng_rollout_index";
 
 /// `POST /aggregate_metrics`: the body is `{"verify_responses": [row, ...]}` (other fields
 /// are ignored, as Gym's request model ignores them).
-pub(crate) async fn aggregate_metrics(body: Bytes) -> Response {
+pub(crate) async fn aggregate_metrics(State(host): State<Arc<Host>>, body: Bytes) -> Response {
     let rows = match serde_json::from_slice::<Value>(&body) {
         Ok(Value::Object(mut map)) => match map.remove("verify_responses") {
             Some(Value::Array(rows)) => rows,
@@ -52,16 +60,49 @@ pub(crate) async fn aggregate_metrics(body: Bytes) -> Response {
         Ok(_) => return problem(StatusCode::BAD_REQUEST, "the body must be an object with `verify_responses`"),
         Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
     };
-    let mut aggregate = Aggregate::default();
-    for row in rows {
-        if let Err(refused) = aggregate.push(row) {
-            return problem(StatusCode::BAD_REQUEST, refused.to_string());
+    let mut by_environment: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    if host.hosted().len() > 1 {
+        for row in &rows {
+            match host.route(row) {
+                Ok(service) => by_environment.entry(service.name().to_owned()).or_default().push(row.clone()),
+                Err(why) => return problem(StatusCode::BAD_REQUEST, why),
+            }
         }
     }
-    match aggregate.finish() {
-        Ok(answer) => axum::Json(answer).into_response(),
-        Err(refused) => problem(StatusCode::BAD_REQUEST, refused.to_string()),
+    let mut answer = match aggregate(rows) {
+        Ok(answer) => answer,
+        Err(refused) => return problem(StatusCode::BAD_REQUEST, refused.to_string()),
+    };
+    if !by_environment.is_empty() {
+        let mut each = Map::new();
+        for (name, rows) in by_environment {
+            let figures = match aggregate(rows) {
+                Ok(figures) => figures,
+                Err(refused) => return problem(StatusCode::BAD_REQUEST, format!("in `{name}`: {refused}")),
+            };
+            // Gym's own answer model keeps only its fields, and logs their flat keys: each
+            // environment's figures go there too, under `env/NAME/`.
+            for field in ["agent_metrics", "key_metrics"] {
+                if let (Some(Value::Object(own)), Some(Value::Object(all))) =
+                    (figures.get(field), answer.get_mut(field))
+                {
+                    all.extend(own.iter().map(|(k, v)| (format!("env/{name}/{k}"), v.clone())));
+                }
+            }
+            each.insert(name, figures);
+        }
+        answer["environments"] = Value::Object(each);
     }
+    axum::Json(answer).into_response()
+}
+
+/// The aggregate of `rows`, verify responses.
+fn aggregate(rows: Vec<Value>) -> Result<Value, Refused> {
+    let mut aggregate = Aggregate::default();
+    for row in rows {
+        aggregate.push(row)?;
+    }
+    aggregate.finish()
 }
 
 /// Why a batch of verify responses has no aggregate.

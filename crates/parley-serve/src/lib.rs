@@ -10,9 +10,11 @@
 //!
 //! A `/run`, step by step:
 //!
-//! - **Admission** is two semaphores: `admitted` (concurrency + queue), taken at once or the
-//!   answer is 503 with `Retry-After`, before the body is read; `running` (concurrency), waited
-//!   for by admitted requests.
+//! - **Admission** (`admission`) is two semaphores: `admitted` (concurrency + queue), taken at
+//!   once or the answer is 503 with `Retry-After`, before the body is read; `running`
+//!   (concurrency), waited for by admitted requests. A service hosting several environments
+//!   (`host`) has a bound of its own beside each environment's, and reads the body first to know
+//!   the row's environment.
 //! - **The row** is checked before any model call: a `policy_base_url` is taken out of it
 //!   (`policy`); in an environment that brings its own tasks, a row naming one by `id` plays it
 //!   ([`Runtime::served_task`](parley_runtime::Runtime::served_task)); a row the environment
@@ -33,8 +35,10 @@
 //! Invariant: no command line and no terminal; the caller binds the listener, owns the stop
 //! signal and gives the runtime.
 
+mod admission;
 mod aggregate;
 mod groups;
+mod host;
 mod metrics;
 mod observe;
 mod offload;
@@ -57,8 +61,10 @@ use parley_core::{Agent, FailureClass, Player, RunId, SessionSpec, Task, ToolLis
 use parley_engine::{Job, Stop};
 use parley_runtime::{Failure, Rollout, Runtime};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
+use crate::admission::{Admission, Admitted};
+
+pub use host::{DEFAULT, FIELD, Host};
 pub use metrics::Metrics;
 
 /// The largest request body taken (a `/run` row with its images, an OpenEnv step over HTTP);
@@ -89,11 +95,13 @@ pub struct Service {
     /// The service run's tasks: one per prompt group, or per request without one.
     groups: groups::Groups,
     lists: std::sync::Mutex<ToolLists>,
-    /// Requests admitted: running or waiting (at most concurrency + queue).
-    admitted: Arc<Semaphore>,
-    /// Requests running (at most concurrency).
-    running: Arc<Semaphore>,
+    /// How many requests it admits (running or waiting) and runs at once.
+    admission: Admission,
     options: ServeOptions,
+    /// The name it is hosted under beside other environments (`Host`); `None` alone.
+    name: Option<String>,
+    /// Other names rows call it by in `agent_ref.name` (NeMo Gym agents bound to it).
+    aliases: Vec<String>,
     /// Stops every session on shutdown; each request's session has its own child tokens.
     stop: Stop,
     pub metrics: Arc<Metrics>,
@@ -120,8 +128,9 @@ impl Service {
             run,
             groups: groups::Groups::new(tasks),
             lists: std::sync::Mutex::new(ToolLists::default()),
-            admitted: Arc::new(Semaphore::new(options.concurrency + options.queue)),
-            running: Arc::new(Semaphore::new(options.concurrency)),
+            admission: Admission::new(options.concurrency, options.queue),
+            name: None,
+            aliases: Vec::new(),
             policies: policy::Policies::new(options.policy_url_allow.clone()),
             options,
             stop: Stop::default(),
@@ -135,6 +144,36 @@ impl Service {
     pub fn with_tasks(mut self, tasks: Vec<Arc<Task>>) -> Service {
         self.hub = openenv::Hub::new(tasks);
         self
+    }
+
+    /// The name this environment is hosted under beside others: a `Host` routes rows and resets
+    /// naming it here, and every answer names it in `_parley_environment`.
+    pub fn named(mut self, name: impl Into<String>) -> Service {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Other names a row's `agent_ref.name` may call this environment by: the NeMo Gym agents
+    /// a config binds to the resources server it is.
+    pub fn also_named(mut self, aliases: Vec<String>) -> Service {
+        self.aliases = aliases;
+        self
+    }
+
+    /// Whether a row's `agent_ref.name` of `name` calls this environment.
+    fn answers_to(&self, name: &str) -> bool {
+        self.name() == name || self.aliases.iter().any(|a| a == name)
+    }
+
+    /// Shares `stop` with other services of one `Host`, so that one signal stops them all.
+    pub fn with_stop(mut self, stop: Stop) -> Service {
+        self.stop = stop;
+        self
+    }
+
+    /// The environment's name: as hosted, or [`DEFAULT`].
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(DEFAULT)
     }
 
     /// The service run's id.
@@ -152,24 +191,44 @@ impl Service {
         &self.stop
     }
 
-    /// The HTTP routes.
+    /// The HTTP routes of this service alone: a [`Host`] of one environment.
     pub fn router(self: &Arc<Service>) -> Router {
-        Router::new()
-            .route("/", get(|| async { "parley serve\n" }))
-            .route("/run", post(run))
-            .route("/aggregate_metrics", post(aggregate::aggregate_metrics))
-            .route("/metrics", get(prometheus))
-            .merge(openenv::routes())
-            .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-            .layer(axum::middleware::from_fn_with_state(Arc::clone(self), authorize))
-            .with_state(Arc::clone(self))
+        Arc::new(Host::new(vec![Arc::clone(self)], None)).router()
     }
+
+    /// A 503 for a request this environment has no place for, counted.
+    fn busy(&self) -> Response {
+        self.metrics.refused();
+        busy()
+    }
+}
+
+/// The answer to a request no place is free for.
+fn busy() -> Response {
+    let mut busy = problem(StatusCode::SERVICE_UNAVAILABLE, "every slot and the queue are full; try again");
+    busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    busy
+}
+
+/// The routes every service has, over its host.
+fn routes(host: &Arc<Host>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "parley serve\n" }))
+        .route("/run", post(run))
+        .route("/aggregate_metrics", post(aggregate::aggregate_metrics))
+        .route("/metrics", get(prometheus))
+        .merge(openenv::routes())
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(host), authorize))
+        .with_state(Arc::clone(host))
 }
 
 /// Refuses a request that a web page of another site sent (or that names another host, on
 /// loopback), and one without the service's bearer token, when it has one. `GET /health` needs
-/// no token: it tells only that the service is up, and a cluster's probes carry none.
-async fn authorize(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
+/// no token: it tells only that the service is up, and a cluster's probes carry none. The
+/// environments of one host share the guard: the default's options are the service's.
+async fn authorize(State(host): State<Arc<Host>>, request: Request, next: Next) -> Response {
+    let service = host.default();
     if let Err(why) = service.options.site.check(request.headers()) {
         return problem(StatusCode::FORBIDDEN, why);
     }
@@ -189,17 +248,20 @@ fn problem(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into()}))).into_response()
 }
 
-/// `POST /run`: one whole rollout of the task row in the body.
-async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
+/// `POST /run`: one whole rollout of the task row in the body, in the environment it names.
+async fn run(State(host): State<Arc<Host>>, body: Bytes) -> Response {
     let started = Instant::now();
-    // Admission first: an overloaded service answers at once, whatever the body.
-    let Ok(admitted) = Arc::clone(&service.admitted).try_acquire_owned() else {
-        service.metrics.refused();
-        let mut busy = problem(StatusCode::SERVICE_UNAVAILABLE, "every slot and the queue are full; try again");
-        busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return busy;
+    // Admission first: an overloaded service answers at once, whatever the body. With one
+    // environment the row's is known before its body is read.
+    let Ok(whole) = host.admit() else { return busy() };
+    let early = match host.only() {
+        Some(service) => match service.admission.admit() {
+            Some(own) => Some((Arc::clone(service), own)),
+            None => return service.busy(),
+        },
+        None => None,
     };
-    let mut row: Value = match serde_json::from_slice(&body) {
+    let row: Value = match serde_json::from_slice(&body) {
         Ok(row @ Value::Object(_)) => row,
         Ok(other) => {
             return problem(
@@ -209,35 +271,66 @@ async fn run(State(service): State<Arc<Service>>, body: Bytes) -> Response {
         }
         Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
     };
-    let agent = match policy::take(&mut row) {
-        Ok(None) => None,
-        Ok(Some(url)) => match service.policies.agent(&service.runtime, &url) {
-            Ok(agent) => Some((agent, service.policies.trusted(&url))),
-            Err(e) => return problem(StatusCode::BAD_REQUEST, format!("`{}`: {e}", policy::FIELD)),
-        },
-        Err(e) => return problem(StatusCode::BAD_REQUEST, e.to_string()),
+    let (service, own) = match early {
+        Some(early) => early,
+        None => {
+            let service = match host.route(&row) {
+                Ok(service) => Arc::clone(service),
+                Err(why) => return problem(StatusCode::BAD_REQUEST, why),
+            };
+            match service.admission.admit() {
+                Some(own) => (service, own),
+                None => return service.busy(),
+            }
+        }
     };
-    let group = groups::key(&row);
-    // Its index in the service run is given when it is recorded.
-    let task = match task_from_row(0, row) {
-        Ok(task) => service.runtime.served_task(task),
-        Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not a NeMo Gym task row: {e}")),
-    };
-    // A row that cannot be run or scored is the trainer's data, refused before any model call.
-    if let Err(why) = service.runtime.parties.environment.check(&task) {
-        let env = &service.runtime.settings.env;
-        return problem(StatusCode::BAD_REQUEST, format!("the row cannot be run in {env}: {why}"));
+    service.serve_row(&host, row, Admitted::new(own, whole), started).await
+}
+
+impl Service {
+    /// Checks a row admitted to this environment, waits for a running slot (this
+    /// environment's, then the whole's) and drives its session.
+    async fn serve_row(
+        self: &Arc<Service>,
+        host: &Host,
+        mut row: Value,
+        admitted: Admitted,
+        started: Instant,
+    ) -> Response {
+        let service = self;
+        let agent = match policy::take(&mut row) {
+            Ok(None) => None,
+            Ok(Some(url)) => match service.policies.agent(&service.runtime, &url) {
+                Ok(agent) => Some((agent, service.policies.trusted(&url))),
+                Err(e) => return problem(StatusCode::BAD_REQUEST, format!("`{}`: {e}", policy::FIELD)),
+            },
+            Err(e) => return problem(StatusCode::BAD_REQUEST, e.to_string()),
+        };
+        let group = groups::key(&row);
+        // Its index in the service run is given when it is recorded.
+        let task = match task_from_row(0, row) {
+            Ok(task) => service.runtime.served_task(task),
+            Err(e) => return problem(StatusCode::BAD_REQUEST, format!("the body is not a NeMo Gym task row: {e}")),
+        };
+        // A row that cannot be run or scored is the trainer's data, refused before any model call.
+        if let Err(why) = service.runtime.parties.environment.check(&task) {
+            let env = &service.runtime.settings.env;
+            return problem(StatusCode::BAD_REQUEST, format!("the row cannot be run in {env}: {why}"));
+        }
+        service.metrics.queued(1);
+        let running = match service.admission.run().await {
+            Some(own) => host.run(own).await,
+            None => None,
+        };
+        service.metrics.queued(-1);
+        let Some(running) = running else {
+            return problem(StatusCode::SERVICE_UNAVAILABLE, "the service is stopping");
+        };
+        let answer = drive(service, task, group, agent).await;
+        drop((running, admitted));
+        service.metrics.run_took(started.elapsed());
+        answer
     }
-    service.metrics.queued(1);
-    let running = Arc::clone(&service.running).acquire_owned().await;
-    service.metrics.queued(-1);
-    let Ok(running) = running else {
-        return problem(StatusCode::SERVICE_UNAVAILABLE, "the service is stopping");
-    };
-    let answer = drive(&service, task, group, agent).await;
-    drop((running, admitted));
-    service.metrics.run_took(started.elapsed());
-    answer
 }
 
 /// Records the task's session under the service run (a trial of its prompt group's task, when
@@ -318,6 +411,9 @@ async fn drive(
         }
         map.insert("_parley_run".into(), json!(service.run));
         map.insert("_parley_session".into(), json!(result.id));
+        if let Some(name) = &service.name {
+            map.insert(host::ANSWERED_BY.into(), json!(name));
+        }
     }
     axum::Json(row).into_response()
 }
@@ -332,9 +428,10 @@ fn as_sent(answer: &mut Value, sent: &Value) {
     }
 }
 
-/// `GET /metrics`: Prometheus text.
-async fn prometheus(State(service): State<Arc<Service>>) -> impl IntoResponse {
+/// `GET /metrics`: Prometheus text, each sample labelled with its environment when the service
+/// hosts several.
+async fn prometheus(State(host): State<Arc<Host>>) -> impl IntoResponse {
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
-    (headers, service.metrics.render())
+    (headers, host.render_metrics())
 }

@@ -165,59 +165,155 @@ impl Metrics {
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let load = |a: &AtomicI64| a.load(Ordering::Relaxed);
-        let head = |out: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-        };
-        head(&mut out, "parley_sessions_in_flight", "gauge", "Sessions being driven now.");
-        let _ = writeln!(out, "parley_sessions_in_flight {}", load(&self.in_flight));
-        head(&mut out, "parley_sessions_queued", "gauge", "Requests waiting for a free slot.");
-        let _ = writeln!(out, "parley_sessions_queued {}", load(&self.queued));
-        head(
-            &mut out,
-            "parley_requests_refused_total",
-            "counter",
-            "Requests answered 503: every slot and the queue full.",
-        );
-        let _ = writeln!(out, "parley_requests_refused_total {}", self.refused.load(Ordering::Relaxed));
-        head(
-            &mut out,
-            "parley_sessions_finished_total",
-            "counter",
-            "Sessions ended, by termination and failure class.",
-        );
-        if let Ok(ended) = self.ended.lock() {
-            for ((termination, failure), n) in ended.iter() {
-                let _ = writeln!(
-                    out,
-                    "parley_sessions_finished_total{{termination=\"{termination}\",failure=\"{failure}\"}} {n}"
-                );
-            }
+        for family in FAMILIES {
+            family.head(&mut out);
+            self.samples(&mut out, family, "");
         }
-        head(
-            &mut out,
-            "parley_sessions_token_discontiguous_total",
-            "counter",
-            "Sessions whose token ids are not one contiguous sequence (answered without the tokens from there on).",
-        );
-        let _ =
-            writeln!(out, "parley_sessions_token_discontiguous_total {}", self.discontiguous.load(Ordering::Relaxed));
-        head(&mut out, "parley_run_seconds", "histogram", "Time from a /run request to its answer.");
-        self.run.render(&mut out, "parley_run_seconds", "");
-        head(
-            &mut out,
-            "parley_openenv_step_seconds",
-            "histogram",
-            "OpenEnv steps, from the action read off the connection to the observation written, by what the action held.",
-        );
-        self.tool_steps.render(&mut out, "parley_openenv_step_seconds", "action=\"tool_calls\",");
-        self.text_steps.render(&mut out, "parley_openenv_step_seconds", "action=\"text\",");
-        head(&mut out, "parley_model_call_seconds", "histogram", "Model calls, retries included, by party.");
-        self.agent_calls.render(&mut out, "parley_model_call_seconds", "party=\"agent\",");
-        self.user_calls.render(&mut out, "parley_model_call_seconds", "party=\"user\",");
-        head(&mut out, "parley_store_commit_seconds", "histogram", "Store commits of turns and session ends.");
-        self.commits.render(&mut out, "parley_store_commit_seconds", "");
         out
     }
+
+    /// Writes this service's samples of `family`, each with `labels` first
+    /// (`environment="math",`, or nothing).
+    fn samples(&self, out: &mut String, family: &Family, labels: &str) {
+        let load = |a: &AtomicI64| a.load(Ordering::Relaxed);
+        let name = family.name;
+        match family.which {
+            Which::InFlight => sample(out, name, labels, load(&self.in_flight)),
+            Which::Queued => sample(out, name, labels, load(&self.queued)),
+            Which::Refused => sample(out, name, labels, self.refused.load(Ordering::Relaxed)),
+            Which::Finished => {
+                if let Ok(ended) = self.ended.lock() {
+                    for ((termination, failure), n) in ended.iter() {
+                        let labels = format!("{labels}termination=\"{termination}\",failure=\"{failure}\",");
+                        sample(out, name, &labels, n);
+                    }
+                }
+            }
+            Which::Discontiguous => {
+                sample(out, name, labels, self.discontiguous.load(Ordering::Relaxed));
+            }
+            Which::Run => self.run.render(out, name, labels),
+            Which::Steps => {
+                self.tool_steps.render(out, name, &format!("{labels}action=\"tool_calls\","));
+                self.text_steps.render(out, name, &format!("{labels}action=\"text\","));
+            }
+            Which::ModelCalls => {
+                self.agent_calls.render(out, name, &format!("{labels}party=\"agent\","));
+                self.user_calls.render(out, name, &format!("{labels}party=\"user\","));
+            }
+            Which::Commits => self.commits.render(out, name, labels),
+        }
+    }
+}
+
+/// Which of the service's figures a family reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    InFlight,
+    Queued,
+    Refused,
+    Finished,
+    Discontiguous,
+    Run,
+    Steps,
+    ModelCalls,
+    Commits,
+}
+
+/// The families `/metrics` reports, in order: name, type and help.
+struct Family {
+    which: Which,
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+}
+
+impl Family {
+    fn head(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
+        let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind);
+    }
+}
+
+const FAMILIES: &[Family] = &[
+    Family {
+        which: Which::InFlight,
+        name: "parley_sessions_in_flight",
+        kind: "gauge",
+        help: "Sessions being driven now.",
+    },
+    Family {
+        which: Which::Queued,
+        name: "parley_sessions_queued",
+        kind: "gauge",
+        help: "Requests waiting for a free slot.",
+    },
+    Family {
+        which: Which::Refused,
+        name: "parley_requests_refused_total",
+        kind: "counter",
+        help: "Requests answered 503: every slot and the queue full.",
+    },
+    Family {
+        which: Which::Finished,
+        name: "parley_sessions_finished_total",
+        kind: "counter",
+        help: "Sessions ended, by termination and failure class.",
+    },
+    Family {
+        which: Which::Discontiguous,
+        name: "parley_sessions_token_discontiguous_total",
+        kind: "counter",
+        help: "Sessions whose token ids are not one contiguous sequence (answered without the tokens from there on).",
+    },
+    Family {
+        which: Which::Run,
+        name: "parley_run_seconds",
+        kind: "histogram",
+        help: "Time from a /run request to its answer.",
+    },
+    Family {
+        which: Which::Steps,
+        name: "parley_openenv_step_seconds",
+        kind: "histogram",
+        help: "OpenEnv steps, from the action read off the connection to the observation written, by what the action held.",
+    },
+    Family {
+        which: Which::ModelCalls,
+        name: "parley_model_call_seconds",
+        kind: "histogram",
+        help: "Model calls, retries included, by party.",
+    },
+    Family {
+        which: Which::Commits,
+        name: "parley_store_commit_seconds",
+        kind: "histogram",
+        help: "Store commits of turns and session ends.",
+    },
+];
+
+/// One sample line: `name value`, or `name{labels} value`.
+fn sample(out: &mut String, name: &str, labels: &str, value: impl std::fmt::Display) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{{{}}} {value}", labels.trim_end_matches(','));
+    }
+}
+
+/// The metrics of several environments in one text: each family once, each sample labelled
+/// with its environment; `refused_unrouted`, requests the whole service refused before reading
+/// them, under `environment=""`.
+pub(crate) fn render_labelled(environments: &[(&str, &Metrics)], refused_unrouted: u64) -> String {
+    let mut out = String::new();
+    for family in FAMILIES {
+        family.head(&mut out);
+        for (name, metrics) in environments {
+            metrics.samples(&mut out, family, &format!("environment=\"{name}\","));
+        }
+        if family.which == Which::Refused {
+            sample(&mut out, family.name, "environment=\"\",", refused_unrouted);
+        }
+    }
+    out
 }

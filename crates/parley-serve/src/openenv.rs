@@ -12,6 +12,11 @@
 //! which `/step` (in its body) and `/state` (`?session_id=`) name. An HTTP session ends as any
 //! session does, at the latest by its time limit (`--session-timeout`).
 //!
+//! A service hosting several environments (`host`) serves each one's sessions on the same
+//! routes: a reset names its environment in its data's `environment` (the default otherwise),
+//! a step or state finds the session in whichever environment holds it, and `/schema` and
+//! `/metadata` list the environments.
+//!
 //! A reset picks a task of the environment (by `task_index`, `task_id`, or `seed` modulo the
 //! number of tasks; the next in turn when it names none) and a `trial`, records the session
 //! under the service run and answers the first observation: the messages the agent sees and the
@@ -48,8 +53,10 @@ use tokio_util::sync::CancellationToken;
 
 use self::episode::{Episode, Resumable, StepRefused};
 use self::wire::Invalid;
-use crate::Service;
+use crate::admission::Admitted;
+use crate::host::FIELD;
 use crate::metrics::Action;
+use crate::{Host, Service};
 
 /// How long an HTTP session that has ended stays readable by `GET /state`.
 const ENDED_KEPT: Duration = Duration::from_secs(300);
@@ -81,10 +88,10 @@ impl Hub {
 }
 
 /// The routes, under the service's bearer-token check.
-pub(crate) fn routes() -> Router<Arc<Service>> {
+pub(crate) fn routes() -> Router<Arc<Host>> {
     Router::new()
         .route("/health", get(|| async { axum::Json(json!({"status": "healthy"})) }))
-        .route("/schema", get(|| async { axum::Json(wire::schemas()) }))
+        .route("/schema", get(schema))
         .route("/metadata", get(metadata))
         .route("/reset", post(http_reset))
         .route("/step", post(http_step))
@@ -120,8 +127,37 @@ async fn mcp(body: Bytes) -> Response {
     axum::Json(json!({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": id})).into_response()
 }
 
-async fn metadata(State(service): State<Arc<Service>>) -> Response {
-    axum::Json(json!({
+/// `GET /schema`: OpenEnv's schemas; in a service of several environments, with each
+/// environment a reset may name.
+async fn schema(State(host): State<Arc<Host>>) -> Response {
+    let mut schemas = wire::schemas();
+    if host.hosted().len() > 1 {
+        schemas["environments"] = environments(&host);
+    }
+    axum::Json(schemas).into_response()
+}
+
+/// What each hosted environment is, by name: its kind, its tasks and its service run.
+fn environments(host: &Host) -> Value {
+    host.hosted()
+        .iter()
+        .map(|s| {
+            let about = json!({
+                "env": s.runtime.settings.env.to_string(),
+                "tasks": s.hub.tasks.len(),
+                "run": s.run,
+                "concurrency": s.admission.concurrency,
+                "queue": s.admission.queue,
+            });
+            (s.name().to_owned(), about)
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+async fn metadata(State(host): State<Arc<Host>>) -> Response {
+    let service = host.default();
+    let mut metadata = json!({
         "name": format!("parley {}", service.runtime.settings.env),
         "description": format!(
             "Parley serving {} ({} tasks) with its simulated user; an action is one assistant message, \
@@ -134,8 +170,12 @@ async fn metadata(State(service): State<Arc<Service>>) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "author": null,
         "documentation_url": null,
-    }))
-    .into_response()
+    });
+    if host.hosted().len() > 1 {
+        metadata["default_environment"] = json!(service.name());
+        metadata["environments"] = environments(&host);
+    }
+    axum::Json(metadata).into_response()
 }
 
 /// Why a reset or step was refused.
@@ -207,16 +247,49 @@ impl Refusal {
     }
 }
 
-/// Starts the session a reset asks for: a new one on a task of the environment, or one that a
-/// dropped connection left.
-async fn reset(service: &Arc<Service>, data: &Value) -> Result<(Episode, Value), Refusal> {
-    let request = wire::reset_request(data).map_err(Refusal::Invalid)?;
+/// Starts the session a reset asks for, in the environment it names: a new one on a task of the
+/// environment, or one that a dropped connection left (in the environment that holds it).
+async fn reset(host: &Arc<Host>, data: &Value) -> Result<(Arc<Service>, Episode, Value), Refusal> {
+    let mut data = data.clone();
+    let named = match data.as_object_mut().and_then(|d| d.remove(FIELD)) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name),
+        Some(other) => {
+            let msg = format!("`{FIELD}` is the name of an environment served here, not {other}");
+            return Err(Refusal::Invalid(vec![Invalid::new(vec![json!(FIELD)], "string_type", msg)]));
+        }
+    };
+    let request = wire::reset_request(&data).map_err(Refusal::Invalid)?;
+    let service = match &named {
+        Some(name) => host
+            .named(name)
+            .map_err(|why| Refusal::Invalid(vec![Invalid::new(vec![json!(FIELD)], "value_error", why)]))?,
+        None => request
+            .session_id
+            .and_then(|id| host.hosted().iter().find(|s| s.hub.dropped.lock().is_ok_and(|d| d.contains_key(&id))))
+            .unwrap_or_else(|| host.default()),
+    };
+    let service = Arc::clone(service);
     if service.stop.is_stopping() {
         return Err(Refusal::Failed("the service is stopping: it starts no session".into()));
     }
-    let Ok(permit) = Arc::clone(&service.admitted).try_acquire_owned() else {
-        return Err(Refusal::Capacity(service.options.concurrency + service.options.queue));
+    let Ok(whole) = host.admit() else {
+        return Err(Refusal::Capacity(host.capacity().unwrap_or_else(|| service.admission.capacity())));
     };
+    let Some(own) = service.admission.admit() else {
+        return Err(Refusal::Capacity(service.admission.capacity()));
+    };
+    let permit = Admitted::new(own, whole);
+    let (episode, observation) = reset_in(&service, request, permit).await?;
+    Ok((service, episode, observation))
+}
+
+/// [`reset`] in the environment `service`, its places taken.
+async fn reset_in(
+    service: &Arc<Service>,
+    request: wire::ResetRequest,
+    permit: Admitted,
+) -> Result<(Episode, Value), Refusal> {
     if let Some(id) = request.session_id {
         // Only the trainer that holds the session's key continues it; to anyone else a session
         // is as unknown as one that never was.
@@ -322,14 +395,18 @@ fn detach(service: &Arc<Service>, episode: Episode) {
 }
 
 /// `GET /ws`: one WebSocket connection, one session at a time.
-async fn ws(State(service): State<Arc<Service>>, upgrade: WebSocketUpgrade) -> Response {
-    upgrade.max_message_size(MAX_FRAME).on_upgrade(move |socket| connection(service, socket))
+async fn ws(State(host): State<Arc<Host>>, upgrade: WebSocketUpgrade) -> Response {
+    upgrade.max_message_size(MAX_FRAME).on_upgrade(move |socket| connection(host, socket))
 }
+
+/// A connection's episode, with the environment that plays it.
+type Held = Option<(Arc<Service>, Episode)>;
 
 /// One connection. Its frames are read on a task of their own, so that pings are answered and
 /// a client that goes away is noticed while a step is under way (a simulated user's reply can
 /// take longer than a client waits for a pong).
-async fn connection(service: Arc<Service>, socket: WebSocket) {
+async fn connection(host: Arc<Host>, socket: WebSocket) {
+    let stop = host.stop().clone();
     let (mut sink, mut stream) = socket.split();
     // Each frame with the instant it was read off the connection, where a step's time starts;
     // or why the connection is closed: a frame that could not be read.
@@ -356,7 +433,7 @@ async fn connection(service: Arc<Service>, socket: WebSocket) {
             gone.cancel();
         }
     });
-    let mut episode: Option<Episode> = None;
+    let mut episode: Held = None;
     loop {
         let (text, read) = tokio::select! {
             frame = frames.recv() => match frame {
@@ -368,22 +445,22 @@ async fn connection(service: Arc<Service>, socket: WebSocket) {
                 }
                 None => break,
             },
-            () = service.stop.abort.cancelled() => break,
+            () = stop.abort.cancelled() => break,
         };
         let answered = tokio::select! {
-            answered = answer(&service, &mut episode, &text) => answered,
+            answered = answer(&host, &mut episode, &text) => answered,
             () = gone.cancelled() => break,
-            () = service.stop.abort.cancelled() => break,
+            () = stop.abort.cancelled() => break,
         };
         if answered.close || sink.send(Frame::Text(answered.reply.to_string().into())).await.is_err() {
             break;
         }
-        if let Some(action) = answered.step {
+        if let (Some(action), Some((service, _))) = (answered.step, &episode) {
             service.metrics.step_took(action, read.elapsed());
         }
     }
     reader.abort();
-    if let Some(episode) = episode {
+    if let Some((service, episode)) = episode {
         detach(&service, episode);
     }
 }
@@ -416,7 +493,7 @@ impl Answered {
 }
 
 /// Answers one WebSocket frame.
-async fn answer(service: &Arc<Service>, episode: &mut Option<Episode>, text: &str) -> Answered {
+async fn answer(host: &Arc<Host>, episode: &mut Held, text: &str) -> Answered {
     let message: Value = match serde_json::from_str(text) {
         Ok(message) => message,
         Err(e) => {
@@ -445,19 +522,19 @@ async fn answer(service: &Arc<Service>, episode: &mut Option<Episode>, text: &st
         "reset" => {
             // A reset ends this connection's hold on its session: one still going is left
             // resumable.
-            if let Some(earlier) = episode.take() {
-                detach(service, earlier);
+            if let Some((service, earlier)) = episode.take() {
+                detach(&service, earlier);
             }
-            match reset(service, data).await {
-                Ok((started, observation)) => {
-                    *episode = Some(started);
+            match reset(host, data).await {
+                Ok((service, started, observation)) => {
+                    *episode = Some((service, started));
                     Answered::with(json!({"type": "observation", "data": observation}))
                 }
                 Err(refusal) => Answered::with(refusal.frame()),
             }
         }
         "step" => {
-            let Some(current) = episode.as_mut() else { return Answered::with(Refusal::NoEpisode.frame()) };
+            let Some((_, current)) = episode.as_mut() else { return Answered::with(Refusal::NoEpisode.frame()) };
             if fields.get("data").is_none() {
                 let invalid = Invalid::new(vec![json!("data")], "missing", "a step carries its action in `data`");
                 return Answered::with(Refusal::Invalid(vec![invalid]).frame());
@@ -481,7 +558,8 @@ async fn answer(service: &Arc<Service>, episode: &mut Option<Episode>, text: &st
             }
         }
         "state" => {
-            let state = episode.as_ref().map_or_else(|| json!({"episode_id": null, "step_count": 0}), Episode::state);
+            let state =
+                episode.as_ref().map_or_else(|| json!({"episode_id": null, "step_count": 0}), |(_, e)| e.state());
             Answered::with(json!({"type": "state", "data": state}))
         }
         "close" => Answered { close: true, ..Answered::with(Value::Null) },
@@ -502,12 +580,12 @@ fn body_json(body: &Bytes) -> Result<Value, Refusal> {
 }
 
 /// `POST /reset`: starts a session, held by id for `/step` and `/state`.
-async fn http_reset(State(service): State<Arc<Service>>, body: Bytes) -> Response {
+async fn http_reset(State(host): State<Arc<Host>>, body: Bytes) -> Response {
     let data = match body_json(&body) {
         Ok(data) => data,
         Err(refusal) => return refusal.response(&[json!("body")]),
     };
-    let (episode, observation) = match reset(&service, &data).await {
+    let (service, episode, observation) = match reset(&host, &data).await {
         Ok(started) => started,
         Err(refusal) => return refusal.response(&[json!("body")]),
     };
@@ -520,7 +598,7 @@ async fn http_reset(State(service): State<Arc<Service>>, body: Bytes) -> Respons
 
 /// `POST /step`: `{"action": {...}, "session_id": N}`, and OpenEnv's optional `timeout_s` and
 /// `request_id`, which Parley reads and leaves alone.
-async fn http_step(State(service): State<Arc<Service>>, body: Bytes) -> Response {
+async fn http_step(State(host): State<Arc<Host>>, body: Bytes) -> Response {
     let read = Instant::now();
     let under = [json!("body")];
     let data = match body_json(&body) {
@@ -573,7 +651,7 @@ async fn http_step(State(service): State<Arc<Service>>, body: Bytes) -> Response
         return Refusal::Invalid(problems).response(&under);
     }
     let Some(id) = id else { return Refusal::Invalid(problems).response(&under) };
-    let Some(episode) = service.hub.http.lock().ok().and_then(|h| h.get(&id).cloned()) else {
+    let Some((service, episode)) = held(&host, id) else {
         return Refusal::Unknown(format!("no session {id} is open over HTTP here; reset first")).response(&under);
     };
     let mut episode = episode.lock().await;
@@ -605,7 +683,7 @@ async fn http_step(State(service): State<Arc<Service>>, body: Bytes) -> Response
 }
 
 /// `GET /state?session_id=N`; without a session, the state of none (OpenEnv's fresh one).
-async fn http_state(State(service): State<Arc<Service>>, RawQuery(query): RawQuery) -> Response {
+async fn http_state(State(host): State<Arc<Host>>, RawQuery(query): RawQuery) -> Response {
     let pairs = || query.as_deref().unwrap_or_default().split('&');
     let id = pairs().find_map(|pair| pair.strip_prefix("session_id="));
     let given_key = pairs().find_map(|pair| pair.strip_prefix("session_key=")).unwrap_or_default().to_owned();
@@ -615,7 +693,7 @@ async fn http_state(State(service): State<Arc<Service>>, RawQuery(query): RawQue
             Invalid::new(vec![json!("session_id")], "int_type", format!("`session_id` is a number, not `{id}`"));
         return Refusal::Invalid(vec![invalid]).response(&[json!("query")]);
     };
-    let Some(episode) = service.hub.http.lock().ok().and_then(|h| h.get(&id).cloned()) else {
+    let Some((_, episode)) = held(&host, id) else {
         return Refusal::Unknown(format!("no session {id} is open over HTTP here")).response(&[json!("query")]);
     };
     let episode = episode.lock().await;
@@ -624,6 +702,14 @@ async fn http_state(State(service): State<Arc<Service>>, RawQuery(query): RawQue
             .response(&[json!("query")]);
     }
     axum::Json(episode.state()).into_response()
+}
+
+/// The HTTP session `id`, with the environment that holds it.
+fn held(host: &Host, id: SessionId) -> Option<(Arc<Service>, Arc<tokio::sync::Mutex<Episode>>)> {
+    host.hosted().iter().find_map(|service| {
+        let episode = service.hub.http.lock().ok().and_then(|h| h.get(&id).cloned())?;
+        Some((Arc::clone(service), episode))
+    })
 }
 
 /// Starts, once, the task that forgets HTTP sessions a while after they end.

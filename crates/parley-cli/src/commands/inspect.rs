@@ -234,9 +234,11 @@ pub async fn show(args: ShowArgs) -> anyhow::Result<()> {
 
 pub async fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
     let store = open(&args.run.db.db).await?;
-    let settings = stored_settings(&store, args.run.run).await?;
-    let trials = settings.trials as usize;
-    let report = Report::load(&store, args.run.run, trials, args.keep_user_faults)
+    let mut trials = stored_settings(&store, args.run.run).await?.trials as usize;
+    for &run in &args.with {
+        trials = trials.max(stored_settings(&store, run).await?.trials as usize);
+    }
+    let report = Report::load_runs(&store, args.run.run, &args.with, trials, args.keep_user_faults)
         .await?
         .with_training(&store, args.keep_user_faults)
         .await?;

@@ -78,6 +78,21 @@ pub fn instances(config: &Value) -> Vec<Instance> {
         .collect()
 }
 
+/// The agent instances of a merged config bound to the resources server `name` (by their
+/// `resources_server: {name: ...}`), in the config's order: the names rows call it by in
+/// `agent_ref.name`.
+pub fn agents_of(config: &Value, name: &str) -> Vec<String> {
+    instances(config)
+        .into_iter()
+        .filter(|i| i.server_type == "responses_api_agents")
+        .filter(|i| {
+            let bound = &config[&i.name][&i.server_type][&i.implementation]["resources_server"]["name"];
+            bound.as_str() == Some(name)
+        })
+        .map(|i| i.name)
+        .collect()
+}
+
 /// Sets `host` and `port` of an instance, as NeMo Gym's parent process does before spawning.
 pub fn place(config: &mut Value, instance: &Instance, host: &str, port: u16) {
     if let Some(fields) = config
@@ -127,6 +142,18 @@ mod tests {
         assert_eq!(pinned_port(&config, &found[0]), Some(4242));
         fill_globals(&mut config, "127.0.0.1", 1);
         assert_eq!(config["head_server"]["port"], 1);
+    }
+
+    #[test]
+    fn a_resources_servers_agents_are_those_bound_to_it() {
+        let yaml = "a_server:\n  resources_servers:\n    example_multi_step: {entrypoint: app.py}\n\
+                    b_server:\n  resources_servers:\n    example_single_tool_call: {entrypoint: app.py}\n\
+                    a_agent:\n  responses_api_agents:\n    simple_agent:\n      resources_server: {type: resources_servers, name: a_server}\n\
+                    b_agent:\n  responses_api_agents:\n    simple_agent:\n      resources_server: {type: resources_servers, name: b_server}\n";
+        let config: Value = serde_yaml_ng::from_str(yaml).unwrap();
+        assert_eq!(agents_of(&config, "a_server"), ["a_agent"]);
+        assert_eq!(agents_of(&config, "b_server"), ["b_agent"]);
+        assert!(agents_of(&config, "c_server").is_empty());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use parley_core::{
 };
 use parley_engine::{Job, Prior, SessionResult, Stop};
 use serde_json::{Value, json};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::wire::{message_json, tools_json};
@@ -143,7 +143,7 @@ impl Episode {
         service: &Arc<Service>,
         start: Resumable,
         prior: Option<Prior>,
-        permit: OwnedSemaphorePermit,
+        permit: crate::admission::Admitted,
     ) -> (Episode, Value) {
         let (asks_tx, asks) = mpsc::channel(1);
         let seen = Arc::new(AtomicUsize::new(0));

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use parley_http::guard::Site;
 use parley_runtime::{RunSettings, Runtime};
-use parley_serve::{ServeOptions, Service};
+use parley_serve::{FIELD, Host, ServeOptions, Service};
 use parley_store::{SqliteStore, StoreOptions};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -30,19 +30,7 @@ struct Served {
 impl Served {
     async fn start(options: ServeOptions) -> Served {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("serve.db");
-        let settings: RunSettings = serde_json::from_value(json!({
-            "env": "multi-step", "tasks": null, "num_tasks": null, "base_url": null, "model": "parley-stub",
-            "api_key_env": null, "concurrency": options.concurrency, "endpoint_concurrency": 8, "trials": 1,
-            "db": db, "out": null, "max_steps": 10, "max_errors": 5, "session_timeout_secs": 60.0,
-            "call_timeout_secs": 30.0, "max_retries": 1, "system_prompt": null, "sampling": {}, "raw_calls": false,
-            "front": {"sampling_from_row": true, "policy_for_agent_only": true}
-        }))
-        .unwrap();
-        let store = SqliteStore::open(&db, StoreOptions::default()).await.unwrap();
-        let runtime = Runtime::start(&settings, store).await.unwrap();
-        let run = runtime.create_service_run().await.unwrap();
-        let service = Arc::new(Service::new(runtime, run, 0, options));
+        let service = Arc::new(service(&dir, options).await);
         let runtime = Arc::clone(service.runtime());
         Served { router: service.router(), service, runtime, _dir: dir }
     }
@@ -65,6 +53,23 @@ impl Served {
         drop((router, service));
         runtime.stop().await.unwrap();
     }
+}
+
+/// A multi-step service as `parley serve` starts one, its store `serve.db` in `dir`.
+async fn service(dir: &tempfile::TempDir, options: ServeOptions) -> Service {
+    let db = dir.path().join("serve.db");
+    let settings: RunSettings = serde_json::from_value(json!({
+        "env": "multi-step", "tasks": null, "num_tasks": null, "base_url": null, "model": "parley-stub",
+        "api_key_env": null, "concurrency": options.concurrency, "endpoint_concurrency": 8, "trials": 1,
+        "db": db, "out": null, "max_steps": 10, "max_errors": 5, "session_timeout_secs": 60.0,
+        "call_timeout_secs": 30.0, "max_retries": 1, "system_prompt": null, "sampling": {}, "raw_calls": false,
+        "front": {"sampling_from_row": true, "policy_for_agent_only": true}
+    }))
+    .unwrap();
+    let store = SqliteStore::open(&db, StoreOptions::default()).await.unwrap();
+    let runtime = Runtime::start(&settings, store).await.unwrap();
+    let run = runtime.create_service_run().await.unwrap();
+    Service::new(runtime, run, 0, options)
 }
 
 /// What `parley serve --listen 127.0.0.1:PORT` admits and guards with.
@@ -292,4 +297,69 @@ async fn metrics_are_prometheus_text_and_count_the_sessions() {
     assert!(samples["parley_model_call_seconds_count{party=\"agent\"}"] >= 2.0, "{metrics}");
     assert!(samples["parley_store_commit_seconds_count"] >= 2.0, "{metrics}");
     served.stop().await;
+}
+
+/// Two environments behind one host, as `parley serve` with an `[[environment]]` table hosts
+/// them: a row goes to the one it names (by `environment` or `agent_ref.name`), the default when
+/// it names none, and a name the host does not know is a 400 listing those it does; each
+/// environment's sessions land in its own service run, and `/metrics` labels every sample with
+/// its environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_environments_route_rows_by_name_and_label_their_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = parley_runtime::Stop::default();
+    let first = service(&dir, options()).await.named("default").with_stop(stop.clone());
+    let second = service(&dir, options()).await.named("math").with_stop(stop.clone());
+    let host = Arc::new(Host::new(vec![Arc::new(first), Arc::new(second)], Some((8, 8))));
+    let router = host.router();
+    let call = |body: Value| {
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(post("/run", &body.to_string())).await.unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+            (status, json(std::str::from_utf8(&body).unwrap()))
+        }
+    };
+    let runs: Vec<i64> = host.hosted().iter().map(|s| s.run()).collect();
+    let mut by_field = row();
+    by_field[FIELD] = json!("math");
+    let mut by_agent = row();
+    by_agent["agent_ref"] = json!({"type": "responses_api_agents", "name": "math"});
+    for (sent, environment, run) in
+        [(row(), "default", runs[0]), (by_field, "math", runs[1]), (by_agent, "math", runs[1])]
+    {
+        let (status, answer) = call(sent).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(
+            (answer["_parley_environment"].as_str(), answer["_parley_run"].as_i64()),
+            (Some(environment), Some(run))
+        );
+        assert_eq!(answer["reward"], 1.0, "{answer}");
+    }
+    let mut unknown = row();
+    unknown[FIELD] = json!("chess");
+    let (status, answer) = call(unknown).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    let error = answer["error"].as_str().unwrap();
+    assert!(error.contains("`chess`") && error.contains("`default`, `math`"), "{error}");
+
+    let response = router.clone().oneshot(get("/metrics")).await.unwrap();
+    let metrics = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let metrics = String::from_utf8(metrics.to_vec()).unwrap();
+    for (environment, n) in [("default", 1), ("math", 2)] {
+        let line = format!(
+            "parley_sessions_finished_total{{environment=\"{environment}\",termination=\"agent_stop\",failure=\"\"}} {n}"
+        );
+        assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
+        let count = format!("parley_run_seconds_count{{environment=\"{environment}\"}} {n}");
+        assert!(metrics.lines().any(|l| l == count), "{count}: {metrics}");
+    }
+    assert_eq!(metrics.matches("# TYPE parley_run_seconds histogram").count(), 1, "each family once: {metrics}");
+    assert!(metrics.lines().any(|l| l == "parley_requests_refused_total{environment=\"\"} 0"), "{metrics}");
+    let runtimes: Vec<Arc<Runtime>> = host.hosted().iter().map(|s| Arc::clone(s.runtime())).collect();
+    drop((router, host));
+    for runtime in runtimes {
+        runtime.stop().await.unwrap();
+    }
 }

@@ -97,7 +97,9 @@ def main():
     parley = os.path.abspath(parley)
     extra = [str(a) for a in config.get("parley_args") or []]
 
-    args = [parley, "serve", "--listen", f"{host}:{port}"]
+    # Rows name this server by its instance name in `agent_ref.name`; with several environments
+    # in one Parley, they choose theirs by the `environment` field.
+    args = [parley, "serve", "--listen", f"{host}:{port}", "--agent-name", path.split(".")[0]]
     if not is_loopback(host) and truthy(config.get("trusted_network", False)):
         args.append("--trusted-network")
     for url in urls:
