@@ -251,6 +251,20 @@ fn a_mixed_batch_gets_from_each_environment_the_reward_it_gets_alone() {
     args.retain(|a| *a != "--json");
     let table = ok(&work.parley(&args));
     assert!(table.starts_with(&format!("runs {}", all.join(", "))), "{table}");
+    // The viewer shows the whole too: a run's page `?with=` the others has the same figures.
+    let view = crate::view::View::start_on(work, "serve.db", &[], &[]);
+    let (first, rest) = all.split_first().unwrap();
+    let (status, _, page) = view.get(&format!("/runs/{first}?with={}", rest.join(",")), &[]);
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("id=\"together\""), "{page}");
+    let n = whole["reward"]["n"].as_u64().unwrap();
+    let shown =
+        format!("{:.3} ± {:.3}", whole["reward"]["mean"].as_f64().unwrap(), whole["reward"]["ci95"].as_f64().unwrap());
+    assert!(page.contains(&shown) && page.contains(&format!("n = {n})")), "{shown}, n = {n}: {page}");
+    let (_, _, alone) = view.get(&format!("/runs/{first}"), &[]);
+    assert!(!alone.contains("id=\"together\"") && !alone.contains(&format!("n = {n})")), "{alone}");
+    let (status, _, _) = view.get(&format!("/runs/{first}?with=999"), &[]);
+    assert_eq!(status, 404, "a run that is not there");
 
     // Each environment alone, on the same rows: the same rewards and trajectories.
     for (i, alone) in mixed.alone(&batch).iter().enumerate() {

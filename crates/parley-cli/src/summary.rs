@@ -46,25 +46,11 @@ impl Report {
         trials: usize,
         keep_user_faults: bool,
     ) -> anyhow::Result<Report> {
-        let mut whole = RunOutcomes::default();
-        let (mut latencies, mut user_latencies) = (Vec::new(), Vec::new());
+        let (mut each_outcomes, mut latencies, mut user_latencies) = (Vec::new(), Vec::new(), Vec::new());
         let mut tokens = TokenTotals::default();
-        let mut offsets = Vec::new();
-        let mut offset = 0;
-        for (i, &each) in std::iter::once(&run).chain(with).enumerate() {
-            let RunOutcomes { mut outcomes, failures, unfinished, retries, .. } = store.run_outcomes(each).await?;
-            if i > 0 {
-                offsets.push((each, offset));
-            }
-            let tasks = outcomes.iter().map(|o| o.task + 1).max().unwrap_or(0);
-            outcomes.iter_mut().for_each(|o| o.task += offset);
-            offset += tasks;
-            whole.outcomes.extend(outcomes);
-            for (class, n) in failures {
-                *whole.failures.entry(class).or_default() += n;
-            }
-            whole.unfinished += unfinished;
-            whole.retries += retries;
+        let runs: Vec<i64> = std::iter::once(run).chain(with.iter().copied()).collect();
+        for &each in &runs {
+            each_outcomes.push(store.run_outcomes(each).await?);
             latencies.extend(store.call_latencies(each, "assistant").await?);
             user_latencies.extend(store.call_latencies(each, "user").await?);
             let own = store.token_totals(each).await?;
@@ -74,6 +60,8 @@ impl Report {
                 sum.completion_tokens += part.completion_tokens;
             }
         }
+        let (whole, offsets) = RunOutcomes::together(each_outcomes);
+        let offsets: Vec<(i64, usize)> = runs.into_iter().zip(offsets).skip(1).collect();
         let RunOutcomes { mut outcomes, failures, unfinished, retries, .. } = whole;
         if keep_user_faults {
             outcomes.iter_mut().for_each(|o| o.user_fault = false);

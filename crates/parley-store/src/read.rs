@@ -91,6 +91,27 @@ impl RunOutcomes {
             user_fault: !s.user_faults.is_empty(),
         });
     }
+
+    /// Several runs' outcomes as one (a service's environments, say): each run's tasks are
+    /// numbered after the previous run's, so that pass@k groups a task's trials within its own
+    /// run. Also the offset each run's task numbers were given, in order.
+    pub fn together(runs: impl IntoIterator<Item = RunOutcomes>) -> (RunOutcomes, Vec<usize>) {
+        let (mut whole, mut offsets, mut offset) = (RunOutcomes::default(), Vec::new(), 0);
+        for RunOutcomes { mut outcomes, failures, total, unfinished, retries } in runs {
+            offsets.push(offset);
+            let tasks = outcomes.iter().map(|o| o.task + 1).max().unwrap_or(0);
+            outcomes.iter_mut().for_each(|o| o.task += offset);
+            offset += tasks;
+            whole.outcomes.extend(outcomes);
+            for (class, n) in failures {
+                *whole.failures.entry(class).or_default() += n;
+            }
+            whole.total += total;
+            whole.unfinished += unfinished;
+            whole.retries += retries;
+        }
+        (whole, offsets)
+    }
 }
 
 /// What the training metrics read of one finished session: its task, the agent's turns (its

@@ -1,5 +1,6 @@
 //! A run's figures: its summary over every session and every model call, computed a page of
-//! sessions at a time and kept per run. A finished run's figures are computed once per viewer;
+//! sessions at a time and kept per run (or per list of runs shown together, a service's
+//! environments say, each run's tasks its own as `parley metrics RUN RUN` counts them). A finished run's figures are computed once per viewer;
 //! a running run's are computed again when its counts have moved, but no sooner than ten times
 //! what the last computation took, so that the page of a very large run under way (whose model
 //! calls take seconds to read) does not keep the store busy.
@@ -39,35 +40,46 @@ type Entry = (Key, Duration, Arc<RunFigures>);
 
 #[derive(Default)]
 pub struct FigureCache {
-    runs: Mutex<HashMap<i64, Entry>>,
+    runs: Mutex<HashMap<Vec<i64>, Entry>>,
 }
 
 impl FigureCache {
-    /// The figures of `run`, from the cache when they still hold.
+    /// The figures of `runs` together (one run, usually), from the cache when they still hold.
     pub async fn get(
         &self,
         store: &Store,
-        run: i64,
+        runs: &[i64],
         trials: usize,
         running: bool,
     ) -> Result<Arc<RunFigures>, PageError> {
-        let key = store.session_counts(run).await?;
-        if let Some((cached, took, figures)) = self.runs.lock().unwrap_or_else(|e| e.into_inner()).get(&run).cloned()
+        let mut key = (0, 0);
+        for &run in runs {
+            let (sessions, finished) = store.session_counts(run).await?;
+            key = (key.0 + sessions, key.1 + finished);
+        }
+        if let Some((cached, took, figures)) = self.runs.lock().unwrap_or_else(|e| e.into_inner()).get(runs).cloned()
             && (cached == key || (running && figures.at.elapsed() < took * 10))
         {
             return Ok(figures);
         }
         let start = Instant::now();
-        let figures = Arc::new(compute(store, run, trials).await?);
+        let figures = Arc::new(compute(store, runs, trials).await?);
         // The key is read before the figures, so a session that finished in between makes the
         // next request compute again rather than be missed.
-        self.runs.lock().unwrap_or_else(|e| e.into_inner()).insert(run, (key, start.elapsed(), figures.clone()));
+        self.runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(runs.to_vec(), (key, start.elapsed(), figures.clone()));
         Ok(figures)
     }
 }
 
-async fn compute(store: &Store, run: i64, trials: usize) -> Result<RunFigures, PageError> {
-    let RunOutcomes { outcomes, failures, total, unfinished, retries } = store.run_outcomes(run).await?;
+async fn compute(store: &Store, runs: &[i64], trials: usize) -> Result<RunFigures, PageError> {
+    let mut each = Vec::with_capacity(runs.len());
+    for &run in runs {
+        each.push(store.run_outcomes(run).await?);
+    }
+    let (RunOutcomes { outcomes, failures, total, unfinished, retries }, _) = RunOutcomes::together(each);
     let mut tasks: BTreeMap<i64, (usize, usize)> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| !o.infrastructure) {
         let task = tasks.entry(o.task as i64).or_default();
@@ -76,7 +88,11 @@ async fn compute(store: &Store, run: i64, trials: usize) -> Result<RunFigures, P
     }
     let mut tokens = TokenTotals::default();
     let (mut latencies, mut user_latencies) = (Vec::new(), Vec::new());
-    for call in store.call_figures(run).await? {
+    let mut calls = Vec::new();
+    for &run in runs {
+        calls.extend(store.call_figures(run).await?);
+    }
+    for call in calls {
         let (party, list) =
             if call.user { (&mut tokens.user, &mut user_latencies) } else { (&mut tokens.agent, &mut latencies) };
         party.model_calls += 1;

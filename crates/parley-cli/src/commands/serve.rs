@@ -162,6 +162,14 @@ async fn serve_hosted(
             whole.0,
             parley_serve::FIELD
         );
+        let runs: Vec<String> = host.hosted().iter().map(|s| s.run().to_string()).collect();
+        let (first, rest) = runs.split_first().expect("several environments");
+        eprintln!(
+            "parley serve: the whole service: `parley metrics {} --db {}`, or /runs/{first}?with={} in `parley view`",
+            runs.join(" "),
+            settings.db,
+            rest.join(",")
+        );
     }
     let grace = settings.shutdown_grace();
     let shutdown = async move {

@@ -1,7 +1,9 @@
 //! One run: its summary (terminations, failure classes, reward with its 95% interval, pass@k
 //! and pass^k, tokens, latency) and plots of the reward distribution, pass^k against k,
 //! success per task and model-call latency. The figures are parley-scoring's, over the
-//! sessions read a page at a time, as `parley metrics` computes them.
+//! sessions read a page at a time, as `parley metrics` computes them. `?with=2,3` shows the
+//! figures of this run and those together (a service's environments, each its own run), as
+//! `parley metrics 1 2 3` does.
 
 use std::sync::Arc;
 
@@ -22,14 +24,27 @@ use crate::query;
 /// of the tasks' success rates.
 const TASK_BARS: usize = 60;
 
-pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -> Result<Markup, PageError> {
+pub async fn page(
+    State(state): State<Arc<AppState>>,
+    Path(run): Path<String>,
+    uri: axum::http::Uri,
+) -> Result<Markup, PageError> {
     let id = query::id(&run, "run")?;
+    let params = query::Params::of(&uri, &["with"])?;
+    let with: Vec<i64> = match params.text("with") {
+        Some(list) => list.split(',').map(|r| query::id(r.trim(), "run")).collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
     let store = &state.store;
     let record = store.run(id).await?;
-    let trials = trials_of(&record);
-
-    let running = record.status == RunStatus::Running;
-    let figures = state.figures.get(store, id, trials, running).await?;
+    let (mut trials, mut running) = (trials_of(&record), record.status == RunStatus::Running);
+    for &other in &with {
+        let other = store.run(other).await?;
+        trials = trials.max(trials_of(&other));
+        running |= other.status == RunStatus::Running;
+    }
+    let runs: Vec<i64> = std::iter::once(id).chain(with.iter().copied()).collect();
+    let figures = state.figures.get(store, &runs, trials, running).await?;
     let RunFigures {
         summary,
         failures,
@@ -71,6 +86,17 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
 
     let body = html! {
         h1 { "Run " (id) }
+        @if !with.is_empty() {
+            p #together {
+                "The figures below are of run " (id) " together with "
+                @for (i, other) in with.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    a href=(format!("/runs/{other}")) { "run " (other) }
+                }
+                ", each run's tasks its own (" (runs.len()) " runs, " (total) " sessions). "
+                a href=(format!("/runs/{id}")) { "Run " (id) " alone" }
+            }
+        }
         dl.facts {
             dt { "Environment" } dd { (record.environment) }
             dt { "Model" } dd { (model_of(&record)) }
@@ -139,7 +165,7 @@ pub async fn page(State(state): State<Arc<AppState>>, Path(run): Path<String>) -
             }
         }
 
-        @if versions.len() > 1 {
+        @if versions.len() > 1 && with.is_empty() {
             h2 { "Score versions" }
             (crate::pages::scores::versions_table(id, &versions, &own_reward))
             p { a href=(format!("/runs/{id}/scores")) { "What the latest rescore moved" } }
