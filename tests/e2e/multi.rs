@@ -273,49 +273,81 @@ fn a_mixed_batch_gets_from_each_environment_the_reward_it_gets_alone() {
     }
 }
 
+/// A service of two environments bounded at 2 sessions in all, no queue: the default, and
+/// `name`, whose own bound is `concurrency` and whose model never answers in time; `hanging`
+/// rows for it are posted and left in flight.
+struct Stalled {
+    _work: Workdir,
+    _policy: Stub,
+    _stalled: Stub,
+    serve: Serve,
+    /// A row for the default environment.
+    row: Value,
+    /// The same row for the stalled one.
+    to_stalled: Value,
+}
+
+impl Stalled {
+    fn start(name: &str, concurrency: usize, hanging: usize) -> Stalled {
+        let work = Workdir::new();
+        work.tasks(2);
+        let policy = Stub::start(&[]);
+        let stalled = Stub::start(&["--hang", "1", "--hang-secs", "120"]);
+        let table = format!(
+            "[[environment]]\nname = \"{name}\"\nbase_url = \"{}\"\nconcurrency = {concurrency}\nqueue = 0\n",
+            stalled.url
+        );
+        std::fs::write(work.path("stall.toml"), table).unwrap();
+        let serve = Serve::start(&work, &policy, &["--settings", "stall.toml", "--concurrency", "2", "--queue", "0"]);
+        let row: Value = serde_json::from_str(&work.first_task_row()).unwrap();
+        let mut to_stalled = row.clone();
+        to_stalled["environment"] = json!(name);
+        for _ in 0..hanging {
+            let (address, body) = (serve.address.clone(), to_stalled.to_string());
+            std::thread::spawn(move || post_run(&address, &body));
+        }
+        let in_flight = format!("parley_sessions_in_flight{{environment=\"{name}\"}} {hanging}");
+        let since = Instant::now();
+        while !get(&serve.address, "/metrics").2.lines().any(|l| l == in_flight) {
+            assert!(since.elapsed() < Duration::from_secs(20), "the `{name}` environment's sessions never started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Stalled { _work: work, _policy: policy, _stalled: stalled, serve, row, to_stalled }
+    }
+
+    /// Posts `row`, which must be refused at once: 503 with `Retry-After`.
+    fn refused(&self, row: &Value) {
+        let (status, head, body) = post_run(&self.serve.address, &row.to_string());
+        assert_eq!(status, 503, "{body}");
+        assert!(head.contains("retry-after: 1"), "{head}");
+    }
+
+    /// Whether every line of `lines` is a line of `/metrics`.
+    fn metrics_hold(&self, lines: &[&str]) {
+        let metrics = get(&self.serve.address, "/metrics").2;
+        for line in lines {
+            assert!(metrics.lines().any(|l| l == *line), "{line}: {metrics}");
+        }
+    }
+}
+
 #[test]
 fn a_stalled_environment_does_not_starve_another() {
-    let work = Workdir::new();
-    work.tasks(2);
-    let policy = Stub::start(&[]);
-    // The stalled environment's model never answers in time.
-    let stalled = Stub::start(&["--hang", "1", "--hang-secs", "120"]);
-    std::fs::write(
-        work.path("stall.toml"),
-        format!("[[environment]]\nname = \"stalled\"\nbase_url = \"{}\"\nconcurrency = 1\nqueue = 0\n", stalled.url),
-    )
-    .unwrap();
-    let serve = Serve::start(&work, &policy, &["--settings", "stall.toml", "--concurrency", "2", "--queue", "0"]);
-    let row: Value = serde_json::from_str(&work.first_task_row()).unwrap();
-    let mut to_stalled = row.clone();
-    to_stalled["environment"] = json!("stalled");
-    let address = serve.address.clone();
-    let body = to_stalled.to_string();
-    let _hanging = std::thread::spawn(move || post_run(&address, &body));
-    let in_flight = "parley_sessions_in_flight{environment=\"stalled\"} 1";
-    let since = Instant::now();
-    while !get(&serve.address, "/metrics").2.lines().any(|l| l == in_flight) {
-        assert!(since.elapsed() < Duration::from_secs(20), "the stalled environment's session never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // The stalled environment's model never answers in time; its own bound is one session.
+    let stalled = Stalled::start("stalled", 1, 1);
     // Its own bound is full: another request for it is refused at once...
-    let (status, head, body) = post_run(&serve.address, &to_stalled.to_string());
-    assert_eq!(status, 503, "{body}");
-    assert!(head.contains("retry-after: 1"), "{head}");
+    stalled.refused(&stalled.to_stalled);
     // ... while the default environment serves one row after another.
     for _ in 0..3 {
-        let (status, _, body) = post_run(&serve.address, &row.to_string());
+        let (status, _, body) = post_run(&stalled.serve.address, &stalled.row.to_string());
         assert_eq!(status, 200, "{body}");
     }
-    let metrics = get(&serve.address, "/metrics").2;
-    assert!(metrics.lines().any(|l| l == in_flight), "still stalled: {metrics}");
-    for line in [
+    stalled.metrics_hold(&[
+        "parley_sessions_in_flight{environment=\"stalled\"} 1",
         "parley_requests_refused_total{environment=\"stalled\"} 1",
         "parley_requests_refused_total{environment=\"default\"} 0",
         "parley_run_seconds_count{environment=\"default\"} 3",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
-    }
+    ]);
 }
 
 /// The whole service's bound holds beside each environment's: an environment whose own bound
@@ -323,41 +355,12 @@ fn a_stalled_environment_does_not_starve_another() {
 /// is refused before its body is read, counted under `environment=""`.
 #[test]
 fn the_whole_service_is_bounded_beside_each_environment() {
-    let work = Workdir::new();
-    work.tasks(2);
-    let policy = Stub::start(&[]);
-    let stalled = Stub::start(&["--hang", "1", "--hang-secs", "120"]);
-    std::fs::write(
-        work.path("greedy.toml"),
-        format!("[[environment]]\nname = \"greedy\"\nbase_url = \"{}\"\nconcurrency = 2\nqueue = 0\n", stalled.url),
-    )
-    .unwrap();
-    let serve = Serve::start(&work, &policy, &["--settings", "greedy.toml", "--concurrency", "2", "--queue", "0"]);
-    let row: Value = serde_json::from_str(&work.first_task_row()).unwrap();
-    let mut greedy = row.clone();
-    greedy["environment"] = json!("greedy");
-    let _hanging: Vec<_> = (0..2)
-        .map(|_| {
-            let (address, body) = (serve.address.clone(), greedy.to_string());
-            std::thread::spawn(move || post_run(&address, &body))
-        })
-        .collect();
-    let in_flight = "parley_sessions_in_flight{environment=\"greedy\"} 2";
-    let since = Instant::now();
-    while !get(&serve.address, "/metrics").2.lines().any(|l| l == in_flight) {
-        assert!(since.elapsed() < Duration::from_secs(20), "the greedy environment's sessions never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let (status, head, body) = post_run(&serve.address, &row.to_string());
-    assert_eq!(status, 503, "{body}");
-    assert!(head.contains("retry-after: 1"), "{head}");
-    let metrics = get(&serve.address, "/metrics").2;
-    for line in [
+    let greedy = Stalled::start("greedy", 2, 2);
+    greedy.refused(&greedy.row);
+    greedy.metrics_hold(&[
         "parley_requests_refused_total{environment=\"\"} 1",
         "parley_requests_refused_total{environment=\"default\"} 0",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
-    }
+    ]);
 }
 
 /// OpenEnv's own client, over WebSocket and HTTP, resets in the environment it names and is

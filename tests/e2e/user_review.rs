@@ -83,16 +83,11 @@ fn a_tau2_row_named_by_id_gives_the_user_its_tasks_scenario() {
     }
 }
 
-/// A run's faulty sessions are recorded with their faults: the summary leaves them out of the
-/// rewards and pass figures and counts them apart (`--keep-user-faults` counts them in),
-/// `parley sessions --user-fault RULE` lists them, and `parley show` names each fault.
-#[tokio::test]
-async fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
-    let work = Workdir::new();
+/// `parley run` of 20 tau2 airline tasks, the agent played by `policy` and the LLM user by
+/// `user`, with `extra` flags; what it printed.
+fn airline_run(work: &Workdir, policy: &Stub, user: &Stub, extra: &[&str]) -> String {
     let data = crate::harness::tau2_data_dir();
-    let policy = Stub::start(&[]);
-    let user = Stub::start(&["--user-turns", "3", "--tool-calls", "0", "--user-fault", "ends_early:0.5"]);
-    let out = work.parley(&[
+    let mut args = vec![
         "run",
         "--env",
         "tau2:airline",
@@ -106,20 +101,37 @@ async fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
         "llm",
         "--user-base-url",
         &user.url,
-        "--db",
-        "parley.db",
-        "--out",
-        "out.jsonl",
-    ]);
-    let said = crate::harness::ok(&out);
+    ];
+    args.extend(extra);
+    crate::harness::ok(&work.parley(&args))
+}
+
+/// `parley sessions` of run 1 in `db`: the sessions whose user broke `rule`.
+fn listed(work: &Workdir, db: &str, rule: &str) -> String {
+    crate::harness::ok(&work.parley(&["sessions", "1", "--db", db, "--user-fault", rule]))
+}
+
+/// The session ids of a `parley sessions` listing.
+fn ids_of(listed: &str) -> Vec<String> {
+    listed.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect()
+}
+
+/// A run's faulty sessions are recorded with their faults: the summary leaves them out of the
+/// rewards and pass figures and counts them apart (`--keep-user-faults` counts them in),
+/// `parley sessions --user-fault RULE` lists them, and `parley show` names each fault.
+#[tokio::test]
+async fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
+    let work = Workdir::new();
+    let policy = Stub::start(&[]);
+    let user = Stub::start(&["--user-turns", "3", "--tool-calls", "0", "--user-fault", "ends_early:0.5"]);
+    let said = airline_run(&work, &policy, &user, &["--db", "parley.db", "--out", "out.jsonl"]);
     let line = said.lines().find(|l| l.starts_with("user faults")).unwrap_or_else(|| panic!("{said}"));
     let faulty: usize = line.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert!((3..=17).contains(&faulty), "about half of 20: {line}");
-    let listed =
-        crate::harness::ok(&work.parley(&["sessions", "1", "--db", "parley.db", "--user-fault", "ends_early"]));
-    let ids: Vec<&str> = listed.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    let listed = listed(&work, "parley.db", "ends_early");
+    let ids = ids_of(&listed);
     assert_eq!(ids.len(), faulty, "{listed}");
-    let shown = crate::harness::ok(&work.parley(&["show", ids[0], "--db", "parley.db"]));
+    let shown = crate::harness::ok(&work.parley(&["show", &ids[0], "--db", "parley.db"]));
     assert!(shown.contains("user fault") && shown.contains("ends_early"), "{shown}");
     let metrics = |extra: &[&str]| -> Value {
         let mut args = vec!["metrics", "1", "--db", "parley.db", "--json"];
@@ -160,7 +172,6 @@ async fn a_runs_user_faults_are_recorded_counted_apart_and_listed() {
 #[tokio::test]
 async fn a_judged_review_finds_what_rules_cannot_and_a_rescore_asks_nothing_again() {
     let work = Workdir::new();
-    let data = crate::harness::tau2_data_dir();
     let policy = Stub::start(&[]);
     let user = Stub::start(&[
         "--user-turns",
@@ -174,33 +185,9 @@ async fn a_judged_review_finds_what_rules_cannot_and_a_rescore_asks_nothing_agai
     ]);
     let judge = Stub::start(&["--judge"]);
     let run = |db: &str, review: &str| {
-        let out = work.parley(&[
-            "run",
-            "--env",
-            "tau2:airline",
-            "--data-dir",
-            &data,
-            "--num-tasks",
-            "20",
-            "--base-url",
-            &policy.url,
-            "--user",
-            "llm",
-            "--user-base-url",
-            &user.url,
-            "--user-review",
-            review,
-            "--judge-base-url",
-            &judge.url,
-            "--db",
-            db,
-        ]);
-        crate::harness::ok(&out)
+        airline_run(&work, &policy, &user, &["--user-review", review, "--judge-base-url", &judge.url, "--db", db])
     };
-    let faulted = |db: &str, rule: &str| -> Vec<String> {
-        let listed = crate::harness::ok(&work.parley(&["sessions", "1", "--db", db, "--user-fault", rule]));
-        listed.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect()
-    };
+    let faulted = |db: &str, rule: &str| ids_of(&listed(&work, db, rule));
 
     // The rules alone see nothing wrong, and ask the judge nothing.
     let said = run("rules.db", "rules");

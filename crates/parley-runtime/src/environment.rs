@@ -154,11 +154,8 @@ pub fn tau2_domain(
     let mut cache = None;
     if let Judged::Yes(store) = judged {
         let judge = settings.judge();
-        if let Some(base_url) = judge.base_url {
-            let client: Arc<dyn parley_core::ModelClient> = Arc::new(
-                ChatClient::new(&settings.endpoint(base_url, judge.api_key_env))
-                    .map_err(|e| usage(format!("the judge's endpoint: {e}")))?,
-            );
+        if judge.base_url.is_some() {
+            let client = judge_endpoint(settings)?;
             options.judge = Some(match store {
                 Some(store) => {
                     let cached = Arc::new(VerdictCache::new(client, store.clone()));
@@ -235,12 +232,9 @@ impl parley_core::ModelClient for NoJudge {
     }
 }
 
-/// How a run starts NeMo Gym's servers: every resources server and every model server of the
-/// configs; the model servers (the resources servers' judges) are pointed at the judge's endpoint,
-/// or else the agent's, through NeMo Gym's `policy_*` globals.
-/// The NeMo Gym venv the settings name (`.venv-nemo-gym` by default), checked.
+/// The NeMo Gym venv the settings name, checked.
 fn gym_venv(remote: &crate::settings::RemoteSettings) -> Result<PathBuf, UsageError> {
-    let venv = remote.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));
+    let venv = remote.gym_venv_dir();
     if !venv.join("bin/python").is_file() {
         return Err(usage(format!(
             "no NeMo Gym venv at {}: install nemo-gym there (.ci/setup-peers does) or pass --gym-venv DIR",
@@ -308,6 +302,9 @@ impl GymServed {
     }
 }
 
+/// How a run starts NeMo Gym's servers: every resources server and every model server of the
+/// configs; the model servers (the resources servers' judges) are pointed at the judge's endpoint,
+/// or else the agent's, through NeMo Gym's `policy_*` globals.
 fn launch(settings: &RunSettings, venv: &std::path::Path) -> LaunchOptions {
     let mut options = LaunchOptions::with_venv(venv);
     options.server_types = vec!["resources_servers".into(), "responses_api_models".into()];

@@ -271,11 +271,16 @@ impl RemoteSettings {
         self.gym_config.iter().chain(&self.gym_config_more).map(|c| self.resolve_config(c)).collect()
     }
 
+    /// The NeMo Gym venv: `--gym-venv`, else `.venv-nemo-gym`.
+    pub fn gym_venv_dir(&self) -> PathBuf {
+        self.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"))
+    }
+
     fn resolve_config(&self, config: &Path) -> PathBuf {
         if config.exists() || config.is_absolute() {
             return config.to_path_buf();
         }
-        let venv = self.gym_venv.clone().unwrap_or_else(|| PathBuf::from(".venv-nemo-gym"));
+        let venv = self.gym_venv_dir();
         let packaged = std::fs::read_dir(venv.join("lib"))
             .into_iter()
             .flatten()
