@@ -153,6 +153,7 @@ def measured(cmd, *, cwd, env=None, watch=(), log=None):
         "own_cpu_s": max(total - children, 0.0),
         "children_cpu_s": children,
         "watched_cpu_s": sum(tree_cpu(p) - before[p] for p in watch),
+        "watched_each_cpu_s": [tree_cpu(p) - before[p] for p in watch],
         # VmHWM is the command's own peak; rusage's would count its children (a server it starts).
         "peak_rss_kib": sampler.hwm_kib or usage.ru_maxrss,
         "stdout": stdout,
@@ -410,11 +411,11 @@ def main():
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", choices=["stream", "serve", "openenv", "workers", "ranks", "users", "curriculum", "several"],
+        "--only", choices=["stream", "serve", "openenv", "workers", "ranks", "users", "curriculum", "several", "tau2"],
         help="run only this part (its results are not latest.json)"
     )
     args = parser.parse_args()
-    if args.only not in ("stream", "workers", "ranks", "users", "curriculum", "several") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
+    if args.only not in ("stream", "workers", "ranks", "users", "curriculum", "several", "tau2") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
         raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
     p = plan(args.quick)
     parley = args.parley
@@ -469,6 +470,16 @@ def main():
         several.report(s)
         several.check(s)
         results["several"] = s
+        finish(results, args, work, latest=False)
+        return
+    if args.only == "tau2":
+        # tau2 airline with a simulated user, Parley against tau2's own `tau2 run` (bench/tau2.py).
+        import tau2
+
+        t = tau2.measure(parley, work, args.quick)
+        tau2.report(t)
+        tau2.check(t)
+        results["tau2"] = t
         finish(results, args, work, latest=False)
         return
     if args.only == "ranks":
@@ -570,7 +581,7 @@ def finish(results, args, work, *, latest):
         report_workers(results["workers"])
     elif "ranks" in results:
         report_ranks(results["ranks"])
-    elif "users" in results or "curriculum" in results or "several" in results:
+    elif any(k in results for k in ("users", "curriculum", "several", "tau2")):
         pass  # reported as it was measured
     else:
         report_service(results["service"])
@@ -629,6 +640,11 @@ def service(parley, load_bin, work, p, stub, gym, tasks):
             "rollouts": n,
             "rollouts_per_s": n / out["wall_s"],
             "stack_cpu_ms": m["watched_cpu_s"] * 1e3 / n,
+            # The service's own CPU (Parley, or NeMo Gym's servers) against the stub's: the
+            # stand-in for the model, which costs what a model server's HTTP side would.
+            "server_cpu_ms": m["watched_each_cpu_s"][0] * 1e3 / n,
+            "stub_cpu_ms": m["watched_each_cpu_s"][1] * 1e3 / n,
+            "x_stub": m["watched_each_cpu_s"][0] / m["watched_each_cpu_s"][1] if m["watched_each_cpu_s"][1] else None,
             "client_cpu_ms": m["own_cpu_s"] * 1e3 / n,
             "run_p50_ms": percentile(durations, 0.5),
             "run_p99_ms": percentile(durations, 0.99),
@@ -1267,6 +1283,8 @@ SERVICE_COLUMNS = [
     ("rollouts_per_s", "{:.0f}", 10),
     ("x_nemo_gym", "{:.1f}x", 8),
     ("stack_cpu_ms", "{:.2f}", 9),
+    ("server_cpu_ms", "{:.3f}", 9),
+    ("x_stub", "{:.2f}x", 8),
     ("client_cpu_ms", "{:.2f}", 9),
     ("run_p50_ms", "{:.1f}", 8),
     ("run_p99_ms", "{:.1f}", 8),
@@ -1279,7 +1297,8 @@ def show_service(row):
 
 def report_service(service, header=True):
     if header:
-        heads = ["system", "c", "n", "rollouts/s", "vs Gym", "stack ms", "client ms", "p50 ms", "p99 ms"]
+        heads = ["system", "c", "n", "rollouts/s", "vs Gym", "stack ms", "own ms", "x stub", "client ms", "p50 ms",
+                 "p99 ms"]
         print(heading(heads, SERVICE_COLUMNS))
     for row in service["levels"]:
         print(line(row, SERVICE_COLUMNS))
