@@ -237,24 +237,95 @@ pub fn rollout_row(
     task_index: usize,
     rollout_index: u32,
 ) -> Value {
-    let mut out = match row {
-        Value::Object(map) => map.clone(),
-        _ => Map::new(),
-    };
-    out.insert("response".into(), response);
-    out.insert("reward".into(), json!(reward.value));
-    out.entry("mask_sample").or_insert(json!(false));
-    out.entry("failure_kind").or_insert(Value::Null);
-    out.entry("failure_reason").or_insert(Value::Null);
-    for (k, v) in &reward.breakdown {
-        out.insert(k.clone(), v.clone());
+    RolloutRow::new(row, response, reward, task_index, rollout_index).into_value()
+}
+
+/// A rollout row ([`rollout_row`]) that borrows its task row: it serializes to the same bytes
+/// without copying the task's fields, which a run writes for every rollout.
+pub struct RolloutRow<'a> {
+    task: Option<&'a Map<String, Value>>,
+    /// What the row adds to the task's fields or puts in their place, in key order.
+    added: Map<String, Value>,
+}
+
+impl<'a> RolloutRow<'a> {
+    pub fn new(
+        row: &'a Value,
+        response: Value,
+        reward: &crate::reward::Reward,
+        task_index: usize,
+        rollout_index: u32,
+    ) -> RolloutRow<'a> {
+        let task = row.as_object();
+        let mut added = Map::new();
+        // Defaults, where the task row has none of its own.
+        for (key, default) in
+            [("mask_sample", json!(false)), ("failure_kind", Value::Null), ("failure_reason", Value::Null)]
+        {
+            if !task.is_some_and(|t| t.contains_key(key)) {
+                added.insert(key.into(), default);
+            }
+        }
+        added.insert("response".into(), response);
+        added.insert("reward".into(), json!(reward.value));
+        for (k, v) in &reward.breakdown {
+            added.insert(k.clone(), v.clone());
+        }
+        added.insert("_ng_task_index".into(), json!(task_index));
+        added.insert("_ng_rollout_index".into(), json!(rollout_index));
+        RolloutRow { task, added }
     }
-    out.insert("_ng_task_index".into(), json!(task_index));
-    out.insert("_ng_rollout_index".into(), json!(rollout_index));
-    if out.get("mask_sample") == Some(&Value::Bool(true)) {
-        mask(&mut out);
+
+    /// Adds a field, or puts it in the place of the task's own.
+    pub fn insert(&mut self, key: impl Into<String>, value: Value) {
+        self.added.insert(key.into(), value);
     }
-    Value::Object(out)
+
+    fn masked(&self) -> bool {
+        let field = self.added.get("mask_sample").or_else(|| self.task.and_then(|t| t.get("mask_sample")));
+        field == Some(&Value::Bool(true))
+    }
+
+    /// The row as a value, masked ([`mask`]) when its `mask_sample` is true.
+    pub fn into_value(self) -> Value {
+        let masked = self.masked();
+        let mut out = self.task.cloned().unwrap_or_default();
+        out.extend(self.added);
+        if masked {
+            mask(&mut out);
+        }
+        Value::Object(out)
+    }
+}
+
+impl serde::Serialize for RolloutRow<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        // A masked row changes the task's `instance_config`: rare enough to build whole.
+        if self.masked() {
+            return RolloutRow { task: self.task, added: self.added.clone() }.into_value().serialize(serializer);
+        }
+        // Both maps iterate in key order (serde_json's `Map` is ordered by key), so merging them
+        // writes the keys in the order the built row's map would.
+        let mut map = serializer.serialize_map(None)?;
+        let mut task = self.task.into_iter().flatten().peekable();
+        let mut added = self.added.iter().peekable();
+        loop {
+            let next = match (task.peek(), added.peek()) {
+                (Some((t, _)), Some((a, _))) if t < a => task.next(),
+                (Some((t, _)), Some((a, _))) if t == a => {
+                    task.next();
+                    added.next()
+                }
+                (Some(_), Some(_)) | (None, Some(_)) => added.next(),
+                (Some(_), None) => task.next(),
+                (None, None) => break,
+            };
+            let (key, value) = next.expect("one of the two had an entry");
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
 }
 
 /// Marks a rollout row to be left out of training where NeMo RL reads it:
@@ -286,6 +357,30 @@ mod tests {
         let plain = rollout_row(&row, json!({}), &crate::reward::Reward::new(1.0), 0, 0);
         assert_eq!(plain["instance_config"], json!({"difficulty": 3}), "an unmasked row's config is its own");
         assert_eq!(plain["mask_sample"], json!(false));
+    }
+
+    #[test]
+    fn a_rollout_row_written_from_its_task_row_is_the_row_built_whole() {
+        let mut masked = crate::reward::Reward::new(0.25);
+        masked.breakdown.insert("mask_sample".into(), json!(true));
+        let mut components = crate::reward::Reward::new(1.0);
+        components.breakdown.insert("accuracy".into(), json!(true));
+        components.breakdown.insert("zz_last".into(), json!(2));
+        let rows = [
+            json!({"id": 1, "instance_config": {"difficulty": 3}, "reward": 9, "zeta": [1, 2]}),
+            json!({"responses_create_params": {"input": "q"}, "mask_sample": false, "failure_kind": "x", "a": null}),
+            json!({}),
+            json!("not an object"),
+        ];
+        for row in &rows {
+            for reward in [&masked, &components, &crate::reward::Reward::new(0.0)] {
+                let mut written = RolloutRow::new(row, json!({"output": []}), reward, 4, 2);
+                written.insert("_parley_token_contiguity", json!("why"));
+                let bytes = serde_json::to_string(&written).unwrap();
+                let whole = serde_json::to_string(&written.into_value()).unwrap();
+                assert_eq!(bytes, whole, "{row}");
+            }
+        }
     }
 
     #[test]

@@ -159,7 +159,7 @@ pub async fn export(
                 Rows::NemoGym(w) => {
                     let rollout =
                         Rollout::stored(&task, trial, settings.system_prompt.as_deref(), &transcript, reward.as_ref());
-                    write_line(*w, &rollout.row(&settings.model))?;
+                    write_line(*w, &rollout.written(&settings.model))?;
                 }
                 Rows::OpenaiChat(w) => {
                     let messages = transcript.messages.iter().map(|m| m.chat(CHAT_ROW)).collect();

@@ -2,6 +2,7 @@
 //! one client stack of every remote call (`parley_http::client::stack`: retries, concurrency
 //! limit, per-attempt timeout and bounded body read).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,15 @@ use serde_json::value::RawValue;
 use tower::{BoxError, ServiceBuilder};
 
 use crate::wire;
+
+/// A completion as [`wire::parse_reply`] reads it.
+type Parsed = (parley_core::Message, Option<String>, parley_core::Usage);
+
+tokio::task_local! {
+    /// The reply the stack's policy read when it accepted the answer, handed to [`ChatClient::chat`]
+    /// (the stack runs in the caller's task) so that the body is parsed once, not twice.
+    static ACCEPTED: RefCell<Option<Parsed>>;
+}
 
 /// How to reach one endpoint.
 #[derive(Debug, Clone)]
@@ -144,7 +154,12 @@ impl ModelClient for ChatClient {
         let started = Instant::now();
         // Every kind of failed attempt, a 200 that is not a completion included, is retried by
         // the one policy inside the stack, within one budget.
-        let (result, attempts) = parley_http::track(self.post(&body)).await;
+        let ((result, attempts), accepted) = ACCEPTED
+            .scope(RefCell::new(None), async {
+                let tracked = parley_http::track(self.post(&body)).await;
+                (tracked, ACCEPTED.with(RefCell::take))
+            })
+            .await;
         let mut call = ModelCall {
             endpoint: self.endpoint.to_string(),
             latency: started.elapsed(),
@@ -153,12 +168,16 @@ impl ModelClient for ChatClient {
             ..ModelCall::default()
         };
         let failure = match result {
-            // The policy accepted it as a completion, so it parses again; should it not, it is a
-            // malformed answer like any other.
-            Ok(raw) => match serde_json::from_str::<Value>(raw.get())
-                .map_err(|e| e.to_string())
-                .and_then(|v| wire::parse_reply(&v, self.form.tokens))
-            {
+            // The policy accepted it as a completion and kept what it read; a body it did not
+            // read is parsed here, and one that is no completion is a malformed answer.
+            Ok(raw) => match accepted.map_or_else(
+                || {
+                    serde_json::from_str::<Value>(raw.get())
+                        .map_err(|e| e.to_string())
+                        .and_then(|v| wire::parse_reply(&v, self.form.tokens))
+                },
+                Ok,
+            ) {
                 Ok((message, finish_reason, usage)) => {
                     call.usage = usage;
                     call.finish_reason = finish_reason;
@@ -206,7 +225,11 @@ impl Attempt for Completion {
     fn accept(&self, answer: &Answer) -> Result<(), String> {
         let body: Value = serde_json::from_slice(&answer.body)
             .map_err(|e| format!("the body is not JSON ({e}): {}", excerpt_bytes(&answer.body)))?;
-        wire::parse_reply(&body, self.1).map(drop).map_err(|why| format!("not a chat completion: {why}"))
+        let parsed = wire::parse_reply(&body, self.1).map_err(|why| format!("not a chat completion: {why}"))?;
+        // For the chat call this attempt is part of (the stack runs in its task); the last
+        // attempt accepted is the answer it gets.
+        let _ = ACCEPTED.try_with(|slot| *slot.borrow_mut() = Some(parsed));
+        Ok(())
     }
 }
 

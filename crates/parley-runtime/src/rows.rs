@@ -2,7 +2,7 @@
 //! failure row (NeMo Gym's `_failures.jsonl` sidecar) when it failed outside the agent. One
 //! builder each, whether the session comes from a live run or from the store.
 
-use parley_core::nemo_gym::{response_object, rollout_row};
+use parley_core::nemo_gym::{RolloutRow, response_object};
 use parley_core::tokens::first_discontiguous;
 use parley_core::{FailureClass, Message, Reward, RunId, Task, Termination, Usage};
 use parley_engine::SessionResult;
@@ -21,7 +21,7 @@ pub struct Rollout<'a> {
     pub reward: Option<&'a Reward>,
 }
 
-impl Rollout<'_> {
+impl<'a> Rollout<'a> {
     /// The NeMo Gym rollout row: the task row, `response` (a Responses object whose output is
     /// the trajectory), `reward` and the scorer's fields.
     ///
@@ -29,6 +29,12 @@ impl Rollout<'_> {
     /// not extend the ones before it, it and every later one are written without their tokens
     /// (so untrainable), and `_parley_token_contiguity` says why.
     pub fn row(&self, model: &str) -> Value {
+        self.written(model).into_value()
+    }
+
+    /// [`Rollout::row`] borrowing the task row, for writing: the same bytes, without a copy of
+    /// the task's fields.
+    pub fn written(&self, model: &str) -> RolloutRow<'a> {
         let unscored = Reward::new(0.0);
         let discontiguous = first_discontiguous(self.produced);
         let response = match &discontiguous {
@@ -40,9 +46,9 @@ impl Rollout<'_> {
             }
         };
         let mut row =
-            rollout_row(&self.task.row, response, self.reward.unwrap_or(&unscored), self.task.index, self.trial);
-        if let (Some((_, why)), Some(map)) = (discontiguous, row.as_object_mut()) {
-            map.insert("_parley_token_contiguity".into(), json!(why));
+            RolloutRow::new(&self.task.row, response, self.reward.unwrap_or(&unscored), self.task.index, self.trial);
+        if let Some((_, why)) = discontiguous {
+            row.insert("_parley_token_contiguity", json!(why));
         }
         row
     }

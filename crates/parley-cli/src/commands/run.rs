@@ -268,7 +268,7 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
             failures.write(&Failure::of_result(run, result).row(&result.task.row))
         } else {
             written += 1;
-            rollouts.write(&Rollout::from(result).row(&settings.model))
+            rollouts.write(&Rollout::from(result).written(&settings.model))
         }
     };
     let mut pending = None;
@@ -552,7 +552,7 @@ impl JsonlWriter {
         })
     }
 
-    fn write(&mut self, row: &serde_json::Value) -> anyhow::Result<()> {
+    fn write(&mut self, row: &impl serde::Serialize) -> anyhow::Result<()> {
         serde_json::to_writer(&mut self.file, row)?;
         self.file.write_all(b"\n")?;
         if self.flushed.elapsed() >= Self::FLUSH_EVERY {
