@@ -331,6 +331,9 @@ def parley_run(parley, work, name, args, *, watch, env=None):
         "rollouts_per_s_wall": sessions / m["wall_s"],
         "orchestrator_cpu_ms": m["own_cpu_s"] * 1e3 / sessions,
         "total_cpu_ms": (m["own_cpu_s"] + m["children_cpu_s"] + m["watched_cpu_s"]) * 1e3 / sessions,
+        # The stub's CPU over the same run (the watched processes), and Parley's against it.
+        "stub_cpu_ms": m["watched_cpu_s"] * 1e3 / sessions,
+        "x_stub": (m["own_cpu_s"] + m["children_cpu_s"]) / m["watched_cpu_s"] if m["watched_cpu_s"] else None,
         "peak_rss_mib": m["peak_rss_kib"] / 1024,
         "session_p50_ms": metrics["latency_ms"]["session_p50"],
         "session_p99_ms": metrics["latency_ms"]["session_p99"],
@@ -411,7 +414,7 @@ def main():
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", choices=["stream", "serve", "openenv", "workers", "ranks", "users", "curriculum", "several", "tau2"],
+        "--only", choices=["stream", "serve", "openenv", "workers", "ranks", "users", "curriculum", "several", "tau2", "collect"],
         help="run only this part (its results are not latest.json)"
     )
     args = parser.parse_args()
@@ -495,6 +498,10 @@ def main():
         results["nemo_gym_start_s"] = gym.start_s
         if args.only == "serve":
             results["service"] = service(parley, args.load, work, p, stub, gym, tasks)
+            finish(results, args, work, latest=False)
+            return
+        if args.only == "collect":
+            results["collect"] = collect(parley, work, p, stub, gym, tasks)
             finish(results, args, work, latest=False)
             return
         for concurrency, repeats in p["gym"]:
@@ -581,6 +588,8 @@ def finish(results, args, work, *, latest):
         report_workers(results["workers"])
     elif "ranks" in results:
         report_ranks(results["ranks"])
+    elif "collect" in results:
+        report_collect(results["collect"])
     elif any(k in results for k in ("users", "curriculum", "several", "tau2")):
         pass  # reported as it was measured
     else:
@@ -635,16 +644,18 @@ def service(parley, load_bin, work, p, stub, gym, tasks):
         if n != count:
             raise SystemExit(f"bench: {name}: {count} requests sent, statuses {out['statuses']}")
         durations = sorted(r[0] * 1e3 for r in out["rollouts"])
+        # The service's own CPU (Parley, or NeMo Gym's servers) against the stub's, the stand-in
+        # for the model, which costs what a model server's HTTP side would; a direct call has no
+        # service between.
+        server_s, stub_s = m["watched_each_cpu_s"] if len(watch) == 2 else (None, m["watched_cpu_s"])
         return out, {
             "concurrency": concurrency,
             "rollouts": n,
             "rollouts_per_s": n / out["wall_s"],
             "stack_cpu_ms": m["watched_cpu_s"] * 1e3 / n,
-            # The service's own CPU (Parley, or NeMo Gym's servers) against the stub's: the
-            # stand-in for the model, which costs what a model server's HTTP side would.
-            "server_cpu_ms": m["watched_each_cpu_s"][0] * 1e3 / n,
-            "stub_cpu_ms": m["watched_each_cpu_s"][1] * 1e3 / n,
-            "x_stub": m["watched_each_cpu_s"][0] / m["watched_each_cpu_s"][1] if m["watched_each_cpu_s"][1] else None,
+            "server_cpu_ms": server_s * 1e3 / n if server_s is not None else None,
+            "stub_cpu_ms": stub_s * 1e3 / n,
+            "x_stub": server_s / stub_s if server_s is not None and stub_s else None,
             "client_cpu_ms": m["own_cpu_s"] * 1e3 / n,
             "run_p50_ms": percentile(durations, 0.5),
             "run_p99_ms": percentile(durations, 0.99),
@@ -1528,6 +1539,42 @@ def heading(heads, columns):
 
 def show(row):
     print(line(row, [c for c in COLUMNS if c[0] != "x_nemo_gym_best"]), file=sys.stderr, flush=True)
+
+
+def collect(parley, work, p, stub, gym, tasks):
+    """Collecting rollouts, the two ways side by side on the same rows and stub: NeMo Gym's
+    `gym eval run` at each of its levels, then `parley run` at c = 256 (every turn persisted).
+    Parley's rate over NeMo Gym's best, and Parley's CPU per rollout over the stub's."""
+    rows = []
+    for concurrency, repeats in p["gym"]:
+        row = gym.eval(tasks, repeats, concurrency, stub)
+        rows.append(row)
+        show(row)
+    gym.stop()
+    concurrency, trials = next((c, t) for c, t in reversed(p["parley"]) if c <= 256)
+    row = parley_run(
+        parley, work, f"collect-parley-c{concurrency}",
+        ["--env", "multi-step", "--tasks", tasks, "--trials", trials, "--base-url", stub.url, "-c", concurrency],
+        watch=[stub.proc.pid],
+    )
+    row.update(system="Parley, Rust environment", concurrency=concurrency)
+    rows.append(row)
+    show(row)
+    gym_best = max(r["rollouts_per_s"] for r in rows if r["system"].startswith("NeMo Gym"))
+    return {
+        "rows": rows,
+        "parley_x_nemo_gym": row["rollouts_per_s"] / gym_best,
+        "nemo_gym_best_rollouts_per_s": gym_best,
+        "parley_x_stub_cpu": row["x_stub"],
+    }
+
+
+def report_collect(c):
+    parley = c["rows"][-1]
+    print(f"Parley's CPU per persisted rollout: {parley['orchestrator_cpu_ms']:.3f} ms, the stub's "
+          f"{parley['stub_cpu_ms']:.3f} ms: {c['parley_x_stub_cpu']:.2f}x the stand-in for the model")
+    print(f"Parley {parley['rollouts_per_s']:,.0f} rollouts/s at c = {parley['concurrency']}: "
+          f"{c['parley_x_nemo_gym']:.1f}x NeMo Gym's best {c['nemo_gym_best_rollouts_per_s']:.1f}/s")
 
 
 def report(results):
