@@ -146,12 +146,13 @@ impl ModelClient for ChatClient {
         let started = Instant::now();
         // Every kind of failed attempt, a 200 that is not a completion included, is retried by
         // the one policy inside the stack, within one budget. Past the endpoint's bound, the
-        // call waits for a slot before its body exists: a session queued for a connection holds
-        // its transcript, not a serialized copy of it too.
+        // call waits for a slot before its body exists, and the sending (the stack's futures,
+        // some kilobytes) is boxed only then: a session queued for a connection holds its
+        // transcript and a small future, not a serialized copy of the transcript too.
         let ((result, body), attempts) = parley_http::track(async {
             let _slot = self.slots.slot().await;
             let body = wire::request_body(&request, self.form);
-            (self.post(&body).await, body)
+            (Box::pin(self.post(&body)).await, body)
         })
         .await;
         let mut call = ModelCall {
