@@ -9,7 +9,9 @@ One `parley stub` serves every system in the comparison, on the same task rows:
      raw bodies left out and with per-turn persistence off.
 Then the scale runs, each against a stub of its own with a fixed latency, serving on one thread
 (it stands in for a model served elsewhere): 10,000 concurrent multi-turn sessions (`--user llm`,
-the stub plays the user), and 4,096 concurrent sessions at 500 ms, 16 waves of them.
+the stub plays the user), and 4,096 concurrent sessions at 500 ms, 16 waves of them. `--only scale`
+runs 100,000 multi-turn sessions at once, apart from the whole run: their calls share 8,192
+connections to the stub.
 
 CPU is read from /proc/<pid>/stat (utime + stime) of every process involved, before and after,
 and from wait4's rusage for the measured command; peak memory is the process's VmHWM. Standard
@@ -355,6 +357,7 @@ def plan(quick):
             "parley": [(16, 10)],
             "persistence": (16, 10),
             "scale": {"sessions": 300, "latency_ms": 50, "user_turns": 2},
+            "at_once": {"sessions": 1000, "latency_ms": 100, "user_turns": 2, "endpoint_concurrency": 128},
             "fixed": {"concurrency": 256, "latency_ms": 100, "waves": 2},
             "persistence_bound": {"concurrency": 32, "latency_ms": 50, "waves": 2},
             "stream": {"tasks": 2000, "concurrency": 64},
@@ -376,6 +379,11 @@ def plan(quick):
         "parley": [(1, 10), (16, 100), (64, 100), (256, 100), (1024, 100)],
         "persistence": (256, 100),
         "scale": {"sessions": 10_000, "latency_ms": 2000, "user_turns": 2},
+        # `--only scale`, apart from the whole run: 100,000 multi-turn sessions in flight at once,
+        # more than one process can hold sockets for (its open-files limit), so their model calls
+        # share `endpoint_concurrency` connections and wait their turn for one, each session
+        # holding its state meanwhile. Every session starts before the first one ends.
+        "at_once": {"sessions": 100_000, "latency_ms": 2000, "user_turns": 2, "endpoint_concurrency": 8192},
         # Throughput is what the run keeps up once under way: 16 waves, so the start (4,096
         # sessions opening their connections at once, see `ramp_s`) is a small part of it.
         "fixed": {"concurrency": 4096, "latency_ms": 500, "waves": 16},
@@ -414,11 +422,13 @@ def main():
     parser.add_argument("--results", default=str(ROOT / "bench/results"), help="where the JSON results go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", choices=["stream", "serve", "openenv", "workers", "ranks", "users", "curriculum", "several", "tau2", "collect"],
+        "--only",
+        choices=["stream", "scale", "serve", "openenv", "workers", "ranks", "users", "curriculum", "several", "tau2",
+                 "collect"],
         help="run only this part (its results are not latest.json)"
     )
     args = parser.parse_args()
-    if args.only not in ("stream", "workers", "ranks", "users", "curriculum", "several", "tau2") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
+    if args.only not in ("stream", "scale", "workers", "ranks", "users", "curriculum", "several", "tau2") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
         raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
     p = plan(args.quick)
     parley = args.parley
@@ -435,6 +445,10 @@ def main():
     rows = results["rows"]
     if args.only == "stream":
         results["stream"] = stream(parley, work, p)
+        finish(results, args, work, latest=False)
+        return
+    if args.only == "scale":
+        results["at_once"] = at_once(parley, work, p)
         finish(results, args, work, latest=False)
         return
     if args.only == "openenv":
@@ -582,6 +596,8 @@ def finish(results, args, work, *, latest):
         report(results)
     elif "stream" in results:
         report_stream(results)
+    elif "at_once" in results:
+        report_at_once(results["at_once"])
     elif "openenv" in results:
         report_openenv(results["openenv"])
     elif "workers" in results:
@@ -1342,7 +1358,8 @@ def scale(parley, work, p):
         row = parley_run(
             parley, work, "scale-multi-turn",
             ["--env", "multi-step", "--user", "llm", "--tasks", tasks, "--base-url", stub.url,
-             "-c", s["sessions"], "--call-timeout", 600, "--session-timeout", 3600],
+             "-c", s["sessions"], "--endpoint-concurrency", s["sessions"], "--call-timeout", 600,
+             "--session-timeout", 3600],
             watch=[stub.proc.pid],
         )
         calls = (stub.requests() - before) / row["rollouts"]
@@ -1397,6 +1414,71 @@ def scale(parley, work, p):
         stub.stop()
     out["persistence_model_bound"] = rows
     return out
+
+
+def at_once(parley, work, p):
+    """More sessions in flight at once than the process can hold sockets for: each multi-turn
+    (`--user llm`, the stub plays agent and user), their model calls sharing
+    `endpoint_concurrency` connections to the stub. Peak RSS of Parley and of the stub, apart,
+    and whether every session was under way before the first one ended."""
+    s = p["at_once"]
+    stub = Stub(parley, work, "stub-at-once", "--threads", 1, "--latency-ms", s["latency_ms"], "--user-turns",
+                s["user_turns"])
+    tasks = write_tasks(parley, work / "tasks-at-once.jsonl", s["sessions"])
+    try:
+        before = stub.requests()
+        row = parley_run(
+            parley, work, "at-once",
+            ["--env", "multi-step", "--user", "llm", "--tasks", tasks, "--base-url", stub.url,
+             "-c", s["sessions"], "--endpoint-concurrency", s["endpoint_concurrency"],
+             "--call-timeout", 600, "--session-timeout", 3600],
+            watch=[stub.proc.pid],
+        )
+        calls = (stub.requests() - before) / row["rollouts"]
+        # Calls wait their turn for one of `endpoint_concurrency` connections: the ideal keeps
+        # that many calls in flight, every one taking the stub's latency.
+        best = s["endpoint_concurrency"] / (calls * s["latency_ms"] / 1e3)
+        row.update(latency_ms=s["latency_ms"], model_calls_per_session=calls, ideal_rollouts_per_s=best,
+                   of_ideal=row["rollouts_per_s"] / best)
+        row["stub_peak_rss_mib"] = status_kib(stub.proc.pid, "VmHWM") / 1024
+    finally:
+        stub.stop()
+    row.update(system=f"Parley, {s['sessions']:,} sessions at once (--user llm)", concurrency=s["sessions"],
+               endpoint_concurrency=s["endpoint_concurrency"])
+    row.update(overlap(work / "at-once" / "parley.db"))
+    show(row)
+    return row
+
+
+def overlap(db):
+    """How many sessions had started when the first one ended (a session's start is its end less
+    its duration), and how long after the first start the last one started."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        first_end, last_start, first_start, started = conn.execute(
+            "WITH s AS (SELECT julianday(finished_at) * 86400000.0 AS end_ms,"
+            " julianday(finished_at) * 86400000.0 - duration_ms AS start_ms FROM sessions"
+            " WHERE finished_at IS NOT NULL)"
+            " SELECT (SELECT min(end_ms) FROM s), max(start_ms), min(start_ms),"
+            " (SELECT count(*) FROM s WHERE start_ms < (SELECT min(end_ms) FROM s)) FROM s"
+        ).fetchone()
+    return {
+        "started_before_first_end": started,
+        "all_started_s": (last_start - first_start) / 1e3,
+        "first_end_s": (first_end - first_start) / 1e3,
+    }
+
+
+def report_at_once(row):
+    print()
+    print(heading(HEADERS, COLUMNS))
+    print(line(row, COLUMNS))
+    print(f"{row['rollouts']:,} multi-turn sessions at once ({row['model_calls_per_session']:.1f} calls each, "
+          f"{row['latency_ms']} ms, {row['endpoint_concurrency']:,} connections to the stub): peak RSS "
+          f"{row['peak_rss_mib']:.0f} MiB (the stub {row['stub_peak_rss_mib']:.0f} MiB); "
+          f"{row['started_before_first_end']:,} sessions under way before the first ended "
+          f"(all started within {row['all_started_s']:.1f} s, the first ended at {row['first_end_s']:.1f} s); "
+          f"{row['rollouts_per_s']:.0f}/s of an ideal {row['ideal_rollouts_per_s']:.0f}/s "
+          f"({100 * row['of_ideal']:.1f}%), {row['elapsed_s']:.0f} s; {row['failures']} failed")
 
 
 def stream(parley, work, p):
@@ -1634,6 +1716,8 @@ def all_rows(results):
         rows += [scale["multi_turn"], scale["fixed_latency"]] + scale["persistence_model_bound"]
     if "stream" in results:
         rows.append(results["stream"])
+    if "at_once" in results:
+        rows.append(results["at_once"])
     if "service" in results:
         rows += results["service"]["levels"] + [results["service"]["added"]]
     if "openenv" in results:

@@ -35,6 +35,21 @@ const NOT_RUN: &[(&str, &str, &str)] = &[
         "PARLEY_BIN=target/release/parley bench/run --only stream",
         "a 12 GB benchmark; .ci/run runs bench/run --quick, its smoke version",
     ),
+    (
+        "docs/performance.md",
+        "python3 bench/bench.py --only collect",
+        "a benchmark of minutes; .ci/run runs its smoke version (bench/run --quick --only collect)",
+    ),
+    (
+        "docs/performance.md",
+        "python3 bench/bench.py --only serve",
+        "a benchmark of minutes; .ci/run runs its smoke version within bench/run --quick",
+    ),
+    (
+        "docs/performance.md",
+        "python3 bench/bench.py --only tau2",
+        "a benchmark of minutes; .ci/run runs its smoke version (bench/run --quick --only tau2)",
+    ),
     ("docs/scale.md", "docker build -f deploy/Dockerfile -t parley:latest .", "needs a Docker daemon"),
     (
         "docs/scale.md",

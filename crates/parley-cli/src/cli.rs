@@ -565,7 +565,10 @@ crate::settings::options! {
         /// Sessions in flight at once [default: 64].
         #[arg(long, short = 'c', value_name = "N")]
         pub concurrency: Option<usize>,
-        /// Model calls in flight to the endpoint at once [default: the concurrency].
+        /// Model calls in flight to an endpoint at once, over the agent, the simulated user and
+        /// the judge when they share it; each holds a connection, and calls past it wait for one,
+        /// their sessions still in flight [default: the concurrency, at most a quarter of the
+        /// open-files limit].
         #[arg(long, value_name = "N")]
         pub endpoint_concurrency: Option<usize>,
         /// Trials (rollouts) per task [default: 1].

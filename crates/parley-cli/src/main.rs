@@ -16,6 +16,7 @@ mod commands;
 #[cfg(test)]
 mod doc_commands;
 mod error;
+mod open_files;
 mod progress;
 mod scaffold;
 mod settings;
@@ -45,6 +46,8 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
+    // Each session in flight may hold a socket.
+    open_files::raise();
     if let Some(secs) = cli.lease {
         parley_runtime::set_lease(std::time::Duration::from_secs_f64(secs));
     }

@@ -238,7 +238,9 @@ impl RunOptions {
             model: defaults::MODEL.into(),
             api_key_env: None,
             concurrency,
-            endpoint_concurrency: o.endpoint_concurrency.unwrap_or(concurrency),
+            endpoint_concurrency: o
+                .endpoint_concurrency
+                .unwrap_or_else(|| crate::open_files::endpoint_default(concurrency)),
             trials: o.trials.unwrap_or(defaults::TRIALS),
             db: o.db.unwrap_or_else(|| defaults::DB.into()),
             out: o.out,

@@ -1,21 +1,26 @@
 //! The one client stack of Parley's remote calls, and a client for one HTTP server built on it.
 //!
 //! [`stack`] puts the service that sends one attempt behind, outside in: the one retry policy
-//! ([`RetryPolicy`], which honours the session's deadline), a concurrency limit shared by every
-//! caller of the endpoint, a timeout on each attempt, and the bounded whole-body read
+//! ([`RetryPolicy`], which honours the session's deadline), a timeout on each attempt, and the
+//! bounded whole-body read
 //! ([`WholeBodyLayer`], which redacts every registered key). The model client (`parley-llm`)
 //! puts async-openai's transport in it; [`Client`] puts reqwest's, for every other call: NeMo
 //! Gym and Gymnasium servers and the Responses client (`parley-remote`), and the reward model
 //! (`parley-rewards`). [`Failure`] says what a failed call's error was, for each caller to report
 //! in its own error type.
+//!
+//! Every call first takes a [`Slot`] of its [`Endpoint`], one of the endpoint's bound on calls in
+//! flight that every client of it in the process shares, and holds it to its last attempt's end.
+//! The model client takes it before it serializes its request, so a session that waits for one
+//! holds no request body: a run of 100,000 sessions whose calls share a few thousand
+//! connections keeps its memory for the sessions.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
-use tokio::sync::Semaphore;
-use tower::limit::GlobalConcurrencyLimitLayer;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
@@ -35,7 +40,8 @@ pub struct Limits {
     pub max_retries: u32,
     /// The first backoff; it doubles on each retry, up to [`MAX_BACKOFF`].
     pub backoff: Duration,
-    /// Calls in flight to the endpoint at once, over every caller that shares the stack.
+    /// Calls in flight to the endpoint at once, over every client of it in the process (see
+    /// [`endpoint`]): each holds one of its connections, so this bounds them too.
     pub max_concurrency: usize,
     /// Bytes of one answer's body read at most; a larger answer fails the attempt.
     pub max_response_bytes: usize,
@@ -69,7 +75,9 @@ impl Limits {
 /// A stack of [`stack`]: attempts of type `A` in, whole answers out.
 pub type Stack<A> = BoxCloneSyncService<A, Answer, BoxError>;
 
-/// The one stack (see the module's docs) around `send`, which sends one attempt.
+/// The one stack (see the module's docs) around `send`, which sends one attempt. Its caller
+/// holds a [`Slot`] of the endpoint for the whole call, taken before the attempt's timeout
+/// starts, so a session queued behind the bound keeps its whole per-attempt budget.
 pub fn stack<A, S>(limits: &Limits, send: S) -> Stack<A>
 where
     A: Attempt + Send + 'static,
@@ -80,31 +88,76 @@ where
     let service = ServiceBuilder::new()
         .retry(limits.retry_policy())
         .map_request(A::into_request)
-        .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::new(Semaphore::new(limits.max_concurrency.max(1)))))
         .timeout(limits.timeout)
         .layer(WholeBodyLayer { limit: limits.max_response_bytes })
         .service(send);
     BoxCloneSyncService::new(service)
 }
 
-/// The connection pool of `base` for the whole process. Every client of an endpoint (the agent
-/// and a simulated user served by the same one, every session's calls to one server) shares
-/// its connections: a session uses one at a time, so separate pools would hold twice the sockets
-/// and buffers (about half the memory of a run at 10,000 sessions). Keys travel in request
-/// headers, never in the pool, so sharing it shares no credentials.
-pub fn pool(base: &str, max_concurrency: usize) -> Result<reqwest::Client, ClientError> {
-    static POOLS: OnceLock<Mutex<HashMap<String, reqwest::Client>>> = OnceLock::new();
-    let mut pools = POOLS.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(http) = pools.get(base) {
-        return Ok(http.clone());
+/// What the whole process shares of one endpoint: its connection pool and its bound on calls in
+/// flight.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// The connection pool. Keys travel in request headers, never in the pool, so sharing it
+    /// shares no credentials.
+    pub http: reqwest::Client,
+    /// Calls in flight to the endpoint at once, over every client of it.
+    calls: Arc<Semaphore>,
+    /// The bound `calls` was made with.
+    bound: usize,
+}
+
+impl Endpoint {
+    /// The most calls in flight to the endpoint at once.
+    pub fn bound(&self) -> usize {
+        self.bound
     }
+
+    /// Waits for one of the endpoint's calls in flight, first come first served; the call holds
+    /// it to its end.
+    pub async fn slot(&self) -> Slot {
+        // The semaphore is never closed.
+        Slot { _permit: self.calls.clone().acquire_owned().await.ok() }
+    }
+}
+
+/// One of an [`Endpoint`]'s calls in flight, given back when dropped.
+#[derive(Debug)]
+pub struct Slot {
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The endpoint at `base`, made with the bound `max_concurrency` by its first client in the
+/// process. Every client of an endpoint (the agent and a simulated user served by the same one,
+/// a client per rollout that a trainer names the same policy URL for, every session's calls to
+/// one server) shares its connections and its bound: a session uses one connection at a time,
+/// so separate pools would hold twice the sockets and buffers (about half the memory of a run
+/// at 10,000 sessions), and separate bounds would let a run open more sockets than its
+/// open-files limit allows. A call past the bound waits for one to finish, its session still in
+/// flight.
+pub fn endpoint(base: &str, max_concurrency: usize) -> Result<Endpoint, ClientError> {
+    static ENDPOINTS: OnceLock<Mutex<HashMap<String, Endpoint>>> = OnceLock::new();
+    let mut endpoints = ENDPOINTS.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(endpoint) = endpoints.get(base) {
+        if endpoint.bound != max_concurrency.max(1) {
+            tracing::debug!(
+                base,
+                bound = endpoint.bound,
+                asked = max_concurrency,
+                "the endpoint's bound on calls in flight was set by its first client"
+            );
+        }
+        return Ok(endpoint.clone());
+    }
+    let bound = max_concurrency.max(1);
     let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(max_concurrency.max(1))
+        .pool_max_idle_per_host(bound)
         .tcp_nodelay(true)
         .build()
         .map_err(|e| ClientError::Http(e.to_string()))?;
-    pools.insert(base.to_owned(), http.clone());
-    Ok(http)
+    let endpoint = Endpoint { http, calls: Arc::new(Semaphore::new(bound)), bound };
+    endpoints.insert(base.to_owned(), endpoint.clone());
+    Ok(endpoint)
 }
 
 /// Why a client could not be made.
@@ -155,7 +208,7 @@ impl Attempt for Post {
 #[derive(Clone)]
 pub struct Client {
     base: Arc<str>,
-    http: reqwest::Client,
+    endpoint: Endpoint,
     bearer: Option<HeaderValue>,
     service: Stack<Post>,
     limits: Limits,
@@ -186,11 +239,11 @@ impl Client {
             }
             None => None,
         };
-        let http = pool(base, limits.max_concurrency)?;
-        let sender = http.clone();
+        let endpoint = endpoint(base, limits.max_concurrency)?;
+        let sender = endpoint.http.clone();
         let send = tower::service_fn(move |request: reqwest::Request| sender.execute(request));
         let service = stack(limits, send);
-        Ok(Client { base: base.into(), http, bearer, service, limits: limits.clone() })
+        Ok(Client { base: base.into(), endpoint, bearer, service, limits: limits.clone() })
     }
 
     pub fn base_url(&self) -> &str {
@@ -213,7 +266,8 @@ impl Client {
         retry: Retry,
         accept: Option<Accept>,
     ) -> (Result<Answer, Failure>, u32) {
-        let mut request = self.http.post(format!("{}{path}", self.base)).header(CONTENT_TYPE, "application/json");
+        let mut request =
+            self.endpoint.http.post(format!("{}{path}", self.base)).header(CONTENT_TYPE, "application/json");
         request = request.headers(headers);
         if let Some(bearer) = &self.bearer {
             request = request.header(AUTHORIZATION, bearer.clone());
@@ -222,14 +276,17 @@ impl Client {
             Ok(request) => request,
             Err(e) => return (Err(Failure::Unsendable(format!("could not build the request: {e}"))), 0),
         };
-        let call = self.service.clone().oneshot(Post { request, retry, accept });
+        let call = async {
+            let _slot = self.endpoint.slot().await;
+            self.service.clone().oneshot(Post { request, retry, accept }).await
+        };
         let (result, attempts) = crate::track(call).await;
         (result.map_err(Failure::of), attempts)
     }
 
     /// Whether the server answers `GET path` with a 2xx (one attempt, for readiness polls).
     pub async fn is_up(&self, path: &str) -> bool {
-        let mut request = self.http.get(format!("{}{path}", self.base));
+        let mut request = self.endpoint.http.get(format!("{}{path}", self.base));
         if let Some(bearer) = &self.bearer {
             request = request.header(AUTHORIZATION, bearer.clone());
         }
@@ -292,5 +349,123 @@ impl std::fmt::Display for Failure {
             Failure::TooLarge(too_large) => std::fmt::Display::fmt(too_large, f),
             Failure::Unaccepted(unaccepted) => std::fmt::Display::fmt(unaccepted, f),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// What the server saw at most at once.
+    #[derive(Default)]
+    struct Peaks {
+        connections: AtomicUsize,
+        most_connections: AtomicUsize,
+        calls: AtomicUsize,
+        most_calls: AtomicUsize,
+        served: AtomicUsize,
+    }
+
+    fn raise(now: &AtomicUsize, most: &AtomicUsize) {
+        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+        most.fetch_max(n, Ordering::SeqCst);
+    }
+
+    /// An HTTP/1.1 server that keeps connections alive and answers each POST `{}` after 2 ms,
+    /// counting the connections open and the calls in flight.
+    async fn counting_server() -> (String, Arc<Peaks>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let peaks = Arc::new(Peaks::default());
+        let counted = peaks.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let peaks = counted.clone();
+                raise(&peaks.connections, &peaks.most_connections);
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    'connection: loop {
+                        // One request: its head, then `content-length` bytes of body.
+                        let (head_end, length) = loop {
+                            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                                let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+                                let length = head
+                                    .lines()
+                                    .find_map(|l| l.strip_prefix("content-length:"))
+                                    .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                                break (end + 4, length);
+                            }
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => break 'connection,
+                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                            }
+                        };
+                        while buffer.len() < head_end + length {
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => break 'connection,
+                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buffer.drain(..head_end + length);
+                        raise(&peaks.calls, &peaks.most_calls);
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        peaks.calls.fetch_sub(1, Ordering::SeqCst);
+                        peaks.served.fetch_add(1, Ordering::SeqCst);
+                        let answer =
+                            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                        if socket.write_all(answer).await.is_err() {
+                            break;
+                        }
+                    }
+                    peaks.connections.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        (base, peaks)
+    }
+
+    /// Ten times as many sessions as the endpoint's bound, each calling it through two clients
+    /// in turn (as an agent and a simulated user on the same endpoint do): every call completes,
+    /// and the server never sees more calls in flight than the bound. A finished call's
+    /// connection goes back to the pool on a task of hyper's, a moment after the call's slot is
+    /// free, so a new call may open another meanwhile; the pool keeps at most the bound idle, so
+    /// the connections stay under twice the bound. (With a bound per client, the two clients'
+    /// calls in flight reach twice the bound.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_client_of_an_endpoint_shares_one_bound() {
+        const BOUND: usize = 8;
+        let (base, peaks) = counting_server().await;
+        let limits = Limits { max_concurrency: BOUND, ..Limits::default() };
+        let agent = Client::new(&base, &limits, None).unwrap();
+        let user = Client::new(&base, &limits, Some("user-key")).unwrap();
+        assert_eq!(endpoint(&base, 1000).unwrap().bound(), BOUND, "the first client sets the bound");
+        let sessions: Vec<_> = (0..10 * BOUND)
+            .map(|_| {
+                let (agent, user) = (agent.clone(), user.clone());
+                tokio::spawn(async move {
+                    for turn in 0..6 {
+                        let client = if turn % 2 == 0 { &agent } else { &user };
+                        let (answer, _) =
+                            client.post_json("/call", b"{}".to_vec(), HeaderMap::new(), Retry::Transient, None).await;
+                        assert_eq!(answer.expect("the call completes").status, 200);
+                    }
+                })
+            })
+            .collect();
+        for session in sessions {
+            session.await.unwrap();
+        }
+        assert_eq!(peaks.served.load(Ordering::SeqCst), 10 * BOUND * 6);
+        let most_calls = peaks.most_calls.load(Ordering::SeqCst);
+        let most_connections = peaks.most_connections.load(Ordering::SeqCst);
+        assert!(most_calls <= BOUND, "{most_calls} calls in flight at once, over the bound of {BOUND}");
+        assert!(most_connections < 2 * BOUND, "{most_connections} connections open at once, for a bound of {BOUND}");
     }
 }

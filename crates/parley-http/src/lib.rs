@@ -4,7 +4,8 @@
 //! [`guard`], and how they hold connections, [`server`].
 //!
 //! - [`client`]: the one stack every remote call goes through ([`client::stack`], under
-//!   [`client::Limits`]), the connection pools, and [`Client`], a server behind it.
+//!   [`client::Limits`]), the endpoints (a connection pool and a bound on calls in flight for
+//!   each, shared by the whole process), and [`Client`], a server behind it.
 //! - [`RetryPolicy`]: the one retry policy, a [`tower::retry::Policy`] over [`Answer`]s, with
 //!   the one backoff; it gives up at once when its next wait would outlast the session's
 //!   [`Deadline`](parley_core::Deadline), and it retries a 2xx that the request does not

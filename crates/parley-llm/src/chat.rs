@@ -1,6 +1,7 @@
 //! The Chat Completions client: one async-openai client per endpoint, its transport inside the
-//! one client stack of every remote call (`parley_http::client::stack`: retries, concurrency
-//! limit, per-attempt timeout and bounded body read).
+//! one client stack of every remote call (`parley_http::client::stack`: retries, per-attempt
+//! timeout and bounded body read), each call holding one of the endpoint's slots
+//! (`parley_http::client::Endpoint`) from before its body is built.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use parley_core::{
     ChatForm, ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningField,
     ReasoningReplay,
 };
-use parley_http::client::{Limits, pool, stack};
+use parley_http::client::{Endpoint, Limits, endpoint, stack};
 use parley_http::{Answer, Attempt, Failure, excerpt, excerpt_bytes, secrets};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -99,6 +100,7 @@ pub enum ClientConfigError {
 pub struct ChatClient {
     client: Client<OpenAIConfig>,
     endpoint: Arc<str>,
+    slots: Endpoint,
     form: ChatForm,
 }
 
@@ -124,7 +126,8 @@ impl ChatClient {
             }
             None => openai.with_api_key(""),
         };
-        let http = pool(base, config.max_concurrency).map_err(|e| ClientConfigError::Http(e.to_string()))?;
+        let slots = endpoint(base, config.max_concurrency).map_err(|e| ClientConfigError::Http(e.to_string()))?;
+        let http = slots.http.clone();
         let token_ids = config.token_ids;
         let service = ServiceBuilder::new()
             .map_result(hand_over)
@@ -132,7 +135,7 @@ impl ChatClient {
             .service(stack(&config.limits(), ReqwestService::new(http.clone())));
         let client = Client::build(http, openai).with_http_service(service);
         let form = ChatForm { reasoning: ReasoningField::replayed(config.reasoning), tokens: config.token_ids };
-        Ok(ChatClient { client, endpoint: base.into(), form })
+        Ok(ChatClient { client, endpoint: base.into(), slots, form })
     }
 
     /// Sends the body's bytes as they are and takes the answer as text: the stack checks that it
@@ -150,13 +153,21 @@ impl ModelClient for ChatClient {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
-        let body = wire::request_body(&request, self.form);
         let started = Instant::now();
         // Every kind of failed attempt, a 200 that is not a completion included, is retried by
-        // the one policy inside the stack, within one budget.
-        let ((result, attempts), accepted) = ACCEPTED
+        // the one policy inside the stack, within one budget. Past the endpoint's bound, the
+        // call waits for a slot before its body exists, and the sending (the stack's futures,
+        // some kilobytes) is boxed only then: a session queued for a connection holds its
+        // transcript and a small future, not a serialized copy of the transcript too. The policy
+        // that accepts the answer keeps what it read of it, for the reply below.
+        let (((result, body), attempts), accepted) = ACCEPTED
             .scope(RefCell::new(None), async {
-                let tracked = parley_http::track(self.post(&body)).await;
+                let tracked = parley_http::track(async {
+                    let _slot = self.slots.slot().await;
+                    let body = wire::request_body(&request, self.form);
+                    (Box::pin(self.post(&body)).await, body)
+                })
+                .await;
                 (tracked, ACCEPTED.with(RefCell::take))
             })
             .await;
