@@ -20,6 +20,7 @@ pub fn store_exit_code(error: &anyhow::Error) -> Option<(i32, String)> {
             let code = match problem {
                 Unusable::NotParley | Unusable::NewerSchema | Unusable::Directory | Unusable::Corrupt => 65,
                 Unusable::ReadOnly => 73,
+                Unusable::OutOfFiles => 71,
                 Unusable::DiskFull => 74,
                 Unusable::Locked => 75,
             };

@@ -319,6 +319,8 @@ pub enum Unusable {
     DiskFull,
     /// The file is damaged: SQLite found malformed pages, or text that is not UTF-8.
     Corrupt,
+    /// The process has as many files open as its limit allows, so the database cannot be opened.
+    OutOfFiles,
 }
 
 /// Where sessions are kept, and who drives each.

@@ -193,6 +193,14 @@ fn unusable_at(error: &sqlx::Error, path: &Path) -> Option<StoreError> {
     unusable(error, &what)
 }
 
+/// Whether opening a file fails for want of file descriptors (`EMFILE`, `ENFILE`).
+fn out_of_files() -> bool {
+    match std::fs::File::open("/dev/null") {
+        Ok(_) => false,
+        Err(e) => matches!(e.raw_os_error(), Some(24 | 23)),
+    }
+}
+
 fn full_disk(what: &str) -> String {
     format!(
         "the disk holding {what} is full (or its quota is used up): {what} could not be written; free space and \
@@ -217,6 +225,15 @@ fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
             format!(
                 "{what} is read-only (the file, its folder or the disk); make it writable, or copy it elsewhere and \
                  pass --db COPY"
+            ),
+        ),
+        // SQLite says only that it could not open the file; one more open of any file says whether
+        // the process is out of file descriptors, which no folder's permissions would mend.
+        14 if out_of_files() => (
+            Unusable::OutOfFiles,
+            format!(
+                "cannot open {what}: this process has as many files open as its limit allows (`ulimit -n`); raise \
+                 the limit, or lower --concurrency or --endpoint-concurrency"
             ),
         ),
         14 => (Unusable::ReadOnly, format!("cannot open or create {what}: does its folder exist, and is it writable?")),

@@ -38,6 +38,10 @@ type Key = (u64, u64);
 /// A run's figures with what they were computed from and how long they took.
 type Entry = (Key, Duration, Arc<RunFigures>);
 
+/// The most runs (or lists of runs) whose figures are kept. Past it the entry computed longest
+/// ago makes room, so a client asking for many runs, or many lists of them, cannot grow the cache.
+const KEPT: usize = 32;
+
 #[derive(Default)]
 pub struct FigureCache {
     runs: Mutex<HashMap<Vec<i64>, Entry>>,
@@ -66,12 +70,22 @@ impl FigureCache {
         let figures = Arc::new(compute(store, runs, trials).await?);
         // The key is read before the figures, so a session that finished in between makes the
         // next request compute again rather than be missed.
-        self.runs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(runs.to_vec(), (key, start.elapsed(), figures.clone()));
+        let mut cache = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        remember(&mut cache, runs, (key, start.elapsed(), figures.clone()), |(_, _, f)| f.at);
         Ok(figures)
     }
+}
+
+/// Keeps `value` for `runs`, the entry computed longest ago (`at`) making room when [`KEPT`]
+/// are kept already.
+fn remember<V>(cache: &mut HashMap<Vec<i64>, V>, runs: &[i64], value: V, at: impl Fn(&V) -> Instant) {
+    if cache.len() >= KEPT && !cache.contains_key(runs) {
+        let oldest = cache.iter().min_by_key(|(_, v)| at(v)).map(|(k, _)| k.clone());
+        if let Some(oldest) = oldest {
+            cache.remove(&oldest);
+        }
+    }
+    cache.insert(runs.to_vec(), value);
 }
 
 async fn compute(store: &Store, runs: &[i64], trials: usize) -> Result<RunFigures, PageError> {
@@ -117,4 +131,27 @@ async fn compute(store: &Store, runs: &[i64], trials: usize) -> Result<RunFigure
         user_latencies,
         at: Instant::now(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_at_most_its_bound_and_lets_the_oldest_go() {
+        let mut cache = HashMap::new();
+        let start = Instant::now();
+        let at = |v: &Instant| *v;
+        for run in 0..(KEPT as i64 + 10) {
+            remember(&mut cache, &[run, run + 1], start + Duration::from_millis(run as u64), at);
+            assert!(cache.len() <= KEPT);
+        }
+        assert_eq!(cache.len(), KEPT);
+        assert!(!cache.contains_key(&vec![0, 1]), "the oldest went");
+        assert!(cache.contains_key(&vec![KEPT as i64 + 9, KEPT as i64 + 10]), "the newest is kept");
+        // Computing a kept entry again replaces it in place.
+        let kept = vec![20, 21];
+        remember(&mut cache, &kept, start + Duration::from_secs(60), at);
+        assert_eq!((cache.len(), cache[&kept]), (KEPT, start + Duration::from_secs(60)));
+    }
 }

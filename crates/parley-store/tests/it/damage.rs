@@ -26,6 +26,27 @@ async fn a_directory_is_named_as_one() {
     assert!(message.contains("is a directory") && message.contains("parley.db"), "{message}");
 }
 
+/// A process out of file descriptors (a run with more connections than `ulimit -n` allows) is
+/// told so, not sent to look at the database's folder. The test's own process is used up: each
+/// test runs in a process of its own.
+#[tokio::test]
+async fn a_process_out_of_files_is_told_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("parley.db");
+    SqliteStore::open(&path, StoreOptions::default()).await.unwrap().close().await.unwrap();
+    let mut held = Vec::new();
+    while let Ok(file) = std::fs::File::open("/dev/null") {
+        held.push(file);
+        assert!(held.len() < 1 << 20, "the open-files limit was not reached");
+    }
+    let error = SqliteStore::open(&path, StoreOptions::default()).await.unwrap_err();
+    drop(held);
+    assert_eq!(problem(&error), Some(Unusable::OutOfFiles), "{error}");
+    let message = error.to_string();
+    assert!(message.contains("files open") && message.contains("ulimit -n"), "{message}");
+    assert!(SqliteStore::open(&path, StoreOptions::default()).await.is_ok(), "with files to spare it opens again");
+}
+
 /// Writes to the file behind the store's back, as damage would.
 async fn tamper(path: &Path, sql: &'static str) {
     let options = sqlx::sqlite::SqliteConnectOptions::from_str("sqlite:").unwrap().filename(path);
