@@ -160,11 +160,7 @@ impl<'a> Turn<'a> {
             // A function without parameters takes an empty object.
             (None, None) => "{}".to_owned(),
         };
-        let id = match call_ids {
-            CallIds::PerTurn => Fnv::new().u64(self.conversation).u64(k.into()).finish(),
-            CallIds::Repeated => 0,
-        };
-        Answer::ToolCall { id, name: tool.name, arguments }
+        Answer::ToolCall { id: self.call_id(call_ids, k.into()), name: tool.name, arguments }
     }
 
     /// An agent's answer from its session's script: the next call it has not made, else the
@@ -175,11 +171,17 @@ impl<'a> Turn<'a> {
             return Some(Answer::Text(script.closing.clone()));
         };
         let tool = self.tools.iter().find(|t| t.name == name)?;
-        let id = match call_ids {
-            CallIds::PerTurn => Fnv::new().u64(self.conversation).u64(self.calls_made as u64).finish(),
-            CallIds::Repeated => 0,
-        };
+        let id = self.call_id(call_ids, self.calls_made as u64);
         Some(Answer::ToolCall { id, name: tool.name, arguments: arguments.clone() })
+    }
+
+    /// The id of the conversation's call number `n`: a hash of the two, or 0 for every call when
+    /// the stub repeats its ids on purpose.
+    fn call_id(&self, call_ids: CallIds, n: u64) -> u64 {
+        match call_ids {
+            CallIds::PerTurn => Fnv::new().u64(self.conversation).u64(n).finish(),
+            CallIds::Repeated => 0,
+        }
     }
 
     /// Whether the request is a judge prompt the stub answers with a verdict.
