@@ -15,11 +15,12 @@ pub mod versions;
 /// A reward at or above this counts as a success for pass@k and pass^k (tau2 counts reward 1).
 pub const SUCCESS: f64 = 1.0 - 1e-6;
 
-/// One finished session, as metrics see it.
-#[derive(Debug, Clone, PartialEq)]
+/// One finished session, as metrics see it: a few words, nothing on the heap, since a run's
+/// summary holds one per session (a million for a million tasks).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Outcome {
     pub task: usize,
-    pub termination: String,
+    pub termination: &'static str,
     /// Whether the termination is an infrastructure failure.
     pub infrastructure: bool,
     pub reward: Option<f64>,
@@ -148,15 +149,20 @@ fn usual_group(outcomes: &[Outcome]) -> usize {
 }
 
 pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
-    let mut terminations = BTreeMap::new();
+    let mut terminations: BTreeMap<&str, usize> = BTreeMap::new();
     for o in outcomes {
-        *terminations.entry(o.termination.clone()).or_insert(0) += 1;
+        *terminations.entry(o.termination).or_insert(0) += 1;
     }
+    let terminations = terminations.into_iter().map(|(t, n)| (t.to_owned(), n)).collect();
     let mut durations: Vec<f64> = outcomes.iter().map(|o| o.duration_ms).collect();
     durations.sort_by(f64::total_cmp);
     // A session whose simulated user failed its part says more of the simulator than of the
     // agent: it is counted apart, not in the rewards or pass figures.
-    let counted: Vec<Outcome> = outcomes.iter().filter(|o| !o.user_fault).cloned().collect();
+    // (Copied only when some are left out.)
+    let counted: std::borrow::Cow<[Outcome]> = match outcomes.iter().any(|o| o.user_fault) {
+        true => outcomes.iter().filter(|o| !o.user_fault).copied().collect(),
+        false => outcomes.into(),
+    };
     let rewards: Vec<f64> = counted.iter().filter(|o| !o.infrastructure).filter_map(|o| o.reward).collect();
     Summary {
         sessions: outcomes.len(),
@@ -182,7 +188,7 @@ mod tests {
     fn outcome(task: usize, reward: Option<f64>, infrastructure: bool) -> Outcome {
         Outcome {
             task,
-            termination: if infrastructure { "infrastructure_error" } else { "agent_stop" }.into(),
+            termination: if infrastructure { "infrastructure_error" } else { "agent_stop" },
             infrastructure,
             reward,
             duration_ms: 10.0 * (task + 1) as f64,

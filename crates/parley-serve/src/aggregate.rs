@@ -265,7 +265,7 @@ fn prompt_groups(scored: &[Rollout]) -> Map<String, Value> {
             let next = tasks.len();
             parley_scoring::Outcome {
                 task: *tasks.entry(r.task).or_insert(next),
-                termination: String::new(),
+                termination: "",
                 infrastructure: false,
                 reward: r.metrics.get("reward").copied(),
                 duration_ms: 0.0,

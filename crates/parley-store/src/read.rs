@@ -85,7 +85,7 @@ impl RunOutcomes {
         self.outcomes.push(parley_scoring::Outcome {
             task: s.task_index as usize,
             infrastructure: s.termination.is_none_or(Termination::is_infrastructure),
-            termination: s.termination.map_or("", Termination::as_str).to_owned(),
+            termination: s.termination.map_or("", Termination::as_str),
             reward: s.reward,
             duration_ms: s.duration_ms.unwrap_or(0.0),
             user_fault: !s.user_faults.is_empty(),
