@@ -258,7 +258,7 @@ fn script(document: &str, doc: &str) -> (String, Vec<String>) {
             (true, line) => {
                 if !skipping && unrun.iter().any(|unrun| line.starts_with(unrun)) {
                     left_out.push(line.to_owned());
-                    script.push_str(&format!(": not run here: {line}\n"));
+                    script.push_str(&format!("# not run here: {line}\n"));
                     skipping = line.ends_with('\\');
                 } else if skipping {
                     skipping = line.ends_with('\\');
