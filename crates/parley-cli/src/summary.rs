@@ -51,8 +51,16 @@ impl Report {
         let runs: Vec<i64> = std::iter::once(run).chain(with.iter().copied()).collect();
         for &each in &runs {
             each_outcomes.push(store.run_outcomes(each).await?);
-            latencies.extend(store.call_latencies(each, "assistant").await?);
-            user_latencies.extend(store.call_latencies(each, "user").await?);
+            // Taken whole for the first run (a latency per model call: millions in a large run).
+            for (all, own) in [
+                (&mut latencies, store.call_latencies(each, "assistant").await?),
+                (&mut user_latencies, store.call_latencies(each, "user").await?),
+            ] {
+                match all.is_empty() {
+                    true => *all = own,
+                    false => all.extend(own),
+                }
+            }
             let own = store.token_totals(each).await?;
             for (sum, part) in [(&mut tokens.agent, own.agent), (&mut tokens.user, own.user)] {
                 sum.model_calls += part.model_calls;

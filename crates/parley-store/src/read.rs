@@ -102,7 +102,12 @@ impl RunOutcomes {
             let tasks = outcomes.iter().map(|o| o.task + 1).max().unwrap_or(0);
             outcomes.iter_mut().for_each(|o| o.task += offset);
             offset += tasks;
-            whole.outcomes.extend(outcomes);
+            // The first run's are taken, not copied: a million sessions' outcomes held twice
+            // would be most of a large run's summary.
+            match whole.outcomes.is_empty() {
+                true => whole.outcomes = outcomes,
+                false => whole.outcomes.extend(outcomes),
+            }
             for (class, n) in failures {
                 *whole.failures.entry(class).or_default() += n;
             }
