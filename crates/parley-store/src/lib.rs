@@ -193,11 +193,24 @@ fn unusable_at(error: &sqlx::Error, path: &Path) -> Option<StoreError> {
     unusable(error, &what)
 }
 
-/// Whether opening a file fails for want of file descriptors (`EMFILE`, `ENFILE`).
+/// Whether the process is at its open-files limit (`ulimit -n`): its open descriptors within a
+/// few of the soft limit, or the reading of either failing for want of one (`EMFILE`, `ENFILE`).
+/// The margin covers the descriptors SQLite closed again on its failed open.
 fn out_of_files() -> bool {
-    match std::fs::File::open("/dev/null") {
-        Ok(_) => false,
-        Err(e) => matches!(e.raw_os_error(), Some(24 | 23)),
+    let wanting = |e: std::io::Error| matches!(e.raw_os_error(), Some(23 | 24));
+    let limits = match std::fs::read_to_string("/proc/self/limits") {
+        Ok(limits) => limits,
+        Err(e) => return wanting(e),
+    };
+    let soft = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .and_then(|line| line.split_whitespace().nth(3))
+        .and_then(|soft| soft.parse::<usize>().ok());
+    let Some(soft) = soft else { return false };
+    match std::fs::read_dir("/proc/self/fd") {
+        Ok(open) => open.count() + 16 >= soft,
+        Err(e) => wanting(e),
     }
 }
 
@@ -227,8 +240,8 @@ fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
                  pass --db COPY"
             ),
         ),
-        // SQLite says only that it could not open the file; one more open of any file says whether
-        // the process is out of file descriptors, which no folder's permissions would mend.
+        // SQLite says only that it could not open the file; the process's open files against its
+        // limit say whether it is out of descriptors, which no folder's permissions would mend.
         14 if out_of_files() => (
             Unusable::OutOfFiles,
             format!(
