@@ -55,11 +55,13 @@ pub(crate) fn run_args<'a>(stub: &'a Stub, db: &'a str, out: &'a str) -> Vec<&'a
 /// The stub's turn key of every model call recorded in a database.
 pub(crate) async fn recorded_turns(work: &Workdir, db: &str) -> Vec<String> {
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", work.path(db).display())).await.unwrap();
-    let rows: Vec<(i64, i64, String, Option<String>)> =
-        sqlx::query_as("SELECT session_id, seq, role, content FROM messages ORDER BY session_id, seq")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let rows: Vec<(i64, i64, String, Option<String>)> = sqlx::query_as(concat!(
+        "SELECT m.session_id, m.seq, m.role, COALESCE(m.content, x.text) FROM messages m ",
+        "LEFT JOIN texts x ON x.id = m.content_id ORDER BY m.session_id, m.seq"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
     pool.close().await;
     let mut openings: HashMap<i64, (String, String)> = HashMap::new();
     let mut turns = Vec::new();

@@ -117,11 +117,13 @@ impl Pg {
 
     /// The stub's turn key of every model call recorded, as `crash::recorded_turns` gives them.
     pub(crate) async fn recorded_turns(&self) -> Vec<String> {
-        let rows: Vec<(i64, i64, String, Option<String>)> =
-            sqlx::query_as("SELECT session_id, seq, role, content FROM messages ORDER BY session_id, seq")
-                .fetch_all(&self.pool)
-                .await
-                .unwrap();
+        let rows: Vec<(i64, i64, String, Option<String>)> = sqlx::query_as(concat!(
+            "SELECT m.session_id, m.seq, m.role, COALESCE(m.content, x.text) FROM messages m ",
+            "LEFT JOIN texts x ON x.id = m.content_id ORDER BY m.session_id, m.seq"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .unwrap();
         let mut openings: HashMap<i64, (String, String)> = HashMap::new();
         let mut turns = Vec::new();
         for (session, seq, role, content) in rows {

@@ -146,12 +146,17 @@ async fn the_mock_domain_in_conversation_with_the_llm_user() {
     assert!(out.contains("10 sessions"), "{out}");
     assert!(out.contains("user tokens"), "{out}");
     let db = work.db().await;
-    // The agent got tau2's policy as its system prompt, and the users their scenarios.
-    let system: String = sqlx::query_scalar("SELECT content FROM messages WHERE session_id = 1 AND seq = 0")
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    // The agent got tau2's policy as its system prompt, stored once for every session, and the
+    // users their scenarios.
+    let (system, sharing): (String, i64) = sqlx::query_as(
+        "SELECT x.text, (SELECT COUNT(*) FROM messages WHERE content_id = x.id) FROM messages m
+         JOIN texts x ON x.id = m.content_id WHERE m.session_id = 1 AND m.seq = 0",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
     assert!(system.contains("<policy>"), "{system}");
+    assert_eq!(sharing, 10, "one policy for the 10 sessions");
     let user_requests: Vec<String> = sqlx::query_scalar(
         "SELECT c.request FROM model_calls c JOIN messages m ON m.session_id = c.session_id AND m.seq = c.seq
          WHERE m.role = 'user' AND c.session_id = 1",

@@ -10,6 +10,8 @@
 //! statement of one shape for any number of rows), SQLite inserts chunks of `VALUES` under its
 //! limit on bound parameters.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use parley_core::{
@@ -19,6 +21,7 @@ use sqlx::{PgConnection, QueryBuilder, SqliteConnection};
 
 use crate::dialect::{Dialect, both_stores, literal};
 use crate::pg::pg_now_ms;
+use crate::shared::StoredRow;
 use crate::{PgStore, SqliteStore};
 
 /// Now, in milliseconds since the Unix epoch, by the database's clock: every owner measures
@@ -40,8 +43,22 @@ fn pending() -> String {
     literal(SessionStatus::Pending.as_str())
 }
 
-/// A task as a row of `tasks`: its index, id and row (JSON).
-type TaskRow = (i64, String, String);
+/// A task as a row of `tasks`: its index, id and row (JSON, less the tool list it shares).
+struct TaskRow {
+    task: Arc<Task>,
+    stored: StoredRow,
+}
+
+impl TaskRow {
+    fn index(&self) -> i64 {
+        self.task.index as i64
+    }
+
+    /// The id of the shared tool list the row leaves out, if it does.
+    fn tools(&self) -> Option<i64> {
+        self.stored.tools.as_ref().map(|t| t.id)
+    }
+}
 
 both_stores! {
     /// Inserts tasks and sessions into `run`, or into a new run made from the spec, in one
@@ -53,7 +70,8 @@ both_stores! {
         sessions: &[SessionSpec],
         owner: Option<&Owner>,
     ) -> Result<(RunId, Vec<Claim>), StoreError> {
-        let tasks: Vec<TaskRow> = tasks.iter().map(|t| (t.index as i64, t.id.clone(), t.row.to_string())).collect();
+        let mut tasks: Vec<TaskRow> =
+            tasks.iter().map(|t| TaskRow { task: Arc::clone(t), stored: StoredRow::of(&t.row) }).collect();
         let run = run.map_err(RunSpec::clone);
         let sessions = sessions.to_vec();
         let owner = owner.map(|o| (o.id.clone(), lease_ms(o)));
@@ -71,12 +89,47 @@ both_stores! {
                             .await?
                     }
                 };
+                Self::insert_tool_lists(&mut *conn, run, &mut tasks).await?;
                 Self::insert_tasks(&mut *conn, run, &tasks).await?;
                 let ids = Self::insert_new_sessions(&mut *conn, run, &sessions, owner).await?;
                 Ok(Ok((run, ids.into_iter().map(|session| Claim { session, fence }).collect())))
             })
         })
         .await
+    }
+
+    /// Stores each tool list the rows leave out once for the run, beside its earlier batches'.
+    /// Rows whose list's id the run already gives another list keep their list.
+    async fn insert_tool_lists(
+        conn: &mut <<Self as Dialect>::Db as sqlx::Database>::Connection,
+        run: RunId,
+        tasks: &mut [TaskRow],
+    ) -> Result<(), sqlx::Error> {
+        let mut owners: HashMap<i64, String> = HashMap::new();
+        for t in tasks.iter_mut() {
+            let Some(list) = &t.stored.tools else { continue };
+            let owner = match owners.entry(list.id) {
+                Entry::Occupied(owner) => owner.into_mut(),
+                Entry::Vacant(slot) => {
+                    sqlx::query("INSERT INTO task_tools (run_id, id, tools) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+                        .bind(run)
+                        .bind(list.id)
+                        .bind(&list.text)
+                        .execute(&mut *conn)
+                        .await?;
+                    let owner: String = sqlx::query_scalar("SELECT tools FROM task_tools WHERE run_id = $1 AND id = $2")
+                        .bind(run)
+                        .bind(list.id)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    slot.insert(owner)
+                }
+            };
+            if *owner != list.text {
+                t.stored.keep_tools(&t.task.row);
+            }
+        }
+        Ok(())
     }
 
     /// Claims at most `limit` of the run's pending sessions that nobody holds (or whose lease
@@ -213,9 +266,13 @@ impl SqliteStore {
     /// The run's tasks, in chunks of `VALUES` under SQLite's limit on bound parameters.
     async fn insert_tasks(conn: &mut SqliteConnection, run: RunId, tasks: &[TaskRow]) -> Result<(), sqlx::Error> {
         for chunk in tasks.chunks(1000) {
-            let mut insert = QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row) ");
-            insert.push_values(chunk, |mut b, (index, id, row)| {
-                b.push_bind(run).push_bind(*index).push_bind(id).push_bind(row);
+            let mut insert = QueryBuilder::new("INSERT INTO tasks (run_id, task_index, task_id, row, tools) ");
+            insert.push_values(chunk, |mut b, t| {
+                b.push_bind(run)
+                    .push_bind(t.index())
+                    .push_bind(&t.task.id)
+                    .push_bind(&t.stored.row)
+                    .push_bind(t.tools());
             });
             insert.build().execute(&mut *conn).await?;
         }
@@ -267,17 +324,19 @@ impl SqliteStore {
 impl PgStore {
     /// The run's tasks, as arrays bound whole: one statement of one shape for any number.
     async fn insert_tasks(conn: &mut PgConnection, run: RunId, tasks: &[TaskRow]) -> Result<(), sqlx::Error> {
-        let indexes: Vec<i64> = tasks.iter().map(|t| t.0).collect();
-        let ids: Vec<&str> = tasks.iter().map(|t| t.1.as_str()).collect();
-        let rows: Vec<&str> = tasks.iter().map(|t| t.2.as_str()).collect();
+        let indexes: Vec<i64> = tasks.iter().map(TaskRow::index).collect();
+        let ids: Vec<&str> = tasks.iter().map(|t| t.task.id.as_str()).collect();
+        let rows: Vec<&str> = tasks.iter().map(|t| t.stored.row.as_str()).collect();
+        let tools: Vec<Option<i64>> = tasks.iter().map(TaskRow::tools).collect();
         sqlx::query(
-            "INSERT INTO tasks (run_id, task_index, task_id, row)
-             SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[])",
+            "INSERT INTO tasks (run_id, task_index, task_id, row, tools)
+             SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::bigint[])",
         )
         .bind(run)
         .bind(&indexes)
         .bind(&ids)
         .bind(&rows)
+        .bind(&tools)
         .execute(conn)
         .await?;
         Ok(())

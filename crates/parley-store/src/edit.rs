@@ -135,8 +135,8 @@ both_stores! {
                 };
                 const COPIES: [&str; 3] = [
                     "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts,
-                                           reasoning, tokens)
-                     SELECT $1, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens
+                                           reasoning, tokens, content_id)
+                     SELECT $1, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens, content_id
                      FROM messages WHERE session_id = $2 AND seq < $3",
                     "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens,
                                               completion_tokens, latency_ms, attempts, error, party,

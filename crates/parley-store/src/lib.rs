@@ -29,6 +29,7 @@ mod pg;
 mod read;
 mod row;
 mod seam;
+mod shared;
 mod store;
 mod turn_rows;
 mod versions;

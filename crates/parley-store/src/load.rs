@@ -2,6 +2,9 @@
 //! for resume, inspection and export. A value that cannot be read is an error naming its
 //! table, the session (or run) and the column, in its store's words (`Unreadable`).
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
 use parley_core::{
     Message, Party, Role, RunId, RunStatus, Sampling, SessionId, StoreError, ToolCallRecord, Unusable, Usage,
 };
@@ -9,7 +12,7 @@ use serde_json::Value;
 
 use crate::dialect::both_stores;
 use crate::row::{self, Unreadable, call_figure_columns, message_columns, run_columns, tool_call_columns};
-use crate::{PgStore, SqliteStore, unusable};
+use crate::{PgStore, SqliteStore, shared, unusable};
 
 impl Unreadable for SqliteStore {
     fn unreadable(&self, what: &str, error: &dyn std::fmt::Display) -> StoreError {
@@ -122,10 +125,13 @@ both_stores! {
         Ok(self.task_rows_from(run, i64::MIN, usize::MAX).await?.into_iter().map(|(_, row)| row).collect())
     }
 
-    /// At most `limit` of the run's task rows from task `from` on, with their indexes.
+    /// At most `limit` of the run's task rows from task `from` on, with their indexes, each
+    /// whole: with the tool list it shares with others put back.
     pub async fn task_rows_from(&self, run: RunId, from: i64, limit: usize) -> Result<Vec<(i64, Value)>, StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT task_index, row FROM tasks WHERE run_id = $1 AND task_index >= $2 ORDER BY task_index LIMIT $3",
+        let rows: Vec<(i64, String, Option<i64>, Option<String>)> = sqlx::query_as(
+            "SELECT t.task_index, t.row, t.tools, l.tools FROM tasks t
+             LEFT JOIN task_tools l ON l.run_id = t.run_id AND l.id = t.tools
+             WHERE t.run_id = $1 AND t.task_index >= $2 ORDER BY t.task_index LIMIT $3",
         )
         .bind(run)
         .bind(from)
@@ -133,11 +139,23 @@ both_stores! {
         .fetch_all(self.pool())
         .await
         .map_err(|e| self.read_error(e, &format!("the tasks of run {run} (table `tasks`)")))?;
+        let mut lists: HashMap<i64, Value> = HashMap::new();
         rows.into_iter()
-            .map(|(index, row)| {
-                let row = serde_json::from_str(&row).map_err(|e| {
+            .map(|(index, row, tools, list)| {
+                let mut row = serde_json::from_str(&row).map_err(|e| {
                     self.unreadable(&format!("column `row` of table `tasks` for run {run}, task {index}"), &e)
                 })?;
+                if let Some(id) = tools {
+                    let what = || format!("tool list {id} of table `task_tools` for run {run}, task {index}");
+                    let list = match lists.entry(id) {
+                        Entry::Occupied(list) => list.into_mut(),
+                        Entry::Vacant(slot) => {
+                            let text = list.ok_or_else(|| self.unreadable(&what(), &"it is not there"))?;
+                            slot.insert(serde_json::from_str(&text).map_err(|e| self.unreadable(&what(), &e))?)
+                        }
+                    };
+                    shared::restore(&mut row, list.clone());
+                }
                 Ok((index, row))
             })
             .collect()
@@ -157,12 +175,16 @@ both_stores! {
     /// cannot be read is an error naming its table, the session and the column.
     pub async fn transcript(&self, session: SessionId) -> Result<Transcript, StoreError> {
         let rows =
-            sqlx::query(concat!("SELECT ", message_columns!(), " FROM messages WHERE session_id = $1 ORDER BY seq"))
+            sqlx::query(concat!(
+                "SELECT ",
+                message_columns!(),
+                " FROM messages m LEFT JOIN texts x ON x.id = m.content_id WHERE m.session_id = $1 ORDER BY m.seq"
+            ))
                 .bind(session)
                 .fetch_all(self.pool())
                 .await
                 .map_err(|e| self.read_error(e, &format!("the messages of session {session} (table `messages`)")))?;
-        let messages = row::messages(self, &rows, session)?;
+        let mut messages = row::messages(self, &rows, session)?;
         let rows = sqlx::query(concat!(
             "SELECT ",
             tool_call_columns!(),
@@ -172,7 +194,8 @@ both_stores! {
         .fetch_all(self.pool())
         .await
         .map_err(|e| self.read_error(e, &format!("the tool calls of session {session} (table `tool_calls`)")))?;
-        let tool_calls = rows.iter().map(|r| row::tool_call(self, r, session)).collect::<Result<_, _>>()?;
+        let tool_calls: Vec<ToolCallRecord> =
+            rows.iter().map(|r| row::tool_call(self, r, session)).collect::<Result<_, _>>()?;
         let rows = sqlx::query(concat!(
             "SELECT ",
             call_figure_columns!(),
@@ -183,6 +206,7 @@ both_stores! {
         .await
         .map_err(|e| self.read_error(e, &format!("the model calls of session {session} (table `model_calls`)")))?;
         let calls = rows.iter().map(|r| row::call_figures(self, r, session)).collect::<Result<_, _>>()?;
+        row::retell_tool_results(&mut messages, &tool_calls);
         Ok(Transcript { messages, tool_calls, calls })
     }
 }

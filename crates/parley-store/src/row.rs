@@ -205,11 +205,13 @@ pub(crate) fn session_shape(store: &dyn Unreadable, row: &impl StoredRow) -> Res
     })
 }
 
-/// The columns of a transcript's messages, tool calls and model calls, in the order the rows
-/// are read (by seq), as macros so that statements stay literals.
+/// The columns of a transcript's messages (of `messages m`, its shared texts `texts x` joined),
+/// tool calls and model calls, in the order the rows are read (by seq), as macros so that
+/// statements stay literals.
 macro_rules! message_columns {
     () => {
-        "seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens"
+        "m.seq, m.role, COALESCE(m.content, x.text) AS content, m.tool_calls, m.tool_call_id, m.parts, m.reasoning, \
+         m.tokens"
     };
 }
 macro_rules! tool_call_columns {
@@ -249,6 +251,21 @@ pub(crate) fn messages(
         });
     }
     Ok(messages)
+}
+
+/// Puts back the text and call id of the tool results whose rows left them to their tool
+/// call's row (`turn_rows::told_by`): a tool message with neither, and a call of its seq.
+pub(crate) fn retell_tool_results(messages: &mut [Message], tool_calls: &[ToolCallRecord]) {
+    for call in tool_calls {
+        if let Some(m) = messages.get_mut(call.seq as usize)
+            && m.role == Role::Tool
+            && m.content.is_none()
+            && m.tool_call_id.is_none()
+        {
+            m.content = Some(call.output.clone());
+            m.tool_call_id = Some(call.call_id.clone());
+        }
+    }
 }
 
 /// A row of [`tool_call_columns!`] as a [`ToolCallRecord`].

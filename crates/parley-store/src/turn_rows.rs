@@ -5,13 +5,18 @@
 //! writer, whose statements come in a few fixed row counts) or one array per column
 //! ([`MessageColumns`] and the like, PostgreSQL's, whose one statement reads them with `UNNEST`).
 
-use parley_core::{MessageRecord, ModelCall, Party, Reward, Role, SessionId, SessionOutcome, ToolCallRecord};
+use std::collections::HashSet;
+
+use parley_core::{
+    Message, MessageRecord, ModelCall, Party, Reward, Role, Sampling, SessionId, SessionOutcome, ToolCallRecord,
+};
 use sqlx::error::BoxDynError;
 use sqlx::postgres::PgArguments;
 use sqlx::query_builder::Separated;
 use sqlx::{Arguments, Sqlite};
 
 use crate::handle::Write;
+use crate::shared;
 
 /// A row of one table, as SQLite's writer binds it.
 pub(crate) trait Row {
@@ -80,6 +85,7 @@ rows! {
         parts: Option<String>,
         reasoning: Option<String>,
         tokens: Option<String>,
+        content_id: Option<i64>,
     }
 
     /// A row of `model_calls`.
@@ -143,19 +149,63 @@ fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
+/// Whether a tool-result message says only what the row of its tool call keeps: its text is
+/// the call's output and its call id the call's. Its row then keeps neither (both NULL), and
+/// reading puts them back from the call's row, so a tool's output is stored once. No other
+/// tool message has neither: a tool result always answers a call by its id.
+pub(crate) fn told_by(m: &Message, call: &ToolCallRecord) -> bool {
+    m.role == Role::Tool
+        && m.content.as_deref() == Some(call.output.as_str())
+        && m.tool_call_id.as_deref() == Some(call.call_id.as_str())
+}
+
+/// Sampling settings as `model_calls` keeps them: only those the request set, as a setting
+/// left out reads back unset. Most calls set one or two, and a row per call keeps them.
+fn sampling(s: &Sampling) -> String {
+    #[derive(serde::Serialize)]
+    struct Set<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        temperature: Option<&'a f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        top_p: Option<&'a f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<&'a u32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        seed: Option<&'a u64>,
+    }
+    let Sampling { temperature, top_p, max_tokens, seed } = s;
+    json(&Set {
+        temperature: temperature.as_ref(),
+        top_p: top_p.as_ref(),
+        max_tokens: max_tokens.as_ref(),
+        seed: seed.as_ref(),
+    })
+}
+
 impl<'a> MessageRow<'a> {
-    pub(crate) fn new(session: SessionId, r: &'a MessageRecord) -> MessageRow<'a> {
+    /// The row of a message; a tool result that says what its tool call's row says (`tool`,
+    /// the call of the same seq) leaves its text and call id to that row (see [`told_by`]), and
+    /// a system prompt whose text `texts` holds (its id in `stored`) leaves its text there.
+    pub(crate) fn new(
+        session: SessionId,
+        r: &'a MessageRecord,
+        tool: Option<&ToolCallRecord>,
+        stored: &HashSet<i64>,
+    ) -> MessageRow<'a> {
         let m = &r.message;
+        let told = tool.is_some_and(|t| told_by(m, t));
+        let content_id = shared::shared_text(m).map(|(id, _)| id).filter(|id| stored.contains(id));
         MessageRow {
             session,
             seq: i64::from(r.seq),
             role: m.role.as_str(),
-            content: m.content.as_deref(),
+            content: if told || content_id.is_some() { None } else { m.content.as_deref() },
             tool_calls: (!m.tool_calls.is_empty()).then(|| json(&m.tool_calls)),
-            tool_call_id: m.tool_call_id.as_deref(),
+            tool_call_id: if told { None } else { m.tool_call_id.as_deref() },
             parts: (!m.parts.is_empty()).then(|| json(&m.parts)),
             reasoning: m.reasoning.as_ref().map(json),
             tokens: m.tokens.as_ref().map(json),
+            content_id,
         }
     }
 }
@@ -183,7 +233,7 @@ impl<'a> CallRow<'a> {
             error: c.error.as_deref(),
             party: party.as_str(),
             finish_reason: c.finish_reason.as_deref(),
-            sampling: c.sampling.as_ref().map(json),
+            sampling: c.sampling.as_ref().map(sampling),
         }
     }
 }
@@ -242,13 +292,18 @@ pub(crate) struct TurnRows<'a> {
 
 impl<'a> TurnRows<'a> {
     /// The rows of `writes` (those a writer keeps, after its fence check); model calls' bodies
-    /// only when `raw`.
-    pub(crate) fn gather(writes: impl IntoIterator<Item = &'a Write>, raw: bool) -> TurnRows<'a> {
+    /// only when `raw`; the texts `texts` holds, by id, in `stored`.
+    pub(crate) fn gather(
+        writes: impl IntoIterator<Item = &'a Write>,
+        raw: bool,
+        stored: &HashSet<i64>,
+    ) -> TurnRows<'a> {
         let mut rows = TurnRows::default();
         for w in writes {
             let session = w.claim.session;
             for r in &w.turn.messages {
-                rows.messages.push(MessageRow::new(session, r));
+                let tool = w.turn.tool_calls.iter().find(|t| t.seq == r.seq);
+                rows.messages.push(MessageRow::new(session, r, tool, stored));
                 if let Some(call) = &r.call {
                     rows.calls.push(CallRow::new(session, r.seq, r.message.role, call, raw));
                 }
@@ -262,5 +317,36 @@ impl<'a> TurnRows<'a> {
             }
         }
         rows
+    }
+}
+
+/// The texts of `writes` that `texts` keeps once (see [`shared::shared_text`]), each once,
+/// that the writer does not yet know `texts` holds (`stored`).
+pub(crate) fn new_texts<'a>(writes: impl IntoIterator<Item = &'a Write>, stored: &HashSet<i64>) -> Vec<(i64, &'a str)> {
+    let mut texts: Vec<(i64, &str)> = writes
+        .into_iter()
+        .flat_map(|w| &w.turn.messages)
+        .filter_map(|r| shared::shared_text(&r.message))
+        .filter(|(id, _)| !stored.contains(id))
+        .collect();
+    texts.sort_unstable();
+    texts.dedup();
+    texts
+}
+
+#[cfg(test)]
+mod tests {
+    use parley_core::Sampling;
+
+    #[test]
+    fn sampling_is_stored_without_what_is_unset_and_reads_back_the_same() {
+        let all = Sampling { temperature: Some(0.7), top_p: Some(0.9), max_tokens: Some(64), seed: Some(u64::MAX) };
+        let one = Sampling { seed: Some(7), ..Sampling::default() };
+        for s in [all, one, Sampling::default()] {
+            let stored = super::sampling(&s);
+            assert!(!stored.contains("null"), "{stored}");
+            assert_eq!(serde_json::from_str::<Sampling>(&stored).unwrap(), s, "{stored}");
+        }
+        assert_eq!(super::sampling(&Sampling { seed: Some(7), ..Sampling::default() }), r#"{"seed":7}"#);
     }
 }

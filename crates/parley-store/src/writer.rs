@@ -42,7 +42,8 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::handle::{self, Answers, MAX_BATCH, Write};
-use crate::turn_rows::{Row, TurnRows};
+use crate::shared::{KnownTexts, STORE_TEXT};
+use crate::turn_rows::{Row, TurnRows, new_texts};
 use crate::{StoreOptions, write_error};
 
 /// A future that borrows the writer's connection.
@@ -106,6 +107,8 @@ pub(crate) struct Writer {
     wal: PathBuf,
     /// An estimate of what was written to the WAL since its size was last looked at.
     unlooked: u64,
+    /// The system prompts `texts` holds, as this writer stored them.
+    texts: KnownTexts,
 }
 
 impl Writer {
@@ -126,7 +129,16 @@ impl Writer {
         let span = tracing::info_span!("store_writer", db = %path.display());
         let mut wal = path.clone().into_os_string();
         wal.push("-wal");
-        let writer = Writer { conn, path, options, unchecked: 0, checkpoints, wal: wal.into(), unlooked: 0 };
+        let writer = Writer {
+            conn,
+            path,
+            options,
+            unchecked: 0,
+            checkpoints,
+            wal: wal.into(),
+            unlooked: 0,
+            texts: KnownTexts::default(),
+        };
         tokio::spawn(writer.run(rx).instrument(span));
         handle
     }
@@ -224,6 +236,17 @@ impl Writer {
     /// Writes the batch in one transaction, leaving out the writes whose claim was taken over;
     /// returns, for each write in order, `Ok` or why it was left out.
     async fn write(&mut self, batch: &[Write]) -> Answers {
+        let mut stored = Vec::new();
+        let answers = self.write_storing(batch, &mut stored).await;
+        // Texts stored in a transaction that did not commit are not there.
+        if answers.is_err() {
+            stored.into_iter().for_each(|id| self.texts.forget(id));
+        }
+        answers
+    }
+
+    /// [`Writer::write`], saying in `stored` which texts it stored in `texts` as it went.
+    async fn write_storing(&mut self, batch: &[Write], stored: &mut Vec<i64>) -> Answers {
         let raw = self.options.raw_model_calls;
         let path = self.path.clone();
         let db_error = |e: sqlx::Error| write_error(e, &path);
@@ -249,10 +272,20 @@ impl Writer {
         self.unchecked += bytes;
         self.unlooked += bytes as u64;
 
-        let rows = TurnRows::gather(batch.iter().copied(), raw);
+        for (id, text) in new_texts(batch.iter().copied(), self.texts.ids()) {
+            let held: String =
+                sqlx::query_scalar(STORE_TEXT).bind(id).bind(text).fetch_one(&mut *tx).await.map_err(db_error)?;
+            // A text another holds stays in its row.
+            if held == text {
+                self.texts.add(id);
+                stored.push(id);
+            }
+        }
+        let rows = TurnRows::gather(batch.iter().copied(), raw, self.texts.ids());
         insert(
             &mut tx,
-            "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens) ",
+            "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens, \
+             content_id) ",
             "",
             &rows.messages,
         )

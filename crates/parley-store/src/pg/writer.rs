@@ -29,7 +29,8 @@ use tracing::Instrument;
 use super::pg_now_text;
 use crate::StoreOptions;
 use crate::handle::{self, MAX_BATCH, Write, WriterHandle};
-use crate::turn_rows::{CallColumns, EndColumns, MessageColumns, ScoreColumns, ToolColumns, TurnRows};
+use crate::shared::{KnownTexts, STORE_TEXT};
+use crate::turn_rows::{CallColumns, EndColumns, MessageColumns, ScoreColumns, ToolColumns, TurnRows, new_texts};
 
 /// Writer tasks sharing the queue. Two keep the server busy while a commit waits on its WAL
 /// flush; more only split the same turns into smaller batches.
@@ -53,7 +54,12 @@ pub(crate) fn spawn(pool: PgPool, name: Arc<str>, options: StoreOptions, turns: 
     let rx = Arc::new(Mutex::new(rx));
     for n in 0..WRITERS {
         let span = tracing::info_span!("store_writer", db = %name, writer = n);
-        let task = Task { pool: pool.clone(), name: Arc::clone(&name), raw: options.raw_model_calls };
+        let task = Task {
+            pool: pool.clone(),
+            name: Arc::clone(&name),
+            raw: options.raw_model_calls,
+            texts: KnownTexts::default(),
+        };
         tokio::spawn(task.run(Arc::clone(&rx)).instrument(span));
     }
     WriterHandle::new(tx, &options, turns)
@@ -64,10 +70,12 @@ struct Task {
     /// The database, named in the errors of writes that fail.
     name: Arc<str>,
     raw: bool,
+    /// The system prompts `texts` holds, as this task stored them.
+    texts: KnownTexts,
 }
 
 impl Task {
-    async fn run(self, rx: Arc<Mutex<mpsc::UnboundedReceiver<Write>>>) {
+    async fn run(mut self, rx: Arc<Mutex<mpsc::UnboundedReceiver<Write>>>) {
         loop {
             // The queue is held while a batch is gathered, not while it is written.
             let batch = {
@@ -104,7 +112,7 @@ impl Task {
 
     /// Writes the batch in one statement (one round trip, its own transaction), leaving out
     /// the writes it refuses; returns, for each write in order, `Ok` or why it was left out.
-    async fn write(&self, batch: &[Write]) -> Result<Vec<Result<(), StoreError>>, Failed> {
+    async fn write(&mut self, batch: &[Write]) -> Result<Vec<Result<(), StoreError>>, Failed> {
         let mut answers: Vec<Result<(), StoreError>> =
             batch.iter().map(|w| unstorable(w).map_or(Ok(()), Err)).collect();
         // One fence per session goes to the server: a write under an older claim than another
@@ -124,8 +132,17 @@ impl Task {
         claims.sort_unstable();
         let (ids, fences): (Vec<i64>, Vec<i64>) = claims.into_iter().unzip();
 
-        let kept = batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(w, _)| w);
-        let rows = TurnRows::gather(kept, self.raw);
+        let kept: Vec<&Write> = batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(w, _)| w).collect();
+        // Each in a statement of its own, kept whatever becomes of the batch.
+        for (id, text) in new_texts(kept.iter().copied(), self.texts.ids()) {
+            let held: String =
+                sqlx::query_scalar(STORE_TEXT).bind(id).bind(text).fetch_one(&self.pool).await.map_err(Failed::from)?;
+            // A text another holds stays in its row.
+            if held == text {
+                self.texts.add(id);
+            }
+        }
+        let rows = TurnRows::gather(kept, self.raw, self.texts.ids());
         let arguments = arguments(&ids, &fences, rows).map_err(|e| Failed::Other(e.to_string()))?;
         let locked: Vec<(i64, i64)> =
             sqlx::query_as_with(BATCH, arguments).fetch_all(&self.pool).await.map_err(Failed::from)?;
@@ -164,18 +181,19 @@ const BATCH: &str = concat!(
              ON c.id = l.id AND c.fence = l.fence
      ),
      m AS (
-         INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens)
+         INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens,
+                               content_id)
          SELECT u.* FROM UNNEST($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
-                                $9::text[], $10::text[], $11::text[])
-             AS u (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens)
+                                $9::text[], $10::text[], $11::text[], $12::bigint[])
+             AS u (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens, content_id)
          WHERE u.session_id IN (SELECT id FROM live)
      ),
      c AS (
          INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, completion_tokens,
                                   latency_ms, attempts, error, party, finish_reason, sampling)
-         SELECT u.* FROM UNNEST($12::bigint[], $13::bigint[], $14::text[], $15::text[], $16::text[], $17::bigint[],
-                                $18::bigint[], $19::float8[], $20::bigint[], $21::text[], $22::text[], $23::text[],
-                                $24::text[])
+         SELECT u.* FROM UNNEST($13::bigint[], $14::bigint[], $15::text[], $16::text[], $17::text[], $18::bigint[],
+                                $19::bigint[], $20::float8[], $21::bigint[], $22::text[], $23::text[], $24::text[],
+                                $25::text[])
              AS u (session_id, seq, endpoint, request, response, prompt_tokens, completion_tokens, latency_ms,
                    attempts, error, party, finish_reason, sampling)
          WHERE u.session_id IN (SELECT id FROM live)
@@ -183,8 +201,8 @@ const BATCH: &str = concat!(
      t AS (
          INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write,
                                  malformed, truncated, duration_us)
-         SELECT u.* FROM UNNEST($25::bigint[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::text[],
-                                $31::text[], $32::bool[], $33::bool[], $34::bool[], $35::bool[], $36::bigint[])
+         SELECT u.* FROM UNNEST($26::bigint[], $27::bigint[], $28::text[], $29::text[], $30::text[], $31::text[],
+                                $32::text[], $33::bool[], $34::bool[], $35::bool[], $36::bool[], $37::bigint[])
              AS u (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, malformed,
                    truncated, duration_us)
          WHERE u.session_id IN (SELECT id FROM live)
@@ -198,15 +216,15 @@ const BATCH: &str = concat!(
                 lease_until = NULL, finished_at = ",
     pg_now_text!(),
     "
-         FROM UNNEST($37::bigint[], $38::text[], $39::float8[], $40::text[], $41::text[], $42::bigint[],
-                     $43::bigint[], $44::float8[], $45::text[], $46::text[])
+         FROM UNNEST($38::bigint[], $39::text[], $40::float8[], $41::text[], $42::text[], $43::bigint[],
+                     $44::bigint[], $45::float8[], $46::text[], $47::text[])
               AS v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity,
                     user_faults)
          WHERE sessions.id = v.id AND v.id IN (SELECT id FROM live)
      ),
      s AS (
          INSERT INTO scores (session_id, scorer, version, value, breakdown)
-         SELECT u.s, 'environment', 1, u.v, u.b FROM UNNEST($47::bigint[], $48::float8[], $49::text[]) AS u (s, v, b)
+         SELECT u.s, 'environment', 1, u.v, u.b FROM UNNEST($48::bigint[], $49::float8[], $50::text[]) AS u (s, v, b)
          WHERE u.s IN (SELECT id FROM live)
      )
      SELECT id, fence FROM locked"

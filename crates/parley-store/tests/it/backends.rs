@@ -163,4 +163,6 @@ on_both!(
     commits_renewals_and_claims_at_once_all_go_through,
     a_rescore_lands_one_version_for_the_run_or_nothing,
     a_fork_shares_its_prefix_and_failed_sessions_reopen,
+    a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole,
+    long_system_prompts_are_stored_once_and_transcripts_come_back_whole,
 );

@@ -212,3 +212,30 @@ async fn the_read_pool_cannot_write() {
     assert!(write.is_err(), "the read pool is query_only: only the writer writes");
     assert_eq!(store.sessions(1).await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_tool_result_is_stored_once_and_comes_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, ids) = store_with_sessions(&dir, 1).await;
+    let mut told = turn(0);
+    // A result that says something else than its call's row keeps, and one with no call id.
+    let other = ToolCallRecord { seq: 2, call_id: "c2".into(), output: "kept".into(), ..told.tool_calls[0].clone() };
+    told.tool_calls.push(other);
+    told.messages.push(MessageRecord { seq: 2, message: Message::tool_result("c2", "said"), call: None });
+    let unpaired = Message { tool_call_id: None, ..Message::tool_result("", "1") };
+    told.messages.push(MessageRecord { seq: 3, message: unpaired, call: None });
+    store.commit_turn(Claim::unclaimed(ids[0]), told.clone()).await.unwrap();
+
+    let transcript = store.transcript(ids[0]).await.unwrap();
+    let messages: Vec<Message> = told.messages.iter().map(|r| r.message.clone()).collect();
+    assert_eq!(transcript.messages, messages);
+    let outputs = |calls: &[ToolCallRecord]| calls.iter().map(|c| (c.seq, c.output.clone())).collect::<Vec<_>>();
+    assert_eq!(outputs(&transcript.tool_calls), outputs(&told.tool_calls));
+    let rows: Vec<(i64, Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT seq, content, tool_call_id FROM messages WHERE role = 'tool' ORDER BY seq")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    let kept = |s: &str| Some(s.to_owned());
+    assert_eq!(rows, [(1, None, None), (2, kept("said"), kept("c2")), (3, kept("1"), None)], "the output once");
+}

@@ -9,6 +9,7 @@ use parley_core::{
     SessionOutcome, SessionSpec, SessionStatus, SessionStore, StoreError, Task, Termination, TurnRecord,
 };
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use super::{Db, Store, seam, session};
 use crate::writer::turn;
@@ -470,4 +471,101 @@ pub async fn a_fork_shares_its_prefix_and_failed_sessions_reopen(db: &Db) {
     store.record_verdict("h".into(), "judge".into(), "second".into()).await.unwrap();
     assert_eq!(store.verdict("h").await.unwrap().as_deref(), Some("first"));
     store.close().await.unwrap();
+}
+
+/// A figure of the database, read alike from either store.
+async fn scalar(store: &Store, sql: &'static str, run: i64) -> i64 {
+    match store {
+        Store::Sqlite(s) => sqlx::query_scalar(sql).bind(run).fetch_one(s.pool()).await.unwrap(),
+        Store::Postgres(s) => sqlx::query_scalar(sql).bind(run).fetch_one(s.pool()).await.unwrap(),
+    }
+}
+
+pub async fn a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole(db: &Db) {
+    let store = db.open().await;
+    let list = |name: &str| json!([{"type": "function", "name": name, "parameters": {"type": "object"}}]);
+    let row = |i: usize, tools: serde_json::Value| json!({"id": i, "responses_create_params": {"input": "hi", "tools": tools}, "expected": ["☃"]});
+    let task = |index: usize, row: serde_json::Value| {
+        Arc::new(Task { index, id: format!("t{index}"), messages: vec![], tools: Default::default(), row })
+    };
+    let specs = |tasks: std::ops::Range<usize>| -> Vec<SessionSpec> {
+        tasks.map(|task_index| SessionSpec { task_index, trial: 0, seed: 0, player: Player::Run }).collect()
+    };
+    let first = [
+        task(0, row(0, list("get"))),
+        task(1, row(1, list("get"))),
+        task(2, row(2, list("put"))),
+        task(3, json!({"question": "a row with no tools"})),
+    ];
+    let (run, _) = store.create_run(&run_of(1).0, &first, &specs(0..4)).await.unwrap();
+    // A list whose id the run already gives another list, as a collision of the ids' eight bytes
+    // would: its row keeps its list.
+    let taken = list("taken");
+    let id = i64::from_be_bytes(Sha256::digest(taken.to_string().as_bytes())[..8].try_into().unwrap());
+    let squat = "INSERT INTO task_tools (run_id, id, tools) VALUES ($1, $2, '[\"another list\"]')";
+    match &store {
+        // The store's own pool only reads; a second writer waits for the store's lock.
+        Store::Sqlite(s) => {
+            let url = format!("sqlite://{}", s.path().display());
+            let writer = sqlx::SqlitePool::connect(&url).await.unwrap();
+            sqlx::query(squat).bind(run).bind(id).execute(&writer).await.map(drop)
+        }
+        Store::Postgres(s) => sqlx::query(squat).bind(run).bind(id).execute(s.pool()).await.map(drop),
+    }
+    .unwrap();
+    // A later batch, as a run over a large file records its tasks, shares the first's lists.
+    let second = [task(4, row(4, list("get"))), task(5, row(5, taken))];
+    store.extend_run(run, &second, &specs(4..6), None).await.unwrap();
+
+    let rows = store.task_rows_from(run, 0, 100).await.unwrap();
+    let recorded: Vec<_> = first.iter().chain(&second).map(|t| (t.index as i64, t.row.clone())).collect();
+    assert_eq!(rows, recorded, "every row comes back as it was recorded");
+    let lists = "SELECT COUNT(*) FROM task_tools WHERE run_id = $1";
+    assert_eq!(scalar(&store, lists, run).await, 3, "`get` and `put` once each, and the squatter");
+    let sharing = "SELECT COUNT(*) FROM tasks WHERE run_id = $1 AND tools IS NOT NULL";
+    assert_eq!(scalar(&store, sharing, run).await, 4, "the rows with a list of their own keep it");
+    let whole = "SELECT COUNT(*) FROM tasks WHERE run_id = $1 AND row LIKE '%\"tools\"%'";
+    assert_eq!(scalar(&store, whole, run).await, 1, "only the row whose list's id was taken holds its list");
+}
+
+pub async fn long_system_prompts_are_stored_once_and_transcripts_come_back_whole(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(5);
+    let (_, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    let policy = "Follow the airline's policy. ☃ ".repeat(40);
+    let other = "Another domain's policy. ".repeat(40);
+    let taken = "A prompt whose id another text holds. ".repeat(40);
+    // A text under the id of `taken`, as two texts with the same eight bytes would be.
+    let id = i64::from_be_bytes(Sha256::digest(taken.as_bytes())[..8].try_into().unwrap());
+    let squat = "INSERT INTO texts (id, text) VALUES ($1, 'another text')";
+    match &store {
+        Store::Sqlite(s) => {
+            let url = format!("sqlite://{}", s.path().display());
+            let writer = sqlx::SqlitePool::connect(&url).await.unwrap();
+            sqlx::query(squat).bind(id).execute(&writer).await.map(drop)
+        }
+        Store::Postgres(s) => sqlx::query(squat).bind(id).execute(s.pool()).await.map(drop),
+    }
+    .unwrap();
+    let opening = |system: &str| {
+        let mut t = turn(1);
+        t.messages.insert(0, MessageRecord { seq: 0, message: Message::system(system), call: None });
+        t
+    };
+    let sent = [opening(&policy), opening(&policy), opening(&other), opening(&taken), opening("short")];
+    for (session, t) in ids.iter().zip(&sent) {
+        store.commit_turn(Claim::unclaimed(*session), t.clone()).await.unwrap();
+    }
+    for (session, t) in ids.iter().zip(&sent) {
+        let messages: Vec<Message> = t.messages.iter().map(|r| r.message.clone()).collect();
+        assert_eq!(store.transcript(*session).await.unwrap().messages, messages, "session {session}");
+    }
+    let fork = store.fork_session(ids[1], 2).await.unwrap();
+    assert_eq!(store.transcript(fork).await.unwrap().messages[0], Message::system(&policy), "a fork keeps the text");
+    let texts = "SELECT COUNT(*) FROM texts WHERE id <> $1";
+    assert_eq!(scalar(&store, texts, id).await, 2, "each long prompt once, beside the squatter");
+    let naming = "SELECT COUNT(*) FROM messages WHERE content_id IS NOT NULL AND session_id <> $1";
+    assert_eq!(scalar(&store, naming, 0).await, 4, "the sessions' and the fork's rows name their text");
+    let inline = "SELECT COUNT(*) FROM messages WHERE role = 'system' AND content IS NOT NULL AND session_id <> $1";
+    assert_eq!(scalar(&store, inline, 0).await, 2, "the short prompt and the one whose id was taken keep theirs");
 }

@@ -1,0 +1,207 @@
+//! What many rows say alike, stored once: a task file's tool lists and sessions' long system
+//! prompts. Each is kept under an id made from its text (the first eight bytes of its SHA-256,
+//! the same in every process and version), and put back where it was when its row is read.
+//!
+//! - **Tool lists.** A task file repeats its tools on every row (NeMo Gym rows carry them in
+//!   `responses_create_params.tools`), often half of the row's bytes, and most files offer every
+//!   row the same ones. A row of `tasks` is kept without its list, which `task_tools` keeps once
+//!   for the run; the row read back is the same JSON value as the row recorded. Two lists of one
+//!   run with the same id are told apart when the second is recorded: its rows keep their list.
+//! - **System prompts.** A run's sessions open with a few prompts between them, often
+//!   kilobytes each (a tau2 domain's policy, an environment's instructions). A system message of [`SHARED_TEXT`] bytes or more keeps
+//!   its text in `texts`, and its row in `messages` names it (`content_id`). A writer stores a
+//!   text, then reads back what is stored under its id: a text another holds stays in its row.
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// Where a row holds its tool list.
+const AT: [&str; 2] = ["responses_create_params", "tools"];
+
+/// A task row as `tasks` keeps it: its JSON, and the tool list left out of it, if one was.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredRow {
+    pub row: String,
+    pub tools: Option<ToolList>,
+}
+
+/// A tool list as `task_tools` keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolList {
+    pub id: i64,
+    pub text: String,
+}
+
+impl StoredRow {
+    /// The row to store: without its tool list when it has a non-empty one, else whole.
+    pub(crate) fn of(row: &Value) -> StoredRow {
+        let tools =
+            AT.iter().try_fold(row, |v, key| v.get(key)).filter(|t| t.as_array().is_some_and(|a| !a.is_empty()));
+        match (row, tools) {
+            (Value::Object(map), Some(tools)) => {
+                let text = tools.to_string();
+                let id = id_of(&text);
+                StoredRow { row: json(&Without { map, path: &AT }), tools: Some(ToolList { id, text }) }
+            }
+            _ => StoredRow { row: row.to_string(), tools: None },
+        }
+    }
+
+    /// The row whole again, its tool list kept in the row: the list's id belongs to another.
+    pub(crate) fn keep_tools(&mut self, row: &Value) {
+        *self = StoredRow { row: row.to_string(), tools: None };
+    }
+}
+
+/// Puts a stored row's tool list back where it was taken from.
+pub(crate) fn restore(row: &mut Value, tools: Value) {
+    let mut at = row;
+    for key in &AT[..AT.len() - 1] {
+        let Some(next) = at.get_mut(*key) else { return };
+        at = next;
+    }
+    if let Value::Object(map) = at {
+        map.insert(AT[AT.len() - 1].to_owned(), tools);
+    }
+}
+
+/// How long a system message's text is, in bytes, for `texts` to keep it once: below this the
+/// id and the lookup cost about what they save.
+pub(crate) const SHARED_TEXT: usize = 256;
+
+/// The id `texts` keeps a message's text under, when it is one that is stored once: a system
+/// prompt of [`SHARED_TEXT`] bytes or more. None holds a NUL, which PostgreSQL's text cannot
+/// (such a message is refused in its row, with its session alone).
+pub(crate) fn shared_text(m: &parley_core::Message) -> Option<(i64, &str)> {
+    let text = m.content.as_deref().filter(|t| t.len() >= SHARED_TEXT && !t.contains('\0'))?;
+    (m.role == parley_core::Role::System).then(|| (id_of(text), text))
+}
+
+/// Stores a text under its id unless one is there, and answers the text stored under the id:
+/// the one given, or another's (two texts with the same eight bytes). One statement for both
+/// stores; a writer runs it once per text it has not yet seen stored ([`KnownTexts`]).
+pub(crate) const STORE_TEXT: &str =
+    "INSERT INTO texts (id, text) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET text = texts.text RETURNING text";
+
+/// The ids of the texts a writer has seen stored in `texts` as it stored them. Bounded: past
+/// [`KnownTexts::MOST`] it starts over, and a text it forgot costs one statement again.
+#[derive(Debug, Default)]
+pub(crate) struct KnownTexts(std::collections::HashSet<i64>);
+
+impl KnownTexts {
+    const MOST: usize = 4096;
+
+    pub(crate) fn ids(&self) -> &std::collections::HashSet<i64> {
+        &self.0
+    }
+
+    pub(crate) fn add(&mut self, id: i64) {
+        if self.0.len() >= Self::MOST {
+            self.0.clear();
+        }
+        self.0.insert(id);
+    }
+
+    pub(crate) fn forget(&mut self, id: i64) {
+        self.0.remove(&id);
+    }
+}
+
+/// The first eight bytes of the text's SHA-256, as a shared text or list is keyed: the same in
+/// every process and version.
+pub(crate) fn id_of(text: &str) -> i64 {
+    let digest = Sha256::digest(text.as_bytes());
+    let mut first = [0; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+/// Serializing a JSON value to text cannot fail: its maps have string keys.
+fn json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// A JSON object serialized without the value at `path` (keys, from the object down), as the
+/// object less that value would be: same keys, same order.
+struct Without<'a> {
+    map: &'a Map<String, Value>,
+    path: &'a [&'a str],
+}
+
+impl Serialize for Without<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Some((first, rest)) = self.path.split_first() else { return self.map.serialize(serializer) };
+        let left_out = rest.is_empty() && self.map.contains_key(*first);
+        let mut out = serializer.serialize_map(Some(self.map.len() - usize::from(left_out)))?;
+        for (key, value) in self.map {
+            match value {
+                _ if key != first => out.serialize_entry(key, value)?,
+                _ if rest.is_empty() => {}
+                Value::Object(inner) => out.serialize_entry(key, &Without { map: inner, path: rest })?,
+                _ => out.serialize_entry(key, value)?,
+            }
+        }
+        out.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn row() -> Value {
+        json!({
+            "id": 3,
+            "responses_create_params": {
+                "input": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "name": "get", "parameters": {"type": "object"}}],
+                "parallel_tool_calls": false,
+            },
+            "expected": ["a"],
+        })
+    }
+
+    #[test]
+    fn a_row_stored_without_its_tools_is_the_same_value_once_restored() {
+        let row = row();
+        let stored = StoredRow::of(&row);
+        let tools = stored.tools.clone().expect("the row's tools are left out");
+        assert!(!stored.row.contains("\"get\""), "{}", stored.row);
+        let mut back: Value = serde_json::from_str(&stored.row).unwrap();
+        assert_ne!(back, row);
+        restore(&mut back, serde_json::from_str(&tools.text).unwrap());
+        assert_eq!(back, row);
+        assert_eq!(stored.row, {
+            let mut less = row.clone();
+            less["responses_create_params"].as_object_mut().unwrap().remove("tools");
+            less.to_string()
+        });
+    }
+
+    #[test]
+    fn the_same_list_has_the_same_id_and_another_list_another() {
+        let a = StoredRow::of(&row()).tools.unwrap();
+        let mut other = row();
+        other["id"] = json!(4);
+        assert_eq!(StoredRow::of(&other).tools.unwrap(), a, "another row, the same list");
+        other["responses_create_params"]["tools"][0]["name"] = json!("put");
+        assert_ne!(StoredRow::of(&other).tools.unwrap().id, a.id);
+    }
+
+    #[test]
+    fn rows_without_a_list_are_stored_whole() {
+        for row in [
+            json!({"question": "2+2?"}),
+            json!({"responses_create_params": {"input": "hi", "tools": []}}),
+            json!({"responses_create_params": {"input": "hi", "tools": "not a list"}}),
+            json!({"responses_create_params": "text"}),
+            json!([1, 2]),
+        ] {
+            let stored = StoredRow::of(&row);
+            assert_eq!(stored, StoredRow { row: row.to_string(), tools: None }, "{row}");
+        }
+    }
+}
