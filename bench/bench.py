@@ -431,7 +431,9 @@ def main():
     if args.only not in ("stream", "scale", "workers", "ranks", "users", "curriculum", "several", "tau2") and not (ROOT / f".venv-nemo-gym/.parley-ready-{GYM_VERSION}").is_file():
         raise SystemExit("bench: NeMo Gym is not installed; run .ci/setup-peers (bench/run does)")
     p = plan(args.quick)
-    parley = args.parley
+    # Every run starts in a folder of its own: a path given from here must hold from there.
+    parley = str(Path(args.parley).resolve())
+    args.load = str(Path(args.load).resolve())
     work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     print(f"bench: work directory {work}", file=sys.stderr)
     results = {

@@ -50,6 +50,11 @@ const NOT_RUN: &[(&str, &str, &str)] = &[
         "python3 bench/bench.py --only tau2",
         "a benchmark of minutes; .ci/run runs its smoke version (bench/run --quick --only tau2)",
     ),
+    (
+        "docs/performance.md",
+        "python3 bench/disk.py --tasks 100000 --bin before=OLD --bin after=target/release/parley",
+        "a benchmark of minutes, and two binaries; .ci/run runs its smoke version (bench/disk.py --quick)",
+    ),
     ("docs/scale.md", "docker build -f deploy/Dockerfile -t parley:latest .", "needs a Docker daemon"),
     (
         "docs/scale.md",
