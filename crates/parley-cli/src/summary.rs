@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use parley_core::Party;
 use parley_scoring::training::{TrainingAccumulator, TrainingMetrics};
 use parley_scoring::{Summary, percentile, summarize};
 use parley_store::{RunOutcomes, Store, TokenTotals};
@@ -53,8 +54,8 @@ impl Report {
             each_outcomes.push(store.run_outcomes(each).await?);
             // Taken whole for the first run (a latency per model call: millions in a large run).
             for (all, own) in [
-                (&mut latencies, store.call_latencies(each, "assistant").await?),
-                (&mut user_latencies, store.call_latencies(each, "user").await?),
+                (&mut latencies, store.call_latencies(each, Party::Agent).await?),
+                (&mut user_latencies, store.call_latencies(each, Party::User).await?),
             ] {
                 match all.is_empty() {
                     true => *all = own,

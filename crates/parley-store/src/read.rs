@@ -5,12 +5,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use parley_core::{FailureClass, Player, Reward, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable};
+use parley_core::{
+    FailureClass, Party, Player, Reward, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable,
+};
 use sqlx::QueryBuilder;
 use sqlx::sqlite::SqliteRow;
 
 use crate::dialect::{Dialect, both_stores};
-use crate::row::{self, StoredRow, Unreadable, session_columns};
+use crate::row::{self, StoredRow, Unreadable, call_party, session_columns};
 use crate::{PgStore, SqliteStore};
 
 /// One session of a page read past damage: its row, or why it cannot be read.
@@ -239,41 +241,42 @@ both_stores! {
 
     /// Token and call totals of a run, the agent's apart from the simulated user's.
     pub async fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError> {
-        // A model call belongs to whoever wrote the message it produced.
-        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-            "SELECT msg.role, COUNT(*), CAST(COALESCE(SUM(m.prompt_tokens), 0) AS BIGINT),
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(concat!(
+            "SELECT ",
+            call_party!(),
+            ", COUNT(*), CAST(COALESCE(SUM(m.prompt_tokens), 0) AS BIGINT),
                     CAST(COALESCE(SUM(m.completion_tokens), 0) AS BIGINT)
              FROM model_calls m
              JOIN sessions s ON s.id = m.session_id
-             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
-             WHERE s.run_id = $1 GROUP BY msg.role",
-        )
+             WHERE s.run_id = $1 GROUP BY 1",
+        ))
         .bind(run)
         .fetch_all(self.pool())
         .await
         .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
         let mut totals = TokenTotals::default();
-        for (role, calls, prompt, completion) in rows {
+        for (party, calls, prompt, completion) in rows {
             let tokens = Tokens { model_calls: calls, prompt_tokens: prompt, completion_tokens: completion };
-            match role.as_str() {
-                "user" => totals.user = tokens,
+            match Party::parse(&party) {
+                Some(Party::User) => totals.user = tokens,
                 _ => totals.agent = tokens,
             }
         }
         Ok(totals)
     }
 
-    /// Latencies of the model calls of a run, in milliseconds, of the party whose messages
-    /// have `role` (`assistant` for the agent, `user` for the simulated user).
-    pub async fn call_latencies(&self, run: RunId, role: &str) -> Result<Vec<f64>, StoreError> {
-        sqlx::query_scalar(
+    /// Latencies of the model calls of a run, in milliseconds, of one party: the agent's or
+    /// the simulated user's.
+    pub async fn call_latencies(&self, run: RunId, party: Party) -> Result<Vec<f64>, StoreError> {
+        sqlx::query_scalar(concat!(
             "SELECT m.latency_ms FROM model_calls m
              JOIN sessions s ON s.id = m.session_id
-             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
-             WHERE s.run_id = $1 AND msg.role = $2",
-        )
+             WHERE s.run_id = $1 AND ",
+            call_party!(),
+            " = $2"
+        ))
         .bind(run)
-        .bind(role)
+        .bind(party.as_str())
         .fetch_all(self.pool())
         .await
         .map_err(|e| self.read_error(e, &format!("the model-call latencies of run {run} (table `model_calls`)")))

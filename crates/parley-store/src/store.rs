@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Claimed, Owner, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
+    Claim, Claimed, Owner, Party, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
     SessionStore, StoreError, Task, TurnRecord,
 };
 use serde_json::Value;
@@ -103,8 +103,8 @@ impl Store {
         fn latest_score(&self, session: SessionId) -> Result<Option<Reward>, StoreError>;
         /// Token and call totals of a run.
         fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError>;
-        /// Latencies of a run's model calls of the party whose messages have `role`.
-        fn call_latencies(&self, run: RunId, role: &str) -> Result<Vec<f64>, StoreError>;
+        /// Latencies of a run's model calls of one party.
+        fn call_latencies(&self, run: RunId, party: Party) -> Result<Vec<f64>, StoreError>;
         /// Finished sessions as the training metrics read them, a page at a time.
         fn session_shapes(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionShape>, StoreError>;
         /// The owners holding live leases on the run's unfinished sessions.

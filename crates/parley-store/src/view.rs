@@ -8,6 +8,7 @@ use sqlx::QueryBuilder;
 
 use crate::dialect::both_stores;
 use crate::read::SessionRow;
+use crate::row::call_party;
 use crate::row::{self, session_columns};
 
 /// One run's counts, as the list of runs shows them.
@@ -159,13 +160,14 @@ both_stores! {
     /// Every model call of a run, in one pass. The figures sit after the raw bodies in
     /// `model_calls`, so reading them reads the table; one pass instead of one per figure.
     pub async fn call_figures(&self, run: RunId) -> Result<Vec<CallFigure>, StoreError> {
-        let rows: Vec<(bool, f64, i64, i64)> = sqlx::query_as(
-            "SELECT msg.role = 'user', m.latency_ms, m.prompt_tokens, m.completion_tokens
+        let rows: Vec<(bool, f64, i64, i64)> = sqlx::query_as(concat!(
+            "SELECT ",
+            call_party!(),
+            " = 'user', m.latency_ms, m.prompt_tokens, m.completion_tokens
              FROM model_calls m
              JOIN sessions s ON s.id = m.session_id
-             JOIN messages msg ON msg.session_id = m.session_id AND msg.seq = m.seq
              WHERE s.run_id = $1",
-        )
+        ))
         .bind(run)
         .fetch_all(self.pool())
         .await

@@ -569,3 +569,44 @@ pub async fn long_system_prompts_are_stored_once_and_transcripts_come_back_whole
     let inline = "SELECT COUNT(*) FROM messages WHERE role = 'system' AND content IS NOT NULL AND session_id <> $1";
     assert_eq!(scalar(&store, inline, 0).await, 2, "the short prompt and the one whose id was taken keep theirs");
 }
+
+/// Runs a statement with no parameters on the store's database, beside the store.
+async fn execute(store: &Store, sql: &'static str) {
+    match store {
+        // The store's own pool only reads; a second writer waits for the store's lock.
+        Store::Sqlite(s) => {
+            let writer = sqlx::SqlitePool::connect(&format!("sqlite://{}", s.path().display())).await.unwrap();
+            sqlx::query(sql).execute(&writer).await.map(drop)
+        }
+        Store::Postgres(s) => sqlx::query(sql).execute(s.pool()).await.map(drop),
+    }
+    .unwrap();
+}
+
+pub async fn a_runs_call_figures_read_each_calls_party_or_else_its_messages_role(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(2);
+    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    // The agent's call, then the simulated user's.
+    store.commit_turn(Claim::unclaimed(ids[0]), turn(0)).await.unwrap();
+    let mut user = turn(0);
+    user.messages.truncate(1);
+    user.messages[0].message = Message::user("an answer");
+    user.messages[0].call.as_mut().unwrap().latency = Duration::from_millis(250);
+    user.tool_calls.clear();
+    store.commit_turn(Claim::unclaimed(ids[1]), user).await.unwrap();
+    let figures = async || {
+        let totals = store.token_totals(run).await.unwrap();
+        let agent = store.call_latencies(run, Party::Agent).await.unwrap();
+        let users = store.call_latencies(run, Party::User).await.unwrap();
+        let each: Vec<bool> = store.call_figures(run).await.unwrap().iter().map(|f| f.user).collect();
+        (totals, agent, users, each)
+    };
+    let read = figures().await;
+    assert_eq!((read.0.agent.model_calls, read.0.user.model_calls), (1, 1));
+    assert_eq!((read.1.len(), read.2.as_slice()), (1, [250.0].as_slice()));
+    assert_eq!(read.3.iter().filter(|user| **user).count(), 1);
+    // As a database written before calls kept their party has them.
+    execute(&store, "UPDATE model_calls SET party = NULL").await;
+    assert_eq!(figures().await, read, "the message's role says whose a call is");
+}
