@@ -21,7 +21,7 @@ use sqlx::{PgConnection, QueryBuilder, SqliteConnection};
 
 use crate::dialect::{Dialect, both_stores, literal};
 use crate::pg::pg_now_ms;
-use crate::shared::StoredRow;
+use crate::shared::{STORE_TOOL_LIST, StoredRow};
 use crate::{PgStore, SqliteStore};
 
 /// Now, in milliseconds since the Unix epoch, by the database's clock: every owner measures
@@ -111,15 +111,10 @@ both_stores! {
             let owner = match owners.entry(list.id) {
                 Entry::Occupied(owner) => owner.into_mut(),
                 Entry::Vacant(slot) => {
-                    sqlx::query("INSERT INTO task_tools (run_id, id, tools) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+                    let owner: String = sqlx::query_scalar(STORE_TOOL_LIST)
                         .bind(run)
                         .bind(list.id)
                         .bind(&list.text)
-                        .execute(&mut *conn)
-                        .await?;
-                    let owner: String = sqlx::query_scalar("SELECT tools FROM task_tools WHERE run_id = $1 AND id = $2")
-                        .bind(run)
-                        .bind(list.id)
                         .fetch_one(&mut *conn)
                         .await?;
                     slot.insert(owner)

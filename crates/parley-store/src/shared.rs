@@ -8,9 +8,12 @@
 //!   for the run; the row read back is the same JSON value as the row recorded. Two lists of one
 //!   run with the same id are told apart when the second is recorded: its rows keep their list.
 //! - **System prompts.** A run's sessions open with a few prompts between them, often
-//!   kilobytes each (a tau2 domain's policy, an environment's instructions). A system message of [`SHARED_TEXT`] bytes or more keeps
-//!   its text in `texts`, and its row in `messages` names it (`content_id`). A writer stores a
-//!   text, then reads back what is stored under its id: a text another holds stays in its row.
+//!   kilobytes each (a tau2 domain's policy, an environment's instructions). A system message
+//!   of [`SHARED_TEXT`] bytes or more keeps its text in `texts`, and its row in `messages` names
+//!   it (`content_id`). A text another holds under the same id stays in its row.
+//!
+//! Both are stored by one statement that answers what is stored under the id ([`STORE_TEXT`],
+//! [`STORE_TOOL_LIST`]): the text given, or another's.
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
@@ -83,6 +86,11 @@ pub(crate) fn shared_text(m: &parley_core::Message) -> Option<(i64, &str)> {
 /// stores; a writer runs it once per text it has not yet seen stored ([`KnownTexts`]).
 pub(crate) const STORE_TEXT: &str =
     "INSERT INTO texts (id, text) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET text = texts.text RETURNING text";
+
+/// Stores a run's tool list under its id unless one is there, and answers the list stored
+/// under the id, as [`STORE_TEXT`] does for texts.
+pub(crate) const STORE_TOOL_LIST: &str = "INSERT INTO task_tools (run_id, id, tools) VALUES ($1, $2, $3) \
+     ON CONFLICT (run_id, id) DO UPDATE SET tools = task_tools.tools RETURNING tools";
 
 /// The ids of the texts a writer has seen stored in `texts` as it stored them. Bounded: past
 /// [`KnownTexts::MOST`] it starts over, and a text it forgot costs one statement again.
