@@ -121,7 +121,8 @@ mod tests {
                     {"action_id": "c", "requestor": "assistant", "name": "refuel", "arguments": {"gb": 2.0}}
                 ],
                 "communicate_info": ["one", "two"]
-            }}),
+            }})
+            .into(),
         }
     }
 

@@ -54,7 +54,7 @@ impl Agent for ToolCallingAgent {
     async fn act(&self, view: AgentView<'_>) -> Result<AgentTurn, AgentFailure> {
         let mut sampling = self.config.sampling.clone();
         if self.config.sampling_from_row {
-            row_sampling(&view.task.row, &mut sampling);
+            row_sampling(view.task.row.fields(), &mut sampling);
         }
         if sampling.seed.is_none() && self.config.seed_per_session {
             sampling.seed = Some(view.seed);

@@ -25,6 +25,7 @@ pub mod rng;
 pub mod session;
 pub mod store;
 pub mod task;
+pub mod task_row;
 pub mod tokens;
 pub mod user;
 pub mod view;
@@ -44,6 +45,7 @@ pub use store::{
     SessionSpec, SessionStatus, SessionStore, StoreError, ToolCallRecord, TurnRecord, Unusable,
 };
 pub use task::{Task, ToolLists, stable_seed};
+pub use task_row::TaskRow;
 pub use tokens::TokenIds;
 pub use user::{UserFailure, UserSimulator, UserStop, UserTurn, UserView};
 pub use view::{Party, agent_view, user_view};

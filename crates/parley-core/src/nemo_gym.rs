@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 use crate::content::{Part, Reasoning};
 use crate::message::{Message, Role, ToolCall, ToolSpec};
 use crate::task::Task;
+use crate::task_row::{Field, TaskRow};
 
 /// Why a row could not be read as a task.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -15,7 +16,8 @@ use crate::task::Task;
 pub struct RowError(pub String);
 
 /// Reads one NeMo Gym JSONL row into a task.
-pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
+pub fn task_from_row(index: usize, row: impl Into<TaskRow>) -> Result<Task, RowError> {
+    let row = row.into();
     let params = row
         .get("responses_create_params")
         .ok_or_else(|| RowError("the row has no `responses_create_params` object".into()))?;
@@ -35,7 +37,7 @@ pub fn task_from_row(index: usize, row: Value) -> Result<Task, RowError> {
             return Err(RowError("`responses_create_params.input` must be a string or a list of items".into()));
         }
     }
-    let tools = match params.get("tools") {
+    let tools = match row.tools() {
         None | Some(Value::Null) => Arc::from([]),
         Some(Value::Array(tools)) => tools
             .iter()
@@ -231,7 +233,7 @@ pub fn response_object(model: &str, produced: &[Message], usage: crate::model::U
 /// The output row of one rollout: the task row, the response, the reward fields, and NeMo Gym's
 /// `_ng_task_index` and `_ng_rollout_index`.
 pub fn rollout_row(
-    row: &Value,
+    row: &TaskRow,
     response: Value,
     reward: &crate::reward::Reward,
     task_index: usize,
@@ -243,26 +245,25 @@ pub fn rollout_row(
 /// A rollout row ([`rollout_row`]) that borrows its task row: it serializes to the same bytes
 /// without copying the task's fields, which a run writes for every rollout.
 pub struct RolloutRow<'a> {
-    task: Option<&'a Map<String, Value>>,
+    task: &'a TaskRow,
     /// What the row adds to the task's fields or puts in their place, in key order.
     added: Map<String, Value>,
 }
 
 impl<'a> RolloutRow<'a> {
     pub fn new(
-        row: &'a Value,
+        task: &'a TaskRow,
         response: Value,
         reward: &crate::reward::Reward,
         task_index: usize,
         rollout_index: u32,
     ) -> RolloutRow<'a> {
-        let task = row.as_object();
         let mut added = Map::new();
         // Defaults, where the task row has none of its own.
         for (key, default) in
             [("mask_sample", json!(false)), ("failure_kind", Value::Null), ("failure_reason", Value::Null)]
         {
-            if !task.is_some_and(|t| t.contains_key(key)) {
+            if task.get(key).is_none() {
                 added.insert(key.into(), default);
             }
         }
@@ -282,14 +283,17 @@ impl<'a> RolloutRow<'a> {
     }
 
     fn masked(&self) -> bool {
-        let field = self.added.get("mask_sample").or_else(|| self.task.and_then(|t| t.get("mask_sample")));
+        let field = self.added.get("mask_sample").or_else(|| self.task.get("mask_sample"));
         field == Some(&Value::Bool(true))
     }
 
     /// The row as a value, masked ([`mask`]) when its `mask_sample` is true.
     pub fn into_value(self) -> Value {
         let masked = self.masked();
-        let mut out = self.task.cloned().unwrap_or_default();
+        let mut out = match self.task.to_value() {
+            Value::Object(task) => task,
+            _ => Map::new(),
+        };
         out.extend(self.added);
         if masked {
             mask(&mut out);
@@ -305,11 +309,11 @@ impl serde::Serialize for RolloutRow<'_> {
         if self.masked() {
             return RolloutRow { task: self.task, added: self.added.clone() }.into_value().serialize(serializer);
         }
-        // Both maps iterate in key order (serde_json's `Map` is ordered by key), so merging them
+        // Both iterate in key order (serde_json's `Map` is ordered by key), so merging them
         // writes the keys in the order the built row's map would.
         let mut map = serializer.serialize_map(None)?;
-        let mut task = self.task.into_iter().flatten().peekable();
-        let mut added = self.added.iter().peekable();
+        let mut task = self.task.entries().peekable();
+        let mut added = self.added.iter().map(|(k, v)| (k, Field::Plain(v))).peekable();
         loop {
             let next = match (task.peek(), added.peek()) {
                 (Some((t, _)), Some((a, _))) if t < a => task.next(),
@@ -322,7 +326,7 @@ impl serde::Serialize for RolloutRow<'_> {
                 (None, None) => break,
             };
             let (key, value) = next.expect("one of the two had an entry");
-            map.serialize_entry(key, value)?;
+            map.serialize_entry(key, &value)?;
         }
         map.end()
     }
@@ -348,7 +352,7 @@ mod tests {
 
     #[test]
     fn a_masked_verdict_reaches_instance_config_beside_the_rows_own_settings() {
-        let row = json!({"id": 1, "instance_config": {"difficulty": 3}});
+        let row = TaskRow::from(json!({"id": 1, "instance_config": {"difficulty": 3}}));
         let mut reward = crate::reward::Reward::new(0.0);
         reward.breakdown.insert("mask_sample".into(), json!(true));
         let out = rollout_row(&row, json!({}), &reward, 0, 0);
@@ -369,17 +373,28 @@ mod tests {
         let rows = [
             json!({"id": 1, "instance_config": {"difficulty": 3}, "reward": 9, "zeta": [1, 2]}),
             json!({"responses_create_params": {"input": "q"}, "mask_sample": false, "failure_kind": "x", "a": null}),
+            json!({"responses_create_params": {"input": "q", "tools": [{"name": "f"}], "top_p": 1}, "zeta": 1}),
             json!({}),
             json!("not an object"),
         ];
         for row in &rows {
+            let mut shared = TaskRow::from(row.clone());
+            if let Some(list) = shared.own_tools() {
+                assert!(shared.share_tools(&list));
+            }
+            let built = rollout_row(&TaskRow::from(row.clone()), json!({"output": []}), &masked, 4, 2);
             for reward in [&masked, &components, &crate::reward::Reward::new(0.0)] {
-                let mut written = RolloutRow::new(row, json!({"output": []}), reward, 4, 2);
+                let mut written = RolloutRow::new(&shared, json!({"output": []}), reward, 4, 2);
                 written.insert("_parley_token_contiguity", json!("why"));
                 let bytes = serde_json::to_string(&written).unwrap();
                 let whole = serde_json::to_string(&written.into_value()).unwrap();
                 assert_eq!(bytes, whole, "{row}");
+                if let Some(params) = row.get("responses_create_params") {
+                    let back: Value = serde_json::from_str(&bytes).unwrap();
+                    assert_eq!(back["responses_create_params"], *params, "the shared tool list goes back in");
+                }
             }
+            assert_eq!(built, rollout_row(&shared, json!({"output": []}), &masked, 4, 2));
         }
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::message::{Message, ToolSpec};
+use crate::task_row::TaskRow;
 
 /// One task of a run. Trials of the same task share it.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,16 +18,19 @@ pub struct Task {
     pub messages: Vec<Message>,
     /// The tools offered to the agent; tasks with the same tools share one list (see [`ToolLists`]).
     pub tools: Arc<[ToolSpec]>,
-    /// The task row as it was read, with every ground-truth field the scorer needs.
-    pub row: Value,
+    /// The task row as it was read, with every ground-truth field the scorer needs; its tool
+    /// list shared with the tasks that have the same one (see [`ToolLists`]).
+    pub row: TaskRow,
 }
 
 /// Lets tasks read one after another share their tool list when it is the same: task files
 /// repeat the tools on every row, and a run of thousands of sessions then holds one copy, which
-/// environments hand to their sessions without copying it.
+/// environments hand to their sessions without copying it. The rows share theirs too, as read.
 #[derive(Debug, Default)]
 pub struct ToolLists {
     last: Option<Arc<[ToolSpec]>>,
+    /// The last row's list, as the row has it.
+    last_row: Option<Arc<Value>>,
 }
 
 impl ToolLists {
@@ -35,6 +39,11 @@ impl ToolLists {
         match &self.last {
             Some(last) if **last == *task.tools => task.tools = Arc::clone(last),
             _ => self.last = Some(Arc::clone(&task.tools)),
+        }
+        let shared = self.last_row.as_ref().is_some_and(|list| task.row.share_tools(list));
+        if !shared && let Some(own) = task.row.own_tools() {
+            task.row.share_tools(&own);
+            self.last_row = Some(own);
         }
         task
     }
@@ -72,12 +81,15 @@ mod tests {
             parameters: serde_json::json!({"type": "object"}),
             strict: false,
         };
-        let task = |tools: Vec<ToolSpec>| Task {
+        let task = |tools: Vec<ToolSpec>| {
+            Task {
             index: 0,
             id: "t".into(),
             messages: vec![],
+            row: serde_json::json!({"responses_create_params": {"tools": tools.iter().map(|t| &t.name).collect::<Vec<_>>()}})
+                .into(),
             tools: tools.into(),
-            row: Value::Null,
+        }
         };
         let mut lists = ToolLists::default();
         let tasks = [task(vec![tool("a")]), task(vec![tool("a")]), task(vec![tool("b")]), task(vec![tool("b")])]
@@ -86,5 +98,9 @@ mod tests {
         assert!(Arc::ptr_eq(&tasks[2].tools, &tasks[3].tools));
         assert!(!Arc::ptr_eq(&tasks[1].tools, &tasks[2].tools), "different tools stay apart");
         assert_eq!(tasks[2].tools[0].name, "b");
+        let row_list = |t: &Task| t.row.own_tools().unwrap();
+        assert!(Arc::ptr_eq(&row_list(&tasks[0]), &row_list(&tasks[1])), "the rows share theirs too");
+        assert!(!Arc::ptr_eq(&row_list(&tasks[1]), &row_list(&tasks[2])));
+        assert_eq!(tasks[3].row.pointer("/responses_create_params/tools/0"), Some(&serde_json::json!("b")));
     }
 }

@@ -159,8 +159,8 @@ impl GymnasiumSession {
             "model": self.model_name, "status": "completed", "output": output,
             "parallel_tool_calls": false, "tool_choice": "auto", "tools": [],
         });
-        let mut body = match &self.task.row {
-            Value::Object(row) => row.clone(),
+        let mut body = match self.task.row.to_value() {
+            Value::Object(row) => row,
             _ => Map::new(),
         };
         body.insert("response".into(), response);

@@ -122,7 +122,7 @@ impl HttpServer {
     pub async fn post(
         &self,
         path: &str,
-        body: &Value,
+        body: &(impl serde::Serialize + ?Sized),
         jar: Option<&mut CookieJar>,
         retry: Retry,
     ) -> Result<Exchange, RemoteError> {
@@ -134,7 +134,7 @@ impl HttpServer {
     pub async fn post_accepting(
         &self,
         path: &str,
-        body: &Value,
+        body: &(impl serde::Serialize + ?Sized),
         jar: Option<&mut CookieJar>,
         retry: Retry,
         accept: Option<Accept>,

@@ -117,8 +117,8 @@ impl EnvSession for NemoGymSession {
     async fn score(&mut self, transcript: &[Message], _termination: Termination) -> Result<Reward, EnvError> {
         let produced = produced(transcript, &self.task);
         let response = response_object(&self.model_name, produced, Usage::default());
-        let mut body = match &self.task.row {
-            Value::Object(row) => row.clone(),
+        let mut body = match self.task.row.to_value() {
+            Value::Object(row) => row,
             _ => serde_json::Map::new(),
         };
         body.insert("response".into(), response);
@@ -128,7 +128,7 @@ impl EnvSession for NemoGymSession {
         if let Some(failure) = reward::verifier_failure(&verify) {
             return Err(EnvError::verifier_failed(format!("{}: {CALL}: {failure}", self.server.label())));
         }
-        Ok(reward_from_verify(&verify, &self.task.row).map_err(|cause| RemoteError::Protocol {
+        Ok(reward_from_verify(&verify, self.task.row.fields()).map_err(|cause| RemoteError::Protocol {
             server: self.server.label(),
             call: CALL.into(),
             cause,

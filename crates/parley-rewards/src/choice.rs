@@ -325,7 +325,7 @@ impl Scorer for Choice {
         let gold = cx.row_text("expected_answer").unwrap_or_default().trim().to_uppercase();
         let text = cx.output_text();
         let text = text.trim();
-        let pred = if text.is_empty() { None } else { self.extract(text, &cx.task.row) };
+        let pred = if text.is_empty() { None } else { self.extract(text, cx.task.row.fields()) };
         let correct = pred.as_ref().is_some_and(|p| !gold.is_empty() && *p == gold);
         Ok(Score::hit(correct).with("expected_answer", gold).with("extracted_answer", pred))
     }

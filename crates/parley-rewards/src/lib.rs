@@ -177,7 +177,7 @@ pub(crate) mod test_support {
             id: "t".into(),
             messages: vec![Message::user("question?")],
             tools: Arc::from([]),
-            row: row.clone(),
+            row: row.clone().into(),
         };
         Owned { transcript: vec![Message::user("question?"), Message::assistant(answer)], task }
     }

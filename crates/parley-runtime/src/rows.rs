@@ -4,7 +4,7 @@
 
 use parley_core::nemo_gym::{RolloutRow, response_object};
 use parley_core::tokens::first_discontiguous;
-use parley_core::{FailureClass, Message, Reward, RunId, Task, Termination, Usage};
+use parley_core::{FailureClass, Message, Reward, RunId, Task, TaskRow, Termination, Usage};
 use parley_engine::SessionResult;
 use parley_store::{SessionRow, Transcript};
 use serde_json::{Value, json};
@@ -96,8 +96,8 @@ pub struct Failure<'a> {
 impl Failure<'_> {
     /// The task row with NeMo Gym's failure fields (`_ng_failure_class` is the failure class)
     /// and Parley's own (run, session, termination).
-    pub fn row(&self, task_row: &Value) -> Value {
-        let mut row = task_row.clone();
+    pub fn row(&self, task_row: &TaskRow) -> Value {
+        let mut row = task_row.to_value();
         if let Some(map) = row.as_object_mut() {
             map.insert("_ng_task_index".into(), json!(self.task_index));
             map.insert("_ng_rollout_index".into(), json!(self.trial));

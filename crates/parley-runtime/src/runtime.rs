@@ -208,13 +208,13 @@ impl Runtime {
         let Some(own) = self.environment_tasks().and_then(|tasks| tasks.iter().find(|t| t.id == sent.id)) else {
             return sent;
         };
-        let mut row = own.row.clone();
-        if let (Some(into), serde_json::Value::Object(from)) = (row.as_object_mut(), &sent.row) {
-            into.extend(from.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut row = own.row.to_value();
+        if let (Some(into), serde_json::Value::Object(from)) = (row.as_object_mut(), sent.row.to_value()) {
+            into.extend(from);
         }
         let messages = if sent.messages.is_empty() { own.messages.clone() } else { sent.messages };
         let tools = if sent.tools.is_empty() { Arc::clone(&own.tools) } else { sent.tools };
-        parley_core::Task { index: sent.index, id: sent.id, messages, tools, row }
+        parley_core::Task { index: sent.index, id: sent.id, messages, tools, row: row.into() }
     }
 
     /// The tasks the environment brings (tau2's domains), when it brings its own.

@@ -385,7 +385,7 @@ async fn drive(
     if outcome.termination.is_infrastructure() && !verifier_failed {
         // A 5xx is an infrastructure failure to the trainer, never a reward of 0.
         let mut failure = Failure::of_result(service.run, &result).row(&result.task.row);
-        as_sent(&mut failure, &result.task.row);
+        as_sent(&mut failure, result.task.row.fields());
         if let (true, Some(map)) = (untrusted_policy, failure.as_object_mut()) {
             let class = outcome.failure.map_or("failure", |c| c.as_str());
             let message = format!("the rollout's policy URL failed ({class}); its answer is not quoted");
@@ -394,7 +394,7 @@ async fn drive(
         return (StatusCode::BAD_GATEWAY, axum::Json(failure)).into_response();
     }
     let mut row = Rollout::from(&result).row(&service.runtime.settings.model);
-    as_sent(&mut row, &result.task.row);
+    as_sent(&mut row, result.task.row.fields());
     if let Some(map) = row.as_object_mut() {
         if verifier_failed {
             // The trajectory is sound and only its verdict failed: the trainer gets it, masked

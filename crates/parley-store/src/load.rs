@@ -4,15 +4,16 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
 use parley_core::{
-    Message, Party, Role, RunId, RunStatus, Sampling, SessionId, StoreError, ToolCallRecord, Unusable, Usage,
+    Message, Party, Role, RunId, RunStatus, Sampling, SessionId, StoreError, TaskRow, ToolCallRecord, Unusable, Usage,
 };
 use serde_json::Value;
 
 use crate::dialect::both_stores;
 use crate::row::{self, Unreadable, call_figure_columns, message_columns, run_columns, tool_call_columns};
-use crate::{PgStore, SqliteStore, shared, unusable};
+use crate::{PgStore, SqliteStore, unusable};
 
 impl Unreadable for SqliteStore {
     fn unreadable(&self, what: &str, error: &dyn std::fmt::Display) -> StoreError {
@@ -120,14 +121,14 @@ both_stores! {
         rows.iter().map(|r| row::run_record(self, r)).collect()
     }
 
-    /// The run's task rows in task order.
-    pub async fn task_rows(&self, run: RunId) -> Result<Vec<Value>, StoreError> {
-        Ok(self.task_rows_from(run, i64::MIN, usize::MAX).await?.into_iter().map(|(_, row)| row).collect())
-    }
-
     /// At most `limit` of the run's task rows from task `from` on, with their indexes, each
-    /// whole: with the tool list it shares with others put back.
-    pub async fn task_rows_from(&self, run: RunId, from: i64, limit: usize) -> Result<Vec<(i64, Value)>, StoreError> {
+    /// whole: the rows that share a tool list share one copy of it.
+    pub async fn task_rows_from(
+        &self,
+        run: RunId,
+        from: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, TaskRow)>, StoreError> {
         let rows: Vec<(i64, String, Option<i64>, Option<String>)> = sqlx::query_as(
             "SELECT t.task_index, t.row, t.tools, l.tools FROM tasks t
              LEFT JOIN task_tools l ON l.run_id = t.run_id AND l.id = t.tools
@@ -139,10 +140,10 @@ both_stores! {
         .fetch_all(self.pool())
         .await
         .map_err(|e| self.read_error(e, &format!("the tasks of run {run} (table `tasks`)")))?;
-        let mut lists: HashMap<i64, Value> = HashMap::new();
+        let mut lists: HashMap<i64, Arc<Value>> = HashMap::new();
         rows.into_iter()
             .map(|(index, row, tools, list)| {
-                let mut row = serde_json::from_str(&row).map_err(|e| {
+                let row = serde_json::from_str(&row).map_err(|e| {
                     self.unreadable(&format!("column `row` of table `tasks` for run {run}, task {index}"), &e)
                 })?;
                 if let Some(id) = tools {
@@ -151,12 +152,13 @@ both_stores! {
                         Entry::Occupied(list) => list.into_mut(),
                         Entry::Vacant(slot) => {
                             let text = list.ok_or_else(|| self.unreadable(&what(), &"it is not there"))?;
-                            slot.insert(serde_json::from_str(&text).map_err(|e| self.unreadable(&what(), &e))?)
+                            let list = serde_json::from_str(&text).map_err(|e| self.unreadable(&what(), &e))?;
+                            slot.insert(Arc::new(list))
                         }
                     };
-                    shared::restore(&mut row, list.clone());
+                    return Ok((index, TaskRow::with_tools(row, Arc::clone(list))));
                 }
-                Ok((index, row))
+                Ok((index, TaskRow::from(row)))
             })
             .collect()
     }

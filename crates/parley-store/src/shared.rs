@@ -15,6 +15,7 @@
 //! Both are stored by one statement that answers what is stored under the id ([`STORE_TEXT`],
 //! [`STORE_TOOL_LIST`]): the text given, or another's.
 
+use parley_core::TaskRow;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -38,34 +39,23 @@ pub(crate) struct ToolList {
 
 impl StoredRow {
     /// The row to store: without its tool list when it has a non-empty one, else whole.
-    pub(crate) fn of(row: &Value) -> StoredRow {
-        let tools =
-            AT.iter().try_fold(row, |v, key| v.get(key)).filter(|t| t.as_array().is_some_and(|a| !a.is_empty()));
-        match (row, tools) {
-            (Value::Object(map), Some(tools)) => {
-                let text = tools.to_string();
-                let id = id_of(&text);
-                StoredRow { row: json(&Without { map, path: &AT }), tools: Some(ToolList { id, text }) }
-            }
-            _ => StoredRow { row: row.to_string(), tools: None },
-        }
+    pub(crate) fn of(row: &TaskRow) -> StoredRow {
+        let Some(tools) = row.tools().filter(|t| t.as_array().is_some_and(|a| !a.is_empty())) else {
+            return StoredRow { row: json(row), tools: None };
+        };
+        let text = tools.to_string();
+        let id = id_of(&text);
+        let row = match (row.apart(), row.whole()) {
+            (Some((less, _)), _) => less.to_string(),
+            (None, Some(Value::Object(map))) => json(&Without { map, path: &AT }),
+            _ => json(row),
+        };
+        StoredRow { row, tools: Some(ToolList { id, text }) }
     }
 
     /// The row whole again, its tool list kept in the row: the list's id belongs to another.
-    pub(crate) fn keep_tools(&mut self, row: &Value) {
-        *self = StoredRow { row: row.to_string(), tools: None };
-    }
-}
-
-/// Puts a stored row's tool list back where it was taken from.
-pub(crate) fn restore(row: &mut Value, tools: Value) {
-    let mut at = row;
-    for key in &AT[..AT.len() - 1] {
-        let Some(next) = at.get_mut(*key) else { return };
-        at = next;
-    }
-    if let Value::Object(map) = at {
-        map.insert(AT[AT.len() - 1].to_owned(), tools);
+    pub(crate) fn keep_tools(&mut self, row: &TaskRow) {
+        *self = StoredRow { row: json(row), tools: None };
     }
 }
 
@@ -175,28 +165,30 @@ mod tests {
     #[test]
     fn a_row_stored_without_its_tools_is_the_same_value_once_restored() {
         let row = row();
-        let stored = StoredRow::of(&row);
+        let stored = StoredRow::of(&TaskRow::from(row.clone()));
         let tools = stored.tools.clone().expect("the row's tools are left out");
         assert!(!stored.row.contains("\"get\""), "{}", stored.row);
-        let mut back: Value = serde_json::from_str(&stored.row).unwrap();
+        let back: Value = serde_json::from_str(&stored.row).unwrap();
         assert_ne!(back, row);
-        restore(&mut back, serde_json::from_str(&tools.text).unwrap());
+        let back = TaskRow::with_tools(back, std::sync::Arc::new(serde_json::from_str(&tools.text).unwrap()));
         assert_eq!(back, row);
         assert_eq!(stored.row, {
             let mut less = row.clone();
             less["responses_create_params"].as_object_mut().unwrap().remove("tools");
             less.to_string()
         });
+        assert_eq!(StoredRow::of(&back), stored, "a row sharing its list is stored as one holding its own");
     }
 
     #[test]
     fn the_same_list_has_the_same_id_and_another_list_another() {
-        let a = StoredRow::of(&row()).tools.unwrap();
+        let of = |row: &Value| StoredRow::of(&TaskRow::from(row.clone()));
+        let a = of(&row()).tools.unwrap();
         let mut other = row();
         other["id"] = json!(4);
-        assert_eq!(StoredRow::of(&other).tools.unwrap(), a, "another row, the same list");
+        assert_eq!(of(&other).tools.unwrap(), a, "another row, the same list");
         other["responses_create_params"]["tools"][0]["name"] = json!("put");
-        assert_ne!(StoredRow::of(&other).tools.unwrap().id, a.id);
+        assert_ne!(of(&other).tools.unwrap().id, a.id);
     }
 
     #[test]
@@ -208,7 +200,7 @@ mod tests {
             json!({"responses_create_params": "text"}),
             json!([1, 2]),
         ] {
-            let stored = StoredRow::of(&row);
+            let stored = StoredRow::of(&TaskRow::from(row.clone()));
             assert_eq!(stored, StoredRow { row: row.to_string(), tools: None }, "{row}");
         }
     }

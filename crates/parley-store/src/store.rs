@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use parley_core::{
     Claim, Claimed, Owner, Party, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
-    SessionStore, StoreError, Task, TurnRecord,
+    SessionStore, StoreError, Task, TaskRow, TurnRecord,
 };
 use serde_json::Value;
 
@@ -96,7 +96,7 @@ impl Store {
         /// The run a session belongs to.
         fn run_of(&self, session: SessionId) -> Result<RunId, StoreError>;
         /// At most `limit` of the run's task rows from task `from` on, with their indexes.
-        fn task_rows_from(&self, run: RunId, from: i64, limit: usize) -> Result<Vec<(i64, Value)>, StoreError>;
+        fn task_rows_from(&self, run: RunId, from: i64, limit: usize) -> Result<Vec<(i64, TaskRow)>, StoreError>;
         /// A session's committed transcript.
         fn transcript(&self, session: SessionId) -> Result<Transcript, StoreError>;
         /// The newest score of a session by its environment's scorer.

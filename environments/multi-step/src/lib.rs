@@ -55,7 +55,7 @@ impl Environment for MultiStep {
     }
 
     fn check(&self, task: &Task) -> Result<(), String> {
-        verify::check(&task.row)?;
+        verify::check(task.row.fields())?;
         if !task.messages.iter().any(|m| m.role == parley_core::Role::User) {
             return Err("`responses_create_params.input` has no user message: there is no question to answer".into());
         }
@@ -67,7 +67,7 @@ impl Environment for MultiStep {
             true => Arc::clone(DEFAULT_TOOLS.get_or_init(|| tools().into())),
             false => Arc::clone(&task.tools),
         };
-        Ok(Box::new(Session { tools, scored: verify::scored_fields(&task.row) }))
+        Ok(Box::new(Session { tools, scored: verify::scored_fields(task.row.fields()) }))
     }
 }
 

@@ -142,7 +142,13 @@ pub fn load(data: &Data, name: &str, options: DomainOptions) -> Result<Domain, T
         } else {
             spec.history.clone()
         };
-        tasks.push(Task { index, id: spec.id.clone(), messages, tools: Arc::clone(&agent_tools), row: row.clone() });
+        tasks.push(Task {
+            index,
+            id: spec.id.clone(),
+            messages,
+            tools: Arc::clone(&agent_tools),
+            row: row.clone().into(),
+        });
         specs.insert(spec.id.clone(), Arc::new(spec));
     }
 

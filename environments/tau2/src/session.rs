@@ -36,7 +36,7 @@ impl Tau2Environment {
     pub fn open_session(&self, task: &Task) -> Result<Tau2Session, EnvError> {
         let spec = match self.shared.specs.get(&task.id) {
             Some(spec) => spec.clone(),
-            None => Arc::new(TaskSpec::parse(&task.row, None).map_err(EnvError::new)?),
+            None => Arc::new(TaskSpec::parse(task.row.fields(), None).map_err(EnvError::new)?),
         };
         let mut world = World::new(self.shared.base.clone_box(), self.shared.catalog.clone(), self.shared.solo);
         world.set_state(&spec, &spec.history).map_err(|e| EnvError::new(format!("task {}: {e}", spec.id)))?;

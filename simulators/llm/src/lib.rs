@@ -73,7 +73,7 @@ pub fn flipped(system: String, view: &[Message]) -> Vec<Message> {
 #[async_trait]
 impl UserSimulator for LlmUser {
     async fn respond(&self, view: UserView<'_>) -> Result<UserTurn, UserFailure> {
-        let system = self.config.prompt.render(&view.task.row, !view.tools.is_empty());
+        let system = self.config.prompt.render(view.task.row.fields(), !view.tools.is_empty());
         let messages = flipped(system, view.messages);
         let mut sampling = self.config.sampling.clone();
         sampling.seed = Some(sampling.seed.unwrap_or(view.seed));
@@ -105,6 +105,6 @@ impl UserSimulator for LlmUser {
 
     /// Every LLM user's turns are reviewed against the prompt it was given.
     fn instructions(&self, task: &Task, tools: &[ToolSpec]) -> Option<String> {
-        Some(self.config.prompt.render(&task.row, !tools.is_empty()))
+        Some(self.config.prompt.render(task.row.fields(), !tools.is_empty()))
     }
 }

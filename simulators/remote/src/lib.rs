@@ -106,7 +106,7 @@ fn accept(body: &[u8]) -> Result<(), String> {
 impl UserSimulator for RemoteUser {
     async fn respond(&self, view: UserView<'_>) -> Result<UserTurn, UserFailure> {
         let url = self.url();
-        let brief = (self.briefing)(&view.task.row);
+        let brief = (self.briefing)(view.task.row.fields());
         let request = Request {
             version: VERSION,
             session: Session {
@@ -184,7 +184,7 @@ impl UserSimulator for RemoteUser {
     /// A remote user's turns are reviewed like an LLM user's: Parley does not know its system
     /// prompt, so a quotation is looked for in what Parley told it (scenario and persona).
     fn instructions(&self, task: &Task, _tools: &[ToolSpec]) -> Option<String> {
-        Some(self.told(&task.row))
+        Some(self.told(task.row.fields()))
     }
 }
 

@@ -23,7 +23,7 @@ pub struct Request<'a> {
     pub version: u32,
     pub session: Session<'a>,
     /// The task row as it was read (tau2's task, a NeMo Gym row, ...).
-    pub task: &'a Value,
+    pub task: &'a parley_core::TaskRow,
     /// The row's scenario as text, written as Parley's own user would be told it.
     pub scenario: &'a str,
     pub persona: Option<&'a str>,

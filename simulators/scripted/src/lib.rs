@@ -56,7 +56,7 @@ fn stop() -> UserTurn {
 #[async_trait]
 impl UserSimulator for Scripted {
     async fn respond(&self, view: UserView<'_>) -> Result<UserTurn, UserFailure> {
-        let row = &view.task.row;
+        let row = view.task.row.fields();
         if row.get("follow_ups").is_none()
             && let Some(opening) = tau2_opening(row)
         {
@@ -96,7 +96,7 @@ mod tests {
             id: "0".into(),
             messages: vec![Message::user("What is the capital of France?")],
             tools: Default::default(),
-            row: json!({"follow_ups": ["What is its population?", "Name a landmark."]}),
+            row: json!({"follow_ups": ["What is its population?", "Name a landmark."]}).into(),
         }
     }
 

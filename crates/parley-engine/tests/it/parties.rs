@@ -288,7 +288,7 @@ pub fn task() -> Arc<Task> {
         id: "t0".into(),
         messages: vec![Message::system("count"), Message::user("add two then stop")],
         tools: Default::default(),
-        row: json!({}),
+        row: json!({}).into(),
     })
 }
 

@@ -35,7 +35,7 @@ impl Oracle {
 #[async_trait]
 impl Agent for Oracle {
     async fn act(&self, view: AgentView<'_>) -> Result<AgentTurn, AgentFailure> {
-        let turns = (self.script)(&view.task.row);
+        let turns = (self.script)(view.task.row.fields());
         let done = view.messages.iter().filter(|m| m.role == Role::Assistant && !m.tool_calls.is_empty()).count();
         let message = match turns.get(done) {
             Some(calls) => Message::assistant_calls(
@@ -49,7 +49,7 @@ impl Agent for Oracle {
                     })
                     .collect(),
             ),
-            None => Message::assistant((self.answer)(&view.task.row)),
+            None => Message::assistant((self.answer)(view.task.row.fields())),
         };
         Ok(AgentTurn { message, call: None })
     }

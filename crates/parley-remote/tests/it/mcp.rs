@@ -17,7 +17,7 @@ fn task() -> Task {
         id: "sum".into(),
         messages: vec![Message::user("What is 2 + 3?")],
         tools: Default::default(),
-        row: json!({"expected_answer": "5"}),
+        row: json!({"expected_answer": "5"}).into(),
     }
 }
 

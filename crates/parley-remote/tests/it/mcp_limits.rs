@@ -32,7 +32,13 @@ for line in sys.stdin:
 "#;
 
 fn task() -> Task {
-    Task { index: 0, id: "t".into(), messages: vec![Message::user("hi")], tools: Default::default(), row: json!({}) }
+    Task {
+        index: 0,
+        id: "t".into(),
+        messages: vec![Message::user("hi")],
+        tools: Default::default(),
+        row: json!({}).into(),
+    }
 }
 
 #[tokio::test]

@@ -59,7 +59,9 @@ pub fn tasks(venv: &Path, server: &str, n: usize) -> Vec<Task> {
     text.lines()
         .take(n)
         .enumerate()
-        .map(|(i, line)| task_from_row(i, serde_json::from_str(line).expect("a JSON row")).expect("a task row"))
+        .map(|(i, line)| {
+            task_from_row(i, serde_json::from_str::<serde_json::Value>(line).expect("a JSON row")).expect("a task row")
+        })
         .collect()
 }
 

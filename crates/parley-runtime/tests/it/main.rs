@@ -122,7 +122,7 @@ async fn a_selection_keeps_the_tasks_whose_pass_rate_lies_in_the_band() {
                 id: format!("t{i}"),
                 messages: vec![],
                 tools: Default::default(),
-                row: serde_json::json!({"id": format!("t{i}")}),
+                row: serde_json::json!({"id": format!("t{i}")}).into(),
             })
         })
         .collect();

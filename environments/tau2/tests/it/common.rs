@@ -26,7 +26,13 @@ pub fn domain(name: &str) -> Domain {
 }
 
 pub fn blank_task() -> Task {
-    Task { index: 0, id: "blank".into(), messages: vec![], tools: Default::default(), row: json!({"id": "blank"}) }
+    Task {
+        index: 0,
+        id: "blank".into(),
+        messages: vec![],
+        tools: Default::default(),
+        row: json!({"id": "blank"}).into(),
+    }
 }
 
 pub fn open(domain: &Domain, task: &Task) -> Tau2Session {

@@ -44,7 +44,7 @@ fn task() -> Task {
         id: "cancel_1".into(),
         messages: vec![],
         tools: Default::default(),
-        row: json!({"user_scenario": {"instructions": {"reason_for_call": "Cancel order #W1."}}}),
+        row: json!({"user_scenario": {"instructions": {"reason_for_call": "Cancel order #W1."}}}).into(),
     }
 }
 

@@ -79,7 +79,7 @@ fn task() -> Task {
         id: "no_signal".into(),
         messages: vec![],
         tools: Arc::from(vec![]),
-        row: json!({"id": "no_signal", "user_scenario": {"persona": "Terse.", "instructions": SCENARIO}}),
+        row: json!({"id": "no_signal", "user_scenario": {"persona": "Terse.", "instructions": SCENARIO}}).into(),
     }
 }
 

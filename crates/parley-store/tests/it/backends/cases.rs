@@ -20,7 +20,7 @@ pub fn run_of(n: usize) -> (RunSpec, Vec<Arc<Task>>, Vec<SessionSpec>) {
         id: "t".into(),
         messages: vec![],
         tools: Default::default(),
-        row: json!({"question": "¿qué? ☃", "n": 1}),
+        row: json!({"question": "¿qué? ☃", "n": 1}).into(),
     });
     // The last seed needs all 64 bits.
     let specs = (0..n)
@@ -486,7 +486,7 @@ pub async fn a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole(db: 
     let list = |name: &str| json!([{"type": "function", "name": name, "parameters": {"type": "object"}}]);
     let row = |i: usize, tools: serde_json::Value| json!({"id": i, "responses_create_params": {"input": "hi", "tools": tools}, "expected": ["☃"]});
     let task = |index: usize, row: serde_json::Value| {
-        Arc::new(Task { index, id: format!("t{index}"), messages: vec![], tools: Default::default(), row })
+        Arc::new(Task { index, id: format!("t{index}"), messages: vec![], tools: Default::default(), row: row.into() })
     };
     let specs = |tasks: std::ops::Range<usize>| -> Vec<SessionSpec> {
         tasks.map(|task_index| SessionSpec { task_index, trial: 0, seed: 0, player: Player::Run }).collect()
@@ -520,6 +520,10 @@ pub async fn a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole(db: 
     let rows = store.task_rows_from(run, 0, 100).await.unwrap();
     let recorded: Vec<_> = first.iter().chain(&second).map(|t| (t.index as i64, t.row.clone())).collect();
     assert_eq!(rows, recorded, "every row comes back as it was recorded");
+    let held = |i: usize| Arc::clone(rows[i].1.apart().expect("a list held apart").1);
+    assert!(Arc::ptr_eq(&held(0), &held(1)) && Arc::ptr_eq(&held(0), &held(4)), "rows with one list hold one copy");
+    assert!(!Arc::ptr_eq(&held(0), &held(2)));
+    assert!(rows[5].1.apart().is_none(), "the row whose list's id was taken holds its own");
     let lists = "SELECT COUNT(*) FROM task_tools WHERE run_id = $1";
     assert_eq!(scalar(&store, lists, run).await, 3, "`get` and `put` once each, and the squatter");
     let sharing = "SELECT COUNT(*) FROM tasks WHERE run_id = $1 AND tools IS NOT NULL";
