@@ -72,9 +72,10 @@ pub struct Message {
     /// For a tool result: the id of the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
-    /// What a reasoning model thought before it answered; assistant messages only.
+    /// What a reasoning model thought before it answered; assistant messages only. Boxed: few
+    /// messages have it, and a session in flight holds every message of its transcript.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning: Option<Reasoning>,
+    pub reasoning: Option<Box<Reasoning>>,
     /// The tokens a token-capturing policy generated this message with; assistant messages
     /// only. Shared, since transcripts are cloned and a prompt's ids grow with the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -74,7 +74,7 @@ fn message_of_item(item: &Value) -> Result<Message, String> {
         // A prior turn's reasoning, carried here as an assistant message of its own until
         // `attach_reasoning` joins it to the answer that follows it.
         Some("reasoning") => {
-            let reasoning = Reasoning::from_responses_items(vec![item.clone()]);
+            let reasoning = Reasoning::from_responses_items(vec![item.clone()]).map(Box::new);
             return Ok(Message { reasoning, ..Message::empty(Role::Assistant) });
         }
         Some("function_call") => {
@@ -105,15 +105,16 @@ fn message_of_item(item: &Value) -> Result<Message, String> {
 /// it, where the reasoning belongs (Responses lists reasoning as an item before the answer).
 fn attach_reasoning(messages: Vec<Message>) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::with_capacity(messages.len());
-    let mut pending: Option<Reasoning> = None;
+    let mut pending: Option<Box<Reasoning>> = None;
     for mut m in messages {
         let reasoning_only =
             m.role == Role::Assistant && m.content.is_none() && m.parts.is_empty() && m.tool_calls.is_empty();
         if reasoning_only && let Some(r) = m.reasoning.take() {
             pending = Some(match pending.take() {
                 Some(mut before) => {
-                    before.items.extend(r.items);
-                    before.text = [before.text, r.text].join("\n");
+                    let Reasoning { text, items, .. } = *r;
+                    before.items.extend(items);
+                    before.text = [std::mem::take(&mut before.text), text].join("\n");
                     before
                 }
                 None => r,

@@ -143,12 +143,13 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
-/// One message with the model call that produced it, if any.
+/// One message with the model call that produced it, if any. The call is boxed: most messages
+/// (tool results, openings) have none, and every session in flight holds its turn's records.
 #[derive(Debug, Clone)]
 pub struct MessageRecord {
     pub seq: u32,
     pub message: Message,
-    pub call: Option<ModelCall>,
+    pub call: Option<Box<ModelCall>>,
 }
 
 /// One tool call and its output, recorded beside the tool message that carries the output.

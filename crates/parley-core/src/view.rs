@@ -131,7 +131,7 @@ mod tests {
     #[test]
     fn the_user_never_sees_the_agents_reasoning() {
         let mut thinking = Message::assistant("The answer is 4.");
-        thinking.reasoning = Some(crate::Reasoning { text: "2 + 2 is 4".into(), ..Default::default() });
+        thinking.reasoning = Some(Box::new(crate::Reasoning { text: "2 + 2 is 4".into(), ..Default::default() }));
         let view = user_view(&[Message::user("2 + 2?"), thinking.clone()]);
         assert_eq!(view[1], Message::assistant("The answer is 4."));
         assert!(view.iter().all(|m| m.reasoning.is_none()));

@@ -238,7 +238,7 @@ impl State<'_> {
                 Party::User => self.user_usage += call.usage,
             }
         }
-        self.pending.messages.push(MessageRecord { seq, message: message.clone(), call });
+        self.pending.messages.push(MessageRecord { seq, message: message.clone(), call: call.map(Box::new) });
         self.messages.push(message);
         seq
     }

@@ -124,7 +124,14 @@ pub(crate) fn parse_reply(body: &Value, token_ids: bool) -> Result<(Message, Opt
         true => token_ids_of(body, choice, message)?.map(Arc::new),
         false => None,
     };
-    let message = Message { content, parts, tool_calls, reasoning, tokens, ..Message::empty(Role::Assistant) };
+    let message = Message {
+        content,
+        parts,
+        tool_calls,
+        reasoning: reasoning.map(Box::new),
+        tokens,
+        ..Message::empty(Role::Assistant)
+    };
     Ok((message, finish_reason, usage))
 }
 

@@ -171,7 +171,7 @@ mod tests {
             vec![ToolCall { id: "c1".into(), name: "lookup".into(), arguments: "{}".into() }],
         );
         thinking.reasoning =
-            Some(Reasoning { text: "hmm".into(), spelling: ReasoningSpelling::Reasoning, items: Vec::new() });
+            Some(Box::new(Reasoning { text: "hmm".into(), spelling: ReasoningSpelling::Reasoning, items: Vec::new() }));
         owned.transcript.insert(1, thinking);
         owned.transcript.insert(2, Message::tool_result("c1", "found"));
 

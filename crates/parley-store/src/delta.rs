@@ -171,7 +171,7 @@ mod tests {
             messages: vec![MessageRecord {
                 seq,
                 message: Message::text(role, "x"),
-                call: Some(ModelCall { request: RawJson::from(&request), ..ModelCall::default() }),
+                call: Some(Box::new(ModelCall { request: RawJson::from(&request), ..ModelCall::default() })),
             }],
             tool_calls: Vec::new(),
         }

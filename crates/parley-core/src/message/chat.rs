@@ -197,7 +197,7 @@ mod tests {
             Some("4".into()),
             vec![ToolCall { id: "c".into(), name: "f".into(), arguments: "{\"a\": 1}".into() }],
         );
-        m.reasoning = Some(Reasoning { text: "2 + 2".into(), spelling, items: Vec::new() });
+        m.reasoning = Some(Box::new(Reasoning { text: "2 + 2".into(), spelling, items: Vec::new() }));
         m.tokens = Some(Arc::new(TokenIds { prompt: vec![1, 2], generation: vec![3], log_probs: vec![-0.5] }));
         m
     }

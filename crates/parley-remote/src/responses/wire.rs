@@ -148,7 +148,7 @@ pub fn parse_reply(response: &Value) -> Result<(Message, Option<String>, Usage),
     };
     let reasoning = Reasoning::from_responses_items(reasoning);
     let content = (!text.is_empty() || (calls.is_empty() && reasoning.is_none())).then_some(text);
-    Ok((Message { reasoning, ..Message::assistant_calls(content, calls) }, finish, usage))
+    Ok((Message { reasoning: reasoning.map(Box::new), ..Message::assistant_calls(content, calls) }, finish, usage))
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ pub(crate) fn action(data: &Value, step: u32) -> Result<Message, Vec<Invalid>> {
                 Value::Null => {}
                 Value::String(text) => {
                     let spelling = if key == "reasoning" { ReasoningSpelling::Reasoning } else { ReasoningSpelling::ReasoningContent };
-                    message.reasoning = Some(Reasoning { text: text.clone(), spelling, items: Vec::new() });
+                    message.reasoning = Some(Box::new(Reasoning { text: text.clone(), spelling, items: Vec::new() }));
                 }
                 other => problems.push(Invalid::new(at(), "string_type", format!("`{key}` is text, not {}", kind(other)))),
             },

@@ -53,7 +53,7 @@ pub fn turn(first_seq: u32) -> TurnRecord {
     }));
     TurnRecord {
         messages: vec![
-            MessageRecord { seq: first_seq, message: asking, call: Some(call) },
+            MessageRecord { seq: first_seq, message: asking, call: Some(Box::new(call)) },
             MessageRecord { seq: first_seq + 1, message: Message::tool_result("c1", "1"), call: None },
         ],
         tool_calls: vec![ToolCallRecord {
@@ -181,11 +181,11 @@ async fn parts_reasoning_and_tokens_come_back_exactly_and_forks_keep_them() {
         ],
     );
     let mut answer = Message::assistant("A pixel.");
-    answer.reasoning = Some(Reasoning {
+    answer.reasoning = Some(Box::new(Reasoning {
         text: "It is a 1x1 png.".into(),
         spelling: ReasoningSpelling::Responses,
         items: vec![json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA=="})],
-    });
+    }));
     answer.tokens = Some(Arc::new(TokenIds { prompt: vec![5, 6], generation: vec![9], log_probs: vec![-0.125] }));
     let messages = vec![
         MessageRecord { seq: 0, message: user, call: None },
