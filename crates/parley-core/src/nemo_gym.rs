@@ -53,6 +53,9 @@ pub fn task_from_row(index: usize, row: impl Into<TaskRow>) -> Result<Task, RowE
         Some(Value::Number(n)) => n.to_string(),
         _ => index.to_string(),
     };
+    // The messages are read from the input: the row keeps it as text from here on.
+    let mut row = row;
+    row.hold_input();
     Ok(Task { index, id, messages, tools, row })
 }
 

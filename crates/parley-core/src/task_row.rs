@@ -1,29 +1,38 @@
-//! A task row as it was read, its tool list shared with the rows that have the same one.
+//! A task row as it was read, with the parts a task also holds parsed elsewhere kept lean.
 //!
-//! A NeMo Gym row repeats its tools on every row (`responses_create_params.tools`), and parsed
-//! they are most of the row in memory: a tool's JSON schema is many small objects, each a
-//! `Value` map several times its text. A run holds every task in flight, so a [`TaskRow`] keeps
-//! its list apart, behind an `Arc` that the run's rows with the same list share
-//! ([`TaskRow::share_tools`]), and puts it back wherever the row goes out whole: serialized
-//! ([`Serialize`]), or as a value ([`TaskRow::to_value`]). Read a field with [`TaskRow::get`]
-//! or [`TaskRow::pointer`], the tool list with [`TaskRow::tools`].
+//! Parsed, a NeMo Gym row is several times its text: every small JSON object is a `Value` map
+//! of its own. A run holds every task in flight, so a [`TaskRow`] keeps two parts of its
+//! `responses_create_params` apart:
+//!
+//! - **`tools`**, which the rows of a file repeat: behind an `Arc` that the run's rows with the
+//!   same list share ([`TaskRow::share_tools`]). The task's `tools` are the list parsed.
+//! - **`input`**, as its JSON text ([`TaskRow::hold_input`]): the task's `messages` are what was
+//!   read from it.
+//!
+//! Both are put back wherever the row goes out whole: serialized ([`Serialize`]), or as a value
+//! ([`TaskRow::to_value`]). Read a field with [`TaskRow::get`] or [`TaskRow::pointer`], the tool
+//! list with [`TaskRow::tools`].
 
 use std::sync::Arc;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-/// The object a row's tool list sits in, and the list's key there.
+/// The object a row's tool list and input sit in, and their keys there (in key order).
 const PARAMS: &str = "responses_create_params";
+const INPUT: &str = "input";
 const TOOLS: &str = "tools";
 
 /// One task row: the JSON value read, with every ground-truth field a scorer needs.
 #[derive(Debug, Clone, Default)]
 pub struct TaskRow {
-    /// The row, less `responses_create_params.tools` while `tools` holds them.
+    /// The row, less `responses_create_params.tools` and `.input` while they are held apart.
     fields: Value,
     /// The row's tool list, held apart and shared; `None` when the row holds its own (or none).
     tools: Option<Arc<Value>>,
+    /// The row's input as JSON text, as serde_json writes it; `None` when the row holds its own.
+    input: Option<Box<RawValue>>,
 }
 
 impl TaskRow {
@@ -31,8 +40,10 @@ impl TaskRow {
     /// store keeps it. A row with nowhere to put a list keeps none, as it was recorded.
     pub fn with_tools(fields: Value, tools: Arc<Value>) -> TaskRow {
         match fields.get(PARAMS) {
-            Some(Value::Object(params)) if !params.contains_key(TOOLS) => TaskRow { fields, tools: Some(tools) },
-            _ => TaskRow { fields, tools: None },
+            Some(Value::Object(params)) if !params.contains_key(TOOLS) => {
+                TaskRow { fields, tools: Some(tools), input: None }
+            }
+            _ => TaskRow::from(fields),
         }
     }
 
@@ -70,29 +81,45 @@ impl TaskRow {
         }
     }
 
-    /// The row less its tool list, and the list, when the two are held apart.
-    pub fn apart(&self) -> Option<(&Value, &Arc<Value>)> {
-        Some((&self.fields, self.tools.as_ref()?))
+    /// Keeps `responses_create_params.input` as its JSON text from now on, once the task's
+    /// messages have been read from it.
+    pub fn hold_input(&mut self) {
+        let Some(Value::Object(params)) = self.fields.get_mut(PARAMS) else { return };
+        let Some(input) = params.remove(INPUT) else { return };
+        match serde_json::value::to_raw_value(&input) {
+            Ok(text) => self.input = Some(text),
+            // A value always serializes; keep it in place should it not.
+            Err(_) => {
+                params.insert(INPUT.to_owned(), input);
+            }
+        }
     }
 
-    /// The row as one value, when it holds its own tool list (or none).
-    pub fn whole(&self) -> Option<&Value> {
-        self.tools.is_none().then_some(&self.fields)
+    /// The row less its tool list, and the list, when the list is held apart.
+    pub fn apart(&self) -> Option<&Arc<Value>> {
+        self.tools.as_ref()
+    }
+
+    /// The row to write without its tool list (as the store keeps a row whose list it keeps
+    /// apart), the same bytes as the whole row less that one entry.
+    pub fn without_tools(&self) -> impl Serialize + '_ {
+        Whole { row: self, tools: false }
     }
 
     /// The row's fields, to read with what takes a `&Value`: `responses_create_params` without
-    /// its `tools` when they are held apart. Not the row to write: that is the [`TaskRow`].
+    /// its `tools` and `input` when they are held apart (the task's `tools` and `messages` are
+    /// what was read from them). Not the row to write: that is the [`TaskRow`].
     pub fn fields(&self) -> &Value {
         &self.fields
     }
 
-    /// A top-level field of the row. `responses_create_params` comes without its `tools`
-    /// when they are held apart: [`TaskRow::tools`] has them.
+    /// A top-level field of the row, as [`TaskRow::fields`] has it.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.fields.get(key)
     }
 
-    /// The value at a JSON pointer ([`Value::pointer`]), the tool list included.
+    /// The value at a JSON pointer ([`Value::pointer`]), the tool list included; the input,
+    /// held as text, is not reached (the task's `messages` were read from it).
     pub fn pointer(&self, pointer: &str) -> Option<&Value> {
         if let Some(tools) = &self.tools
             && let Some(rest) = pointer.strip_prefix("/responses_create_params/tools")
@@ -109,22 +136,48 @@ impl TaskRow {
 
     /// The row's top-level fields in key order, each ready to be written whole.
     pub fn entries(&self) -> impl Iterator<Item = (&String, Field<'_>)> {
-        self.fields.as_object().into_iter().flatten().map(|(key, value)| {
-            let field = match (&self.tools, value) {
-                (Some(tools), Value::Object(params)) if key == PARAMS => Field::WithTools(params, tools),
+        self.entries_with(true)
+    }
+
+    fn entries_with(&self, tools: bool) -> impl Iterator<Item = (&String, Field<'_>)> {
+        self.fields.as_object().into_iter().flatten().map(move |(key, value)| {
+            let field = match value {
+                Value::Object(params) if key == PARAMS && (self.held() || !tools) => Field::Params {
+                    params,
+                    input: self.input.as_deref(),
+                    tools: self.tools.as_deref().filter(|_| tools),
+                    skip_tools: !tools,
+                },
                 _ => Field::Plain(value),
             };
             (key, field)
         })
     }
 
+    /// Whether a part of the row is held apart.
+    fn held(&self) -> bool {
+        self.tools.is_some() || self.input.is_some()
+    }
+
     /// The row whole, as a value of its own.
     pub fn to_value(&self) -> Value {
         let mut whole = self.fields.clone();
-        if let (Some(tools), Some(Value::Object(params))) = (&self.tools, whole.get_mut(PARAMS)) {
-            params.insert(TOOLS.to_owned(), Value::clone(tools));
+        if let Some(Value::Object(params)) = whole.get_mut(PARAMS) {
+            if let Some(tools) = &self.tools {
+                params.insert(TOOLS.to_owned(), Value::clone(tools));
+            }
+            if let Some(input) = &self.input {
+                // Text serde_json wrote from a value reads back as that value.
+                params.insert(INPUT.to_owned(), serde_json::from_str(input.get()).unwrap_or(Value::Null));
+            }
         }
         whole
+    }
+}
+
+impl From<Value> for TaskRow {
+    fn from(fields: Value) -> TaskRow {
+        TaskRow { fields, tools: None, input: None }
     }
 }
 
@@ -137,28 +190,22 @@ impl std::ops::Index<&str> for TaskRow {
     }
 }
 
-impl From<Value> for TaskRow {
-    fn from(fields: Value) -> TaskRow {
-        TaskRow { fields, tools: None }
-    }
-}
-
-/// Two rows are equal when their JSON is, wherever each holds its tool list.
+/// Two rows are equal when their JSON is, wherever each holds its parts.
 impl PartialEq for TaskRow {
     fn eq(&self, other: &TaskRow) -> bool {
-        match (&self.tools, &other.tools) {
-            (None, None) => self.fields == other.fields,
-            (Some(a), Some(b)) => self.fields == other.fields && a == b,
-            _ => self.to_value() == other.to_value(),
+        let same_input = self.input.as_ref().map(|i| i.get()) == other.input.as_ref().map(|i| i.get());
+        if self.tools.is_some() == other.tools.is_some() && same_input {
+            return self.fields == other.fields && self.tools == other.tools;
         }
+        self.to_value() == other.to_value()
     }
 }
 
 impl PartialEq<Value> for TaskRow {
     fn eq(&self, other: &Value) -> bool {
-        match &self.tools {
-            None => self.fields == *other,
-            Some(_) => self.to_value() == *other,
+        match self.held() {
+            false => self.fields == *other,
+            true => self.to_value() == *other,
         }
     }
 }
@@ -166,14 +213,7 @@ impl PartialEq<Value> for TaskRow {
 /// The same bytes as [`TaskRow::to_value`] serialized, without building it.
 impl Serialize for TaskRow {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.tools.is_none() || !self.fields.is_object() {
-            return self.fields.serialize(serializer);
-        }
-        let mut map = serializer.serialize_map(None)?;
-        for (key, field) in self.entries() {
-            map.serialize_entry(key, &field)?;
-        }
-        map.end()
+        Whole { row: self, tools: true }.serialize(serializer)
     }
 }
 
@@ -183,33 +223,71 @@ impl<'de> serde::Deserialize<'de> for TaskRow {
     }
 }
 
+/// A row written whole, or whole but for its tool list.
+struct Whole<'a> {
+    row: &'a TaskRow,
+    tools: bool,
+}
+
+impl Serialize for Whole<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if !self.row.fields.is_object() || (self.tools && !self.row.held()) {
+            return self.row.fields.serialize(serializer);
+        }
+        let mut map = serializer.serialize_map(None)?;
+        for (key, field) in self.row.entries_with(self.tools) {
+            map.serialize_entry(key, &field)?;
+        }
+        map.end()
+    }
+}
+
 /// A top-level field of a [`TaskRow`], written as the whole row has it.
 #[derive(Debug, Clone, Copy)]
 pub enum Field<'a> {
     Plain(&'a Value),
-    /// `responses_create_params`, its held-apart tool list put back in key order.
-    WithTools(&'a Map<String, Value>, &'a Value),
+    /// `responses_create_params`, its parts held apart put back in key order.
+    Params {
+        params: &'a Map<String, Value>,
+        input: Option<&'a RawValue>,
+        tools: Option<&'a Value>,
+        /// Leaves out a tool list the map holds itself.
+        skip_tools: bool,
+    },
 }
 
 impl Serialize for Field<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (params, tools) = match *self {
+        let (params, input, tools, skip_tools) = match *self {
             Field::Plain(value) => return value.serialize(serializer),
-            Field::WithTools(params, tools) => (params, tools),
+            Field::Params { params, input, tools, skip_tools } => (params, input, tools, skip_tools),
         };
-        // `Map` iterates in key order: the list goes in before the first key after its own.
-        let mut map = serializer.serialize_map(Some(params.len() + 1))?;
-        let mut pending = Some(tools);
+        // `Map` iterates in key order: each part held apart goes in before the first key after
+        // its own (`input` before `tools`).
+        let mut map = serializer.serialize_map(None)?;
+        let mut input = input;
+        let mut tools = tools;
         for (key, value) in params {
-            if key.as_str() > TOOLS
-                && let Some(tools) = pending.take()
+            if key.as_str() > INPUT
+                && let Some(text) = input.take()
             {
-                map.serialize_entry(TOOLS, tools)?;
+                map.serialize_entry(INPUT, text)?;
+            }
+            if key.as_str() > TOOLS
+                && let Some(list) = tools.take()
+            {
+                map.serialize_entry(TOOLS, list)?;
+            }
+            if skip_tools && key == TOOLS {
+                continue;
             }
             map.serialize_entry(key, value)?;
         }
-        if let Some(tools) = pending {
-            map.serialize_entry(TOOLS, tools)?;
+        if let Some(text) = input {
+            map.serialize_entry(INPUT, text)?;
+        }
+        if let Some(list) = tools {
+            map.serialize_entry(TOOLS, list)?;
         }
         map.end()
     }
@@ -226,7 +304,8 @@ mod tests {
             "id": 3,
             "expected": "x",
             "responses_create_params": {
-                "input": [{"role": "user", "content": "q"}],
+                "input": [{"role": "user", "content": "q ☃"}],
+                "instructions": "be brief",
                 "parallel_tool_calls": false,
                 "tools": [{"type": "function", "name": "get", "parameters": {"type": "object"}}],
                 "temperature": 0.5,
@@ -234,25 +313,59 @@ mod tests {
         })
     }
 
-    #[test]
-    fn a_row_sharing_its_tools_reads_and_writes_as_the_row_read() {
-        let list = Arc::new(row()["responses_create_params"]["tools"].clone());
-        let mut shared = TaskRow::from(row());
-        assert!(shared.share_tools(&list));
-        assert!(Arc::ptr_eq(shared.tools.as_ref().unwrap(), &list));
-        assert!(shared.fields["responses_create_params"].get("tools").is_none(), "the row's own copy is let go");
+    fn lean(row: Value) -> (TaskRow, Arc<Value>) {
+        let list = Arc::new(row["responses_create_params"]["tools"].clone());
+        let mut lean = TaskRow::from(row);
+        assert!(lean.share_tools(&list));
+        lean.hold_input();
+        (lean, list)
+    }
 
-        assert_eq!(serde_json::to_string(&shared).unwrap(), row().to_string(), "the same bytes, in key order");
-        assert_eq!(shared.to_value(), row());
-        assert_eq!(shared, TaskRow::from(row()));
-        assert_eq!(shared, row());
-        assert_eq!(shared.tools(), Some(&*list));
-        assert_eq!(shared.pointer("/responses_create_params/tools/0/name"), Some(&json!("get")));
-        assert_eq!(shared.pointer("/responses_create_params/temperature"), Some(&json!(0.5)));
-        assert_eq!(shared.pointer("/responses_create_params/toolsx"), None);
-        assert_eq!(shared.get("expected"), Some(&json!("x")));
-        let back: TaskRow = serde_json::from_str(&serde_json::to_string(&shared).unwrap()).unwrap();
-        assert_eq!(back, shared);
+    #[test]
+    fn a_row_with_parts_held_apart_reads_and_writes_as_the_row_read() {
+        let (lean, list) = lean(row());
+        assert!(Arc::ptr_eq(lean.apart().unwrap(), &list));
+        let params = &lean.fields["responses_create_params"];
+        assert!(params.get("tools").is_none() && params.get("input").is_none(), "the row's own copies are let go");
+
+        assert_eq!(serde_json::to_string(&lean).unwrap(), row().to_string(), "the same bytes, in key order");
+        assert_eq!(lean.to_value(), row());
+        assert_eq!(lean, TaskRow::from(row()));
+        assert_eq!(lean, row());
+        assert_eq!(lean.tools(), Some(&*list));
+        assert_eq!(lean.pointer("/responses_create_params/tools/0/name"), Some(&json!("get")));
+        assert_eq!(lean.pointer("/responses_create_params/temperature"), Some(&json!(0.5)));
+        assert_eq!(lean.pointer("/responses_create_params/toolsx"), None);
+        assert_eq!(lean.get("expected"), Some(&json!("x")));
+        assert_eq!(lean["id"], json!(3));
+        let back: TaskRow = serde_json::from_str(&serde_json::to_string(&lean).unwrap()).unwrap();
+        assert_eq!(back, lean);
+
+        let mut less = row();
+        less["responses_create_params"].as_object_mut().unwrap().remove("tools");
+        let without = |r: &TaskRow| serde_json::to_string(&r.without_tools()).unwrap();
+        assert_eq!(without(&lean), less.to_string());
+        assert_eq!(without(&TaskRow::from(row())), less.to_string(), "a row holding its own list");
+    }
+
+    #[test]
+    fn parts_go_back_in_key_order_whatever_keys_are_around_them() {
+        for params in [
+            json!({"input": "q", "tools": [1]}),
+            json!({"a": 1, "input": "q", "tools": [1], "z": 2}),
+            json!({"input": [{"role": "user", "content": "q"}], "j": 1, "tools": [1]}),
+            json!({"input": "q"}),
+            json!({"tools": [1], "zz": null}),
+        ] {
+            let row = json!({"responses_create_params": params, "zz": 1});
+            let mut lean = TaskRow::from(row.clone());
+            if let Some(list) = lean.own_tools() {
+                lean.share_tools(&list);
+            }
+            lean.hold_input();
+            assert_eq!(serde_json::to_string(&lean).unwrap(), row.to_string());
+            assert_eq!(lean.to_value(), row);
+        }
     }
 
     #[test]

@@ -115,7 +115,9 @@ pub async fn probe(settings: &RunSettings, options: &ProbeOptions) -> anyhow::Re
     };
     let settings = RunSettings { db: db.clone(), ..settings.clone() };
     let tasks = read_tasks(&settings).await?;
-    let mut key = AnswerKey::from_rows(tasks.iter().map(|t| t.row.fields()), &options.answer_field);
+    // The key reads each row's question from its input: the rows whole.
+    let rows: Vec<serde_json::Value> = tasks.iter().map(|t| t.row.to_value()).collect();
+    let mut key = AnswerKey::from_rows(&rows, &options.answer_field);
     key.format.clone_from(&options.answer_format);
     let key = Arc::new(key);
     let mut results = Vec::new();
@@ -133,7 +135,7 @@ pub async fn probe(settings: &RunSettings, options: &ProbeOptions) -> anyhow::Re
         }
         let applicable: Vec<Arc<Task>> = runnable
             .iter()
-            .filter(|t| probe.applies(key.right_of(t.row.fields()), !t.tools.is_empty()))
+            .filter(|t| probe.applies(key.right_of(&t.row.to_value()), !t.tools.is_empty()))
             .enumerate()
             .map(|(index, t)| Arc::new(Task { index, ..(***t).clone() }))
             .collect();

@@ -16,12 +16,8 @@
 //! [`STORE_TOOL_LIST`]): the text given, or another's.
 
 use parley_core::TaskRow;
-use serde::ser::{Serialize, SerializeMap, Serializer};
-use serde_json::{Map, Value};
+use serde::ser::Serialize;
 use sha2::{Digest, Sha256};
-
-/// Where a row holds its tool list.
-const AT: [&str; 2] = ["responses_create_params", "tools"];
 
 /// A task row as `tasks` keeps it: its JSON, and the tool list left out of it, if one was.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,12 +41,7 @@ impl StoredRow {
         };
         let text = tools.to_string();
         let id = id_of(&text);
-        let row = match (row.apart(), row.whole()) {
-            (Some((less, _)), _) => less.to_string(),
-            (None, Some(Value::Object(map))) => json(&Without { map, path: &AT }),
-            _ => json(row),
-        };
-        StoredRow { row, tools: Some(ToolList { id, text }) }
+        StoredRow { row: json(&row.without_tools()), tools: Some(ToolList { id, text }) }
     }
 
     /// The row whole again, its tool list kept in the row: the list's id belongs to another.
@@ -120,33 +111,9 @@ fn json(value: &impl Serialize) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-/// A JSON object serialized without the value at `path` (keys, from the object down), as the
-/// object less that value would be: same keys, same order.
-struct Without<'a> {
-    map: &'a Map<String, Value>,
-    path: &'a [&'a str],
-}
-
-impl Serialize for Without<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let Some((first, rest)) = self.path.split_first() else { return self.map.serialize(serializer) };
-        let left_out = rest.is_empty() && self.map.contains_key(*first);
-        let mut out = serializer.serialize_map(Some(self.map.len() - usize::from(left_out)))?;
-        for (key, value) in self.map {
-            match value {
-                _ if key != first => out.serialize_entry(key, value)?,
-                _ if rest.is_empty() => {}
-                Value::Object(inner) => out.serialize_entry(key, &Without { map: inner, path: rest })?,
-                _ => out.serialize_entry(key, value)?,
-            }
-        }
-        out.end()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 

@@ -67,7 +67,7 @@ impl Environment for MultiStep {
             true => Arc::clone(DEFAULT_TOOLS.get_or_init(|| tools().into())),
             false => Arc::clone(&task.tools),
         };
-        Ok(Box::new(Session { tools, scored: verify::scored_fields(task.row.fields()) }))
+        Ok(Box::new(Session { tools, scored: verify::Scored::of(task.row.fields()) }))
     }
 }
 
@@ -76,8 +76,8 @@ static DEFAULT_TOOLS: OnceLock<Arc<[ToolSpec]>> = OnceLock::new();
 
 struct Session {
     tools: Arc<[ToolSpec]>,
-    /// The fields of the task row that scoring reads.
-    scored: Value,
+    /// What scoring reads of the task row.
+    scored: verify::Scored,
 }
 
 #[async_trait]
@@ -98,6 +98,6 @@ impl EnvSession for Session {
     }
 
     async fn score(&mut self, transcript: &[Message], _termination: Termination) -> Result<Reward, EnvError> {
-        verify(&self.scored, transcript)
+        self.scored.verify(transcript)
     }
 }

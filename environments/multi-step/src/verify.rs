@@ -8,10 +8,41 @@ const EXPECTED: &str = "expected_synonym_values";
 /// The row's fields that a reported value must not be.
 const MINEFIELD: [&str; 2] = ["minefield_label", "minefield_label_value"];
 
-/// The fields of a task row that [`verify`] reads, as a row of their own.
-pub(crate) fn scored_fields(row: &Value) -> Value {
-    let fields = std::iter::once(EXPECTED).chain(MINEFIELD);
-    Value::Object(fields.filter_map(|k| Some((k.to_owned(), row.get(k)?.clone()))).collect())
+/// What [`verify`] reads of a task row, held by a session from its start to its score: a few
+/// values, not a map of them (a session in flight holds it).
+#[derive(Debug, Clone)]
+pub(crate) struct Scored {
+    expected: Option<Vec<Value>>,
+    mines: Vec<Value>,
+}
+
+impl Scored {
+    pub(crate) fn of(row: &Value) -> Scored {
+        Scored {
+            expected: row.get(EXPECTED).and_then(Value::as_array).cloned(),
+            mines: MINEFIELD.iter().filter_map(|k| row.get(*k)).cloned().collect(),
+        }
+    }
+
+    /// Scores a transcript: see [`verify`].
+    pub(crate) fn verify(&self, transcript: &[Message]) -> Result<Reward, EnvError> {
+        let expected = self
+            .expected
+            .as_deref()
+            .ok_or_else(|| EnvError::new("the task row has no `expected_synonym_values` list"))?;
+        let actual = last_extraction(transcript);
+        let accuracy = same_numbers(expected, &actual);
+        // NeMo Gym divides the size of the set intersection by the length of the expected list.
+        let shared = distinct(expected.iter().filter(|e| actual.iter().any(|a| same_number(a, e))));
+        let set_overlap = if expected.is_empty() { 0.0 } else { shared as f64 / expected.len() as f64 };
+        let minefield_hit = self.mines.iter().any(|mine| actual.iter().any(|a| same_number(a, mine) || a == mine));
+        Ok(Reward::new(if accuracy { 1.0 } else { 0.0 })
+            .with("parsed_synonym_values", Value::Array(actual))
+            .with("accuracy", accuracy)
+            .with("set_overlap", set_overlap)
+            .with("original_term_minefield_hit", minefield_hit)
+            .with("order_instruction_following_failure", !accuracy && set_overlap == 1.0))
+    }
 }
 
 /// Whether a row holds what [`verify`] reads: `expected_synonym_values`, a list of numbers.
@@ -29,26 +60,7 @@ pub(crate) fn check(row: &Value) -> Result<(), String> {
 /// Scores a transcript against a task row. The reported list is the arguments of the last
 /// `extract_synonym_values` call; the reward is 1 when it equals the expected list, in order.
 pub fn verify(row: &Value, transcript: &[Message]) -> Result<Reward, EnvError> {
-    let expected: Vec<Value> = row
-        .get(EXPECTED)
-        .and_then(Value::as_array)
-        .cloned()
-        .ok_or_else(|| EnvError::new("the task row has no `expected_synonym_values` list"))?;
-    let actual = last_extraction(transcript);
-    let accuracy = same_numbers(&expected, &actual);
-    // NeMo Gym divides the size of the set intersection by the length of the expected list.
-    let shared = distinct(expected.iter().filter(|e| actual.iter().any(|a| same_number(a, e))));
-    let set_overlap = if expected.is_empty() { 0.0 } else { shared as f64 / expected.len() as f64 };
-    let minefield_hit = MINEFIELD
-        .iter()
-        .filter_map(|k| row.get(*k))
-        .any(|mine| actual.iter().any(|a| same_number(a, mine) || a == mine));
-    Ok(Reward::new(if accuracy { 1.0 } else { 0.0 })
-        .with("parsed_synonym_values", Value::Array(actual))
-        .with("accuracy", accuracy)
-        .with("set_overlap", set_overlap)
-        .with("original_term_minefield_hit", minefield_hit)
-        .with("order_instruction_following_failure", !accuracy && set_overlap == 1.0))
+    Scored::of(row).verify(transcript)
 }
 
 fn last_extraction(transcript: &[Message]) -> Vec<Value> {

@@ -520,7 +520,7 @@ pub async fn a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole(db: 
     let rows = store.task_rows_from(run, 0, 100).await.unwrap();
     let recorded: Vec<_> = first.iter().chain(&second).map(|t| (t.index as i64, t.row.clone())).collect();
     assert_eq!(rows, recorded, "every row comes back as it was recorded");
-    let held = |i: usize| Arc::clone(rows[i].1.apart().expect("a list held apart").1);
+    let held = |i: usize| Arc::clone(rows[i].1.apart().expect("a list held apart"));
     assert!(Arc::ptr_eq(&held(0), &held(1)) && Arc::ptr_eq(&held(0), &held(4)), "rows with one list hold one copy");
     assert!(!Arc::ptr_eq(&held(0), &held(2)));
     assert!(rows[5].1.apart().is_none(), "the row whose list's id was taken holds its own");
