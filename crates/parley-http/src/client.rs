@@ -16,7 +16,7 @@
 //! connections keeps its memory for the sessions.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
@@ -95,12 +95,14 @@ where
 }
 
 /// What the whole process shares of one endpoint: its connection pool and its bound on calls in
-/// flight.
+/// flight, while a client of it lives.
 #[derive(Clone)]
-pub struct Endpoint {
+pub struct Endpoint(Arc<Shared>);
+
+struct Shared {
     /// The connection pool. Keys travel in request headers, never in the pool, so sharing it
     /// shares no credentials.
-    pub http: reqwest::Client,
+    http: reqwest::Client,
     /// Calls in flight to the endpoint at once, over every client of it.
     calls: Arc<Semaphore>,
     /// The bound `calls` was made with.
@@ -108,16 +110,21 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The connection pool.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.0.http
+    }
+
     /// The most calls in flight to the endpoint at once.
     pub fn bound(&self) -> usize {
-        self.bound
+        self.0.bound
     }
 
     /// Waits for one of the endpoint's calls in flight, first come first served; the call holds
     /// it to its end.
     pub async fn slot(&self) -> Slot {
         // The semaphore is never closed.
-        Slot { _permit: self.calls.clone().acquire_owned().await.ok() }
+        Slot { _permit: self.0.calls.clone().acquire_owned().await.ok() }
     }
 }
 
@@ -135,19 +142,23 @@ pub struct Slot {
 /// at 10,000 sessions), and separate bounds would let a run open more sockets than its
 /// open-files limit allows. A call past the bound waits for one to finish, its session still in
 /// flight.
+///
+/// The process keeps an endpoint while a client of it lives, and no longer: its pool and its
+/// connections go with its last client, so a service whose trainer names a new policy URL for
+/// every rollout holds the endpoints of the rollouts in flight, not of every rollout it served.
 pub fn endpoint(base: &str, max_concurrency: usize) -> Result<Endpoint, ClientError> {
-    static ENDPOINTS: OnceLock<Mutex<HashMap<String, Endpoint>>> = OnceLock::new();
+    static ENDPOINTS: OnceLock<Mutex<HashMap<String, Weak<Shared>>>> = OnceLock::new();
     let mut endpoints = ENDPOINTS.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(endpoint) = endpoints.get(base) {
-        if endpoint.bound != max_concurrency.max(1) {
+    if let Some(shared) = endpoints.get(base).and_then(Weak::upgrade) {
+        if shared.bound != max_concurrency.max(1) {
             tracing::debug!(
                 base,
-                bound = endpoint.bound,
+                bound = shared.bound,
                 asked = max_concurrency,
                 "the endpoint's bound on calls in flight was set by its first client"
             );
         }
-        return Ok(endpoint.clone());
+        return Ok(Endpoint(shared));
     }
     let bound = max_concurrency.max(1);
     let http = reqwest::Client::builder()
@@ -155,9 +166,11 @@ pub fn endpoint(base: &str, max_concurrency: usize) -> Result<Endpoint, ClientEr
         .tcp_nodelay(true)
         .build()
         .map_err(|e| ClientError::Http(e.to_string()))?;
-    let endpoint = Endpoint { http, calls: Arc::new(Semaphore::new(bound)), bound };
-    endpoints.insert(base.to_owned(), endpoint.clone());
-    Ok(endpoint)
+    let shared = Arc::new(Shared { http, calls: Arc::new(Semaphore::new(bound)), bound });
+    // The endpoints no client holds any more go as a new one comes.
+    endpoints.retain(|_, held| held.strong_count() > 0);
+    endpoints.insert(base.to_owned(), Arc::downgrade(&shared));
+    Ok(Endpoint(shared))
 }
 
 /// Why a client could not be made.
@@ -240,7 +253,7 @@ impl Client {
             None => None,
         };
         let endpoint = endpoint(base, limits.max_concurrency)?;
-        let sender = endpoint.http.clone();
+        let sender = endpoint.http().clone();
         let send = tower::service_fn(move |request: reqwest::Request| sender.execute(request));
         let service = stack(limits, send);
         Ok(Client { base: base.into(), endpoint, bearer, service, limits: limits.clone() })
@@ -267,7 +280,7 @@ impl Client {
         accept: Option<Accept>,
     ) -> (Result<Answer, Failure>, u32) {
         let mut request =
-            self.endpoint.http.post(format!("{}{path}", self.base)).header(CONTENT_TYPE, "application/json");
+            self.endpoint.http().post(format!("{}{path}", self.base)).header(CONTENT_TYPE, "application/json");
         request = request.headers(headers);
         if let Some(bearer) = &self.bearer {
             request = request.header(AUTHORIZATION, bearer.clone());
@@ -286,7 +299,7 @@ impl Client {
 
     /// Whether the server answers `GET path` with a 2xx (one attempt, for readiness polls).
     pub async fn is_up(&self, path: &str) -> bool {
-        let mut request = self.endpoint.http.get(format!("{}{path}", self.base));
+        let mut request = self.endpoint.http().get(format!("{}{path}", self.base));
         if let Some(bearer) = &self.bearer {
             request = request.header(AUTHORIZATION, bearer.clone());
         }
@@ -467,5 +480,31 @@ mod tests {
         let most_connections = peaks.most_connections.load(Ordering::SeqCst);
         assert!(most_calls <= BOUND, "{most_calls} calls in flight at once, over the bound of {BOUND}");
         assert!(most_connections < 2 * BOUND, "{most_connections} connections open at once, for a bound of {BOUND}");
+    }
+
+    /// A trainer that names a policy URL per rollout makes an endpoint per rollout: each goes,
+    /// connections and all, with the last client of it, and one made later at the same URL is
+    /// new (its own bound).
+    #[tokio::test]
+    async fn an_endpoint_goes_with_its_last_client() {
+        let (base, peaks) = counting_server().await;
+        let call = |client: Client| async move {
+            let (answer, _) = client.post_json("/call", b"{}".to_vec(), HeaderMap::new(), Retry::Transient, None).await;
+            assert_eq!(answer.expect("the call completes").status, 200);
+        };
+        let first = Client::new(&base, &Limits { max_concurrency: 3, ..Limits::default() }, None).unwrap();
+        let second = first.clone();
+        tokio::join!(call(first.clone()), call(second.clone()));
+        assert!(peaks.connections.load(Ordering::SeqCst) > 0, "the pool keeps its connections while a client lives");
+        drop(first);
+        assert_eq!(endpoint(&base, 5).unwrap().bound(), 3, "a client still holds it");
+        drop(second);
+
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while peaks.connections.load(Ordering::SeqCst) > 0 {
+            assert!(std::time::Instant::now() < deadline, "the endpoint's connections outlived its last client");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(endpoint(&base, 5).unwrap().bound(), 5, "a new endpoint, not the one let go");
     }
 }

@@ -127,7 +127,7 @@ impl ChatClient {
             None => openai.with_api_key(""),
         };
         let slots = endpoint(base, config.max_concurrency).map_err(|e| ClientConfigError::Http(e.to_string()))?;
-        let http = slots.http.clone();
+        let http = slots.http().clone();
         let token_ids = config.token_ids;
         let service = ServiceBuilder::new()
             .map_result(hand_over)
