@@ -52,6 +52,9 @@ impl Agent for ToolCallingAgent {
     }
 
     async fn act(&self, view: AgentView<'_>) -> Result<AgentTurn, AgentFailure> {
+        // The request is built once the endpoint has room for the call: a session queued behind
+        // its bound holds no request, nor the call's future.
+        let ready = self.client.ready().await;
         let mut sampling = self.config.sampling.clone();
         if self.config.sampling_from_row {
             row_sampling(view.task.row.fields(), &mut sampling);
@@ -69,6 +72,7 @@ impl Agent for ToolCallingAgent {
                 sampling: &sampling,
                 response_format: Some(&format),
                 session: Some(view.session),
+                ready: Some(&ready),
             };
             let reply = self.client.chat(request).await?;
             let steps = view.messages.iter().filter(|m| m.role == Role::Assistant).count();
@@ -85,6 +89,7 @@ impl Agent for ToolCallingAgent {
             sampling: &sampling,
             response_format: None,
             session: Some(view.session),
+            ready: Some(&ready),
         };
         let reply = self.client.chat(request).await?;
         Ok(AgentTurn { message: reply.message, call: Some(reply.call) })

@@ -36,7 +36,7 @@ pub use deadline::Deadline;
 pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
 pub use message::{ChatForm, Message, ReasoningField, Role, ToolCall, ToolSpec};
 pub use model::{
-    ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Sampling, Usage,
+    ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Ready, Sampling, Usage,
 };
 pub use reward::Reward;
 pub use session::{FailureClass, Limits, Termination};

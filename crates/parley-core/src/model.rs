@@ -30,6 +30,35 @@ pub struct ChatRequest<'a> {
     /// The session the call belongs to, when it belongs to one: a policy served on several
     /// ranks keeps every call of a session on one rank. Never sent to the endpoint.
     pub session: Option<crate::SessionId>,
+    /// The place among the endpoint's calls in flight the caller took before it built the
+    /// request ([`ModelClient::ready`]); the call takes one itself when this holds none of its
+    /// endpoint's.
+    pub ready: Option<&'a Ready>,
+}
+
+/// A place among an endpoint's calls in flight, taken before a request is built
+/// ([`ModelClient::ready`]) and given back when dropped. A caller whose request is a copy of
+/// the transcript (a simulated user's, its roles flipped) builds it once it has one, so that a
+/// session queued behind the endpoint's bound holds no request.
+#[derive(Default)]
+pub struct Ready(Option<Box<dyn std::any::Any + Send + Sync>>);
+
+impl Ready {
+    /// A place a client holds as `held`, its own type.
+    pub fn new(held: impl std::any::Any + Send + Sync) -> Ready {
+        Ready(Some(Box::new(held)))
+    }
+
+    /// What the client that made it holds, when it is of type `T`.
+    pub fn held<T: 'static>(&self) -> Option<&T> {
+        self.0.as_ref()?.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Ready(held)" } else { "Ready(none)" })
+    }
 }
 
 /// Token counts reported by the endpoint.
@@ -199,6 +228,13 @@ pub struct ModelFailure {
 pub trait ModelClient: Send + Sync {
     /// The base URL, for logs and per-endpoint limits.
     fn endpoint(&self) -> &str;
+
+    /// Waits until a call to the endpoint can start at once, and keeps its place for the call
+    /// whose request names the returned [`Ready`]. A client without a bound on calls in flight
+    /// is ready at once.
+    async fn ready(&self) -> Ready {
+        Ready::default()
+    }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure>;
 }

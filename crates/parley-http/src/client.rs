@@ -11,9 +11,10 @@
 //!
 //! Every call first takes a [`Slot`] of its [`Endpoint`], one of the endpoint's bound on calls in
 //! flight that every client of it in the process shares, and holds it to its last attempt's end.
-//! The model client takes it before it serializes its request, so a session that waits for one
-//! holds no request body: a run of 100,000 sessions whose calls share a few thousand
-//! connections keeps its memory for the sessions.
+//! The model client takes it before it serializes its request, and its callers before they
+//! build theirs (`ModelClient::ready`), so a session that waits for one holds no request: a run
+//! of 100,000 sessions whose calls share a few thousand connections keeps its memory for the
+//! sessions.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
@@ -118,6 +119,11 @@ impl Endpoint {
     /// The most calls in flight to the endpoint at once.
     pub fn bound(&self) -> usize {
         self.0.bound
+    }
+
+    /// Whether the two are the same endpoint (the same pool and bound).
+    pub fn is(&self, other: &Endpoint) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// Waits for one of the endpoint's calls in flight, first come first served; the call holds

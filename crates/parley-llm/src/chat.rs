@@ -12,11 +12,12 @@ use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use async_trait::async_trait;
+use parley_core::deadline::{Deadline, OpenCall};
 use parley_core::{
-    ChatForm, ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, ReasoningField,
-    ReasoningReplay,
+    ChatForm, ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Ready,
+    ReasoningField, ReasoningReplay,
 };
-use parley_http::client::{Endpoint, Limits, endpoint, stack};
+use parley_http::client::{Endpoint, Limits, Slot, endpoint, stack};
 use parley_http::{Answer, Attempt, Failure, excerpt, excerpt_bytes, secrets};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -146,14 +147,29 @@ impl ChatClient {
     }
 }
 
+/// A slot of this client's endpoint, taken by [`ModelClient::ready`] before the request exists.
+struct Held {
+    endpoint: Endpoint,
+    _slot: Slot,
+    _open: Option<OpenCall>,
+}
+
 #[async_trait]
 impl ModelClient for ChatClient {
     fn endpoint(&self) -> &str {
         &self.endpoint
     }
 
+    async fn ready(&self) -> Ready {
+        // Waiting for the slot is waiting on the endpoint, as the call's own wait would be: a
+        // session whose time runs out meanwhile is the endpoint's failure.
+        let open = Deadline::current().map(|d| d.begin_call());
+        Ready::new(Held { endpoint: self.slots.clone(), _slot: self.slots.slot().await, _open: open })
+    }
+
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
         let started = Instant::now();
+        let held = request.ready.and_then(Ready::held::<Held>).is_some_and(|h| h.endpoint.is(&self.slots));
         // Every kind of failed attempt, a 200 that is not a completion included, is retried by
         // the one policy inside the stack, within one budget. Past the endpoint's bound, the
         // call waits for a slot before its body exists, and the sending (the stack's futures,
@@ -163,7 +179,7 @@ impl ModelClient for ChatClient {
         let (((result, body), attempts), accepted) = ACCEPTED
             .scope(RefCell::new(None), async {
                 let tracked = parley_http::track(async {
-                    let _slot = self.slots.slot().await;
+                    let _slot = if held { None } else { Some(self.slots.slot().await) };
                     let body = wire::request_body(&request, self.form);
                     (Box::pin(self.post(&body)).await, body)
                 })

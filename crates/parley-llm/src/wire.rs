@@ -282,6 +282,7 @@ mod tests {
                 sampling: &sampling,
                 response_format: format,
                 session: None,
+                ready: None,
             };
             assert_eq!(request_body(&request, ChatForm::default()).get(), request_json(&request).to_string());
         }
@@ -304,6 +305,7 @@ mod tests {
                 sampling: &sampling,
                 response_format: None,
                 session: None,
+                ready: None,
             },
             ChatForm::default(),
         )
@@ -392,6 +394,7 @@ mod tests {
                 sampling: &sampling,
                 response_format: None,
                 session: None,
+                ready: None,
             };
             let sent = |replay| {
                 request_body(&request, ChatForm { reasoning: ReasoningField::replayed(replay), tokens: false })
@@ -426,6 +429,7 @@ mod tests {
             sampling: &sampling,
             response_format: None,
             session: None,
+            ready: None,
         };
         let body = request_body(&request, ChatForm::default()).to_value();
         assert_eq!(
@@ -495,6 +499,7 @@ mod tests {
             sampling: &sampling,
             response_format: None,
             session: None,
+            ready: None,
         };
         let capturing = request_body(&request, ChatForm { tokens: true, ..ChatForm::default() }).to_value();
         assert_eq!(capturing["logprobs"], true);

@@ -97,6 +97,7 @@ impl Judge {
             sampling: &sampling,
             response_format: None,
             session: None,
+            ready: None,
         };
         let reply = self
             .client

@@ -75,6 +75,7 @@ mod tests {
             sampling: &sampling,
             response_format: None,
             session: Some(session),
+            ready: None,
         };
         let mut sessions = [0usize; 8];
         for session in 1..=1_000 {

@@ -73,6 +73,9 @@ pub fn flipped(system: String, view: &[Message]) -> Vec<Message> {
 #[async_trait]
 impl UserSimulator for LlmUser {
     async fn respond(&self, view: UserView<'_>) -> Result<UserTurn, UserFailure> {
+        // The prompt and the flipped transcript are built once the endpoint has room for the
+        // call: a session queued behind its bound holds neither.
+        let ready = self.client.ready().await;
         let system = self.config.prompt.render(view.task.row.fields(), !view.tools.is_empty());
         let messages = flipped(system, view.messages);
         let mut sampling = self.config.sampling.clone();
@@ -84,6 +87,7 @@ impl UserSimulator for LlmUser {
             sampling: &sampling,
             response_format: None,
             session: None,
+            ready: Some(&ready),
         };
         let reply = self.client.chat(request).await?;
         let text = reply.message.content.clone().unwrap_or_default();

@@ -48,6 +48,7 @@ pub async fn review(
         sampling: &sampling,
         response_format: None,
         session: None,
+        ready: None,
     };
     let reply = judge.chat(request).await?;
     Ok(findings(reply.message.content_str(), transcript))

@@ -39,6 +39,7 @@ async fn ask(client: &ChatClient) -> Result<parley_core::ChatReply, parley_core:
             sampling: &sampling,
             response_format: None,
             session: None,
+            ready: None,
         })
         .await
 }
@@ -165,4 +166,53 @@ async fn a_timeout_too_large_for_the_clock_never_panics() {
     let url = stub(StubConfig::default()).await;
     let reply = ask(&client(url, 1, Duration::MAX)).await.unwrap();
     assert_eq!(reply.call.attempts, 1);
+}
+
+/// A caller that takes its place first (`ready`) builds its request once the endpoint has room:
+/// the call made with it takes no second place (with a bound of one it would wait forever), a
+/// second caller waits until the first is done, and a place of another endpoint does not count.
+#[tokio::test]
+async fn a_place_taken_before_the_request_is_the_calls_own() {
+    let base = stub(StubConfig::default()).await;
+    let bounded = |base: &str| {
+        ChatClient::new(&EndpointConfig { base_url: base.into(), max_concurrency: 1, ..EndpointConfig::default() })
+            .unwrap()
+    };
+    let (client, other) = (bounded(&base), bounded(&stub(StubConfig::default()).await));
+    async fn call(
+        client: &ChatClient,
+        ready: Option<&parley_core::Ready>,
+    ) -> Result<parley_core::ChatReply, parley_core::ModelFailure> {
+        let messages = [Message::user("hello")];
+        let sampling = Sampling::default();
+        let request = ChatRequest {
+            model: "m",
+            messages: &messages,
+            tools: &[],
+            sampling: &sampling,
+            response_format: None,
+            session: None,
+            ready,
+        };
+        client.chat(request).await
+    }
+    async fn within<F: std::future::Future>(f: F) -> Result<F::Output, tokio::time::error::Elapsed> {
+        tokio::time::timeout(Duration::from_secs(5), f).await
+    }
+
+    let ready = client.ready().await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), client.ready()).await.is_err(),
+        "a second place waits while the only one is held"
+    );
+    let reply = within(call(&client, Some(&ready))).await.expect("the call uses the place it was given");
+    assert!(reply.is_ok());
+    let elsewhere = other.ready().await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), call(&client, Some(&elsewhere))).await.is_err(),
+        "another endpoint's place is not this one's: the call waits for its own"
+    );
+    drop(ready);
+    assert!(within(call(&client, Some(&elsewhere))).await.expect("its own place came free").is_ok());
+    assert!(within(client.ready()).await.is_ok(), "every place is back");
 }

@@ -174,6 +174,7 @@ mod tests {
             sampling: &sampling,
             response_format: None,
             session: None,
+            ready: None,
         };
         let body = request_json(&request, ReasoningReplay::Auto);
         assert_eq!(body["input"][2]["type"], "function_call");

@@ -32,7 +32,15 @@ async fn a_tool_call_then_a_text() {
     };
     let (m, t, s) = request(&messages);
     let reply = client
-        .chat(ChatRequest { model: "stub", messages: &m, tools: t, sampling: s, response_format: None, session: None })
+        .chat(ChatRequest {
+            model: "stub",
+            messages: &m,
+            tools: t,
+            sampling: s,
+            response_format: None,
+            session: None,
+            ready: None,
+        })
         .await
         .unwrap();
     let call = &reply.message.tool_calls[0];
@@ -50,6 +58,7 @@ async fn a_tool_call_then_a_text() {
             sampling: &sampling,
             response_format: None,
             session: None,
+            ready: None,
         })
         .await
         .unwrap();
@@ -79,6 +88,7 @@ async fn encrypted_reasoning_is_kept_and_sent_back() {
                 sampling: &sampling,
                 response_format: None,
                 session: None,
+                ready: None,
             };
             client.chat(request).await.unwrap()
         }
@@ -115,6 +125,7 @@ async fn rate_limits_are_retried_and_failures_are_bounded() {
             sampling: &sampling,
             response_format: None,
             session: None,
+            ready: None,
         };
         client.chat(request).await.expect("retries get through");
     }
@@ -133,6 +144,7 @@ async fn rate_limits_are_retried_and_failures_are_bounded() {
         sampling: &sampling,
         response_format: None,
         session: None,
+        ready: None,
     };
     let failure = client.chat(request).await.unwrap_err();
     assert_eq!(failure.kind, ModelFailureKind::Transport);

@@ -111,6 +111,7 @@ async fn a_verdict_is_asked_once_and_answered_from_the_store_after() {
         sampling: &sampling,
         response_format: None,
         session: None,
+        ready: None,
     };
 
     let cache = VerdictCache::new(judge.clone(), store.clone());

@@ -91,6 +91,7 @@ pub async fn evaluate(
         sampling: &sampling,
         response_format: None,
         session: None,
+        ready: None,
     };
     let reply = judge.client.chat(request).await.map_err(|e| EnvError::new(format!("NL assertion judge: {e}")))?;
     let content = reply.message.content_str();
