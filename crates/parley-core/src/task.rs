@@ -82,14 +82,9 @@ mod tests {
             strict: false,
         };
         let task = |tools: Vec<ToolSpec>| {
-            Task {
-            index: 0,
-            id: "t".into(),
-            messages: vec![],
-            row: serde_json::json!({"responses_create_params": {"tools": tools.iter().map(|t| &t.name).collect::<Vec<_>>()}})
-                .into(),
-            tools: tools.into(),
-        }
+            let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+            let row = serde_json::json!({"responses_create_params": {"tools": names}}).into();
+            Task { index: 0, id: "t".into(), messages: vec![], row, tools: tools.into() }
         };
         let mut lists = ToolLists::default();
         let tasks = [task(vec![tool("a")]), task(vec![tool("a")]), task(vec![tool("b")]), task(vec![tool("b")])]

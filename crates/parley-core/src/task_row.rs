@@ -95,7 +95,7 @@ impl TaskRow {
         }
     }
 
-    /// The row less its tool list, and the list, when the list is held apart.
+    /// The row's tool list when it is held apart (shared), `None` when the row holds its own.
     pub fn apart(&self) -> Option<&Arc<Value>> {
         self.tools.as_ref()
     }
@@ -258,15 +258,13 @@ pub enum Field<'a> {
 
 impl Serialize for Field<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (params, input, tools, skip_tools) = match *self {
+        let (params, mut input, mut tools, skip_tools) = match *self {
             Field::Plain(value) => return value.serialize(serializer),
             Field::Params { params, input, tools, skip_tools } => (params, input, tools, skip_tools),
         };
         // `Map` iterates in key order: each part held apart goes in before the first key after
         // its own (`input` before `tools`).
         let mut map = serializer.serialize_map(None)?;
-        let mut input = input;
-        let mut tools = tools;
         for (key, value) in params {
             if key.as_str() > INPUT
                 && let Some(text) = input.take()

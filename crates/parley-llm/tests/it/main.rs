@@ -28,6 +28,14 @@ fn tools() -> Vec<ToolSpec> {
 }
 
 async fn ask(client: &ChatClient) -> Result<parley_core::ChatReply, parley_core::ModelFailure> {
+    ask_in(client, None).await
+}
+
+/// [`ask`] in the place `ready` holds, when it holds one.
+async fn ask_in(
+    client: &ChatClient,
+    ready: Option<&parley_core::Ready>,
+) -> Result<parley_core::ChatReply, parley_core::ModelFailure> {
     let messages = [Message::user("hello")];
     let tools = tools();
     let sampling = Sampling { seed: Some(3), ..Sampling::default() };
@@ -39,7 +47,7 @@ async fn ask(client: &ChatClient) -> Result<parley_core::ChatReply, parley_core:
             sampling: &sampling,
             response_format: None,
             session: None,
-            ready: None,
+            ready,
         })
         .await
 }
@@ -179,23 +187,6 @@ async fn a_place_taken_before_the_request_is_the_calls_own() {
             .unwrap()
     };
     let (client, other) = (bounded(&base), bounded(&stub(StubConfig::default()).await));
-    async fn call(
-        client: &ChatClient,
-        ready: Option<&parley_core::Ready>,
-    ) -> Result<parley_core::ChatReply, parley_core::ModelFailure> {
-        let messages = [Message::user("hello")];
-        let sampling = Sampling::default();
-        let request = ChatRequest {
-            model: "m",
-            messages: &messages,
-            tools: &[],
-            sampling: &sampling,
-            response_format: None,
-            session: None,
-            ready,
-        };
-        client.chat(request).await
-    }
     async fn within<F: std::future::Future>(f: F) -> Result<F::Output, tokio::time::error::Elapsed> {
         tokio::time::timeout(Duration::from_secs(5), f).await
     }
@@ -205,14 +196,14 @@ async fn a_place_taken_before_the_request_is_the_calls_own() {
         tokio::time::timeout(Duration::from_millis(200), client.ready()).await.is_err(),
         "a second place waits while the only one is held"
     );
-    let reply = within(call(&client, Some(&ready))).await.expect("the call uses the place it was given");
+    let reply = within(ask_in(&client, Some(&ready))).await.expect("the call uses the place it was given");
     assert!(reply.is_ok());
     let elsewhere = other.ready().await;
     assert!(
-        tokio::time::timeout(Duration::from_millis(200), call(&client, Some(&elsewhere))).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(200), ask_in(&client, Some(&elsewhere))).await.is_err(),
         "another endpoint's place is not this one's: the call waits for its own"
     );
     drop(ready);
-    assert!(within(call(&client, Some(&elsewhere))).await.expect("its own place came free").is_ok());
+    assert!(within(ask_in(&client, Some(&elsewhere))).await.expect("its own place came free").is_ok());
     assert!(within(client.ready()).await.is_ok(), "every place is back");
 }
