@@ -73,20 +73,35 @@ fn choose(n: usize, k: usize) -> f64 {
 /// task from its n trials and c successes without bias, `1 - C(n-c,k)/C(n,k)` and
 /// `C(c,k)/C(n,k)` as tau2 computes them, then averaged over tasks that have at least k trials.
 pub fn pass_at_k(outcomes: &[Outcome], k: usize) -> (Option<f64>, Option<f64>) {
-    let mut per_task: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
-    for o in outcomes.iter().filter(|o| !o.infrastructure) {
-        let entry = per_task.entry(o.task).or_default();
-        entry.0 += 1;
-        entry.1 += usize::from(o.reward.is_some_and(|r| r >= SUCCESS));
+    Tally::of(outcomes).pass_at(k)
+}
+
+/// Each task's trials and successes (infrastructure failures left out), counted once for every k.
+struct Tally(Vec<(usize, usize)>);
+
+impl Tally {
+    fn of(outcomes: &[Outcome]) -> Tally {
+        let mut per_task: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+        for o in outcomes.iter().filter(|o| !o.infrastructure) {
+            let entry = per_task.entry(o.task).or_default();
+            entry.0 += 1;
+            entry.1 += usize::from(o.reward.is_some_and(|r| r >= SUCCESS));
+        }
+        Tally(per_task.into_values().collect())
     }
-    let eligible: Vec<(usize, usize)> = per_task.into_values().filter(|(n, _)| *n >= k).collect();
-    if eligible.is_empty() || k == 0 {
-        return (None, None);
+
+    /// [`pass_at_k`] of the outcomes counted.
+    fn pass_at(&self, k: usize) -> (Option<f64>, Option<f64>) {
+        let eligible = || self.0.iter().filter(|(n, _)| *n >= k);
+        let count = eligible().count();
+        if count == 0 || k == 0 {
+            return (None, None);
+        }
+        let count = count as f64;
+        let at = eligible().map(|&(n, c)| 1.0 - choose(n - c, k) / choose(n, k)).sum::<f64>() / count;
+        let hat = eligible().map(|&(n, c)| choose(c, k) / choose(n, k)).sum::<f64>() / count;
+        (Some(at), Some(hat))
     }
-    let count = eligible.len() as f64;
-    let at = eligible.iter().map(|&(n, c)| 1.0 - choose(n - c, k) / choose(n, k)).sum::<f64>() / count;
-    let hat = eligible.iter().map(|&(n, c)| choose(c, k) / choose(n, k)).sum::<f64>() / count;
-    (Some(at), Some(hat))
 }
 
 /// The whole summary of a run.
@@ -168,12 +183,15 @@ pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
         sessions: outcomes.len(),
         terminations,
         reward: mean(&rewards),
-        pass: (1..=trials.max(usual_group(&counted)).max(1))
-            .map(|k| {
-                let (at, hat) = pass_at_k(&counted, k);
-                (k, at, hat)
-            })
-            .collect(),
+        pass: {
+            let tally = Tally::of(&counted);
+            (1..=trials.max(usual_group(&counted)).max(1))
+                .map(|k| {
+                    let (at, hat) = tally.pass_at(k);
+                    (k, at, hat)
+                })
+                .collect()
+        },
         session_ms_p50: percentile(&durations, 0.5),
         session_ms_p99: percentile(&durations, 0.99),
         groups: Groups::of(&counted),
