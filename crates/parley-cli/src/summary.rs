@@ -4,10 +4,9 @@
 use std::io::Write;
 use std::time::Duration;
 
-use parley_core::Party;
 use parley_scoring::training::{TrainingAccumulator, TrainingMetrics};
 use parley_scoring::{Summary, percentile, summarize};
-use parley_store::{RunOutcomes, Store, TokenTotals};
+use parley_store::{CallTotals, RunOutcomes, Store, TokenTotals};
 
 pub struct Report {
     pub run: i64,
@@ -47,27 +46,11 @@ impl Report {
         trials: usize,
         keep_user_faults: bool,
     ) -> anyhow::Result<Report> {
-        let (mut each_outcomes, mut latencies, mut user_latencies) = (Vec::new(), Vec::new(), Vec::new());
-        let mut tokens = TokenTotals::default();
+        let (mut each_outcomes, mut calls) = (Vec::new(), CallTotals::default());
         let runs: Vec<i64> = std::iter::once(run).chain(with.iter().copied()).collect();
         for &each in &runs {
             each_outcomes.push(store.run_outcomes(each).await?);
-            // Taken whole for the first run (a latency per model call: millions in a large run).
-            for (all, own) in [
-                (&mut latencies, store.call_latencies(each, Party::Agent).await?),
-                (&mut user_latencies, store.call_latencies(each, Party::User).await?),
-            ] {
-                match all.is_empty() {
-                    true => *all = own,
-                    false => all.extend(own),
-                }
-            }
-            let own = store.token_totals(each).await?;
-            for (sum, part) in [(&mut tokens.agent, own.agent), (&mut tokens.user, own.user)] {
-                sum.model_calls += part.model_calls;
-                sum.prompt_tokens += part.prompt_tokens;
-                sum.completion_tokens += part.completion_tokens;
-            }
+            calls.merge(store.call_totals(each).await?);
         }
         let (whole, offsets) = RunOutcomes::together(each_outcomes);
         let offsets: Vec<(i64, usize)> = runs.into_iter().zip(offsets).skip(1).collect();
@@ -75,8 +58,7 @@ impl Report {
         if keep_user_faults {
             outcomes.iter_mut().for_each(|o| o.user_fault = false);
         }
-        latencies.sort_by(f64::total_cmp);
-        user_latencies.sort_by(f64::total_cmp);
+        let CallTotals { tokens, latencies, user_latencies } = calls.sorted();
         Ok(Report {
             run,
             with: offsets,

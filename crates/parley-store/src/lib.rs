@@ -50,10 +50,10 @@ pub use judge::{VerdictCache, request_hash};
 pub use load::{CallFigures, RunRecord, Transcript};
 pub use location::{DbLocation, redact_url};
 pub use pg::{PgStore, is_postgres_url};
-pub use read::{RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
+pub use read::{CallTotals, RunOutcomes, SessionRead, SessionRow, SessionShape, TokenTotals, Tokens};
 pub use store::Store;
 pub use versions::{ScoreVersion, SessionScore, compare_versions, describe_reward};
-pub use view::{CallFigure, PageAt, RunCounts, SessionFilter, SessionInfo};
+pub use view::{PageAt, RunCounts, SessionFilter, SessionInfo};
 use writer::{Writer, WriterHandle};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

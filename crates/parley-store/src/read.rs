@@ -1,13 +1,12 @@
 //! Reads for summaries, inspection and export, one for both stores: a run's sessions (whole,
-//! by pages, by id), counts, token totals, latencies, the newest score and the training
+//! by pages, by id), counts, its model calls' tokens and latencies, the newest score and the training
 //! metrics' session shapes. Only a checked page differs: a SQLite file can be damaged one page
 //! at a time, and is read past the damage.
 
 use std::collections::{HashMap, HashSet};
 
-use parley_core::{
-    FailureClass, Party, Player, Reward, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable,
-};
+use futures::StreamExt;
+use parley_core::{FailureClass, Player, Reward, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable};
 use sqlx::QueryBuilder;
 use sqlx::sqlite::SqliteRow;
 
@@ -57,6 +56,51 @@ pub struct Tokens {
 pub struct TokenTotals {
     pub agent: Tokens,
     pub user: Tokens,
+}
+
+/// A run's model calls in figures, the agent's apart from the simulated user's: token totals,
+/// and each call's latency (a call is the user's when it produced a user message).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallTotals {
+    pub tokens: TokenTotals,
+    pub latencies: Vec<f64>,
+    pub user_latencies: Vec<f64>,
+}
+
+impl CallTotals {
+    fn add(&mut self, user: bool, latency_ms: f64, prompt_tokens: i64, completion_tokens: i64) {
+        let (tokens, latencies) = match user {
+            true => (&mut self.tokens.user, &mut self.user_latencies),
+            false => (&mut self.tokens.agent, &mut self.latencies),
+        };
+        tokens.model_calls += 1;
+        tokens.prompt_tokens += prompt_tokens;
+        tokens.completion_tokens += completion_tokens;
+        latencies.push(latency_ms);
+    }
+
+    /// These calls and `other`'s, as of one run.
+    pub fn merge(&mut self, other: CallTotals) {
+        for (sum, part) in [(&mut self.tokens.agent, other.tokens.agent), (&mut self.tokens.user, other.tokens.user)] {
+            sum.model_calls += part.model_calls;
+            sum.prompt_tokens += part.prompt_tokens;
+            sum.completion_tokens += part.completion_tokens;
+        }
+        // Taken whole into an empty list: a latency per model call is millions in a large run.
+        for (all, own) in [(&mut self.latencies, other.latencies), (&mut self.user_latencies, other.user_latencies)] {
+            match all.is_empty() {
+                true => *all = own,
+                false => all.extend(own),
+            }
+        }
+    }
+
+    /// The latencies sorted, for percentiles.
+    pub fn sorted(mut self) -> CallTotals {
+        self.latencies.sort_by(f64::total_cmp);
+        self.user_latencies.sort_by(f64::total_cmp);
+        self
+    }
 }
 
 /// A run's sessions as its metrics see them: each finished session's outcome, failures by
@@ -239,47 +283,27 @@ both_stores! {
         Ok(out)
     }
 
-    /// Token and call totals of a run, the agent's apart from the simulated user's.
-    pub async fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError> {
-        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(concat!(
+    /// A run's model calls in figures, read in one pass: the figures sit after the raw bodies in
+    /// `model_calls`, so reading any of them reads the table. The rows are streamed, not held: a
+    /// run of millions of calls keeps their latencies alone.
+    pub async fn call_totals(&self, run: RunId) -> Result<CallTotals, StoreError> {
+        let mut totals = CallTotals::default();
+        let mut rows = sqlx::query_as::<_, (bool, f64, i64, i64)>(concat!(
             "SELECT ",
             call_party!(),
-            ", COUNT(*), CAST(COALESCE(SUM(m.prompt_tokens), 0) AS BIGINT),
-                    CAST(COALESCE(SUM(m.completion_tokens), 0) AS BIGINT)
+            " = 'user', m.latency_ms, m.prompt_tokens, m.completion_tokens
              FROM model_calls m
              JOIN sessions s ON s.id = m.session_id
-             WHERE s.run_id = $1 GROUP BY 1",
+             WHERE s.run_id = $1",
         ))
         .bind(run)
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
-        let mut totals = TokenTotals::default();
-        for (party, calls, prompt, completion) in rows {
-            let tokens = Tokens { model_calls: calls, prompt_tokens: prompt, completion_tokens: completion };
-            match Party::parse(&party) {
-                Some(Party::User) => totals.user = tokens,
-                _ => totals.agent = tokens,
-            }
+        .fetch(self.pool());
+        while let Some(row) = rows.next().await {
+            let (user, latency_ms, prompt_tokens, completion_tokens) =
+                row.map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
+            totals.add(user, latency_ms, prompt_tokens, completion_tokens);
         }
         Ok(totals)
-    }
-
-    /// Latencies of the model calls of a run, in milliseconds, of one party: the agent's or
-    /// the simulated user's.
-    pub async fn call_latencies(&self, run: RunId, party: Party) -> Result<Vec<f64>, StoreError> {
-        sqlx::query_scalar(concat!(
-            "SELECT m.latency_ms FROM model_calls m
-             JOIN sessions s ON s.id = m.session_id
-             WHERE s.run_id = $1 AND ",
-            call_party!(),
-            " = $2"
-        ))
-        .bind(run)
-        .bind(party.as_str())
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, &format!("the model-call latencies of run {run} (table `model_calls`)")))
     }
 
     /// The newest score of a session by its environment's scorer; a breakdown that is not JSON

@@ -6,15 +6,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Claimed, Owner, Party, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
+    Claim, Claimed, Owner, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
     SessionStore, StoreError, Task, TaskRow, TurnRecord,
 };
 use serde_json::Value;
 
 use crate::{
-    CallFigure, DbLocation, PageAt, PgStore, RunCounts, RunOutcomes, RunRecord, ScoreVersion, SessionFilter,
-    SessionInfo, SessionRead, SessionRow, SessionScore, SessionShape, SqliteStore, StoreOptions, TokenTotals,
-    Transcript,
+    CallTotals, DbLocation, PageAt, PgStore, RunCounts, RunOutcomes, RunRecord, ScoreVersion, SessionFilter,
+    SessionInfo, SessionRead, SessionRow, SessionScore, SessionShape, SqliteStore, StoreOptions, Transcript,
 };
 
 /// A store on SQLite or on PostgreSQL.
@@ -101,10 +100,8 @@ impl Store {
         fn transcript(&self, session: SessionId) -> Result<Transcript, StoreError>;
         /// The newest score of a session by its environment's scorer.
         fn latest_score(&self, session: SessionId) -> Result<Option<Reward>, StoreError>;
-        /// Token and call totals of a run.
-        fn token_totals(&self, run: RunId) -> Result<TokenTotals, StoreError>;
-        /// Latencies of a run's model calls of one party.
-        fn call_latencies(&self, run: RunId, party: Party) -> Result<Vec<f64>, StoreError>;
+        /// A run's model calls in figures: each party's tokens and latencies, in one pass.
+        fn call_totals(&self, run: RunId) -> Result<CallTotals, StoreError>;
         /// Finished sessions as the training metrics read them, a page at a time.
         fn session_shapes(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionShape>, StoreError>;
         /// The owners holding live leases on the run's unfinished sessions.
@@ -147,8 +144,6 @@ impl Store {
         fn related_sessions(&self, session: SessionId) -> Result<Vec<(SessionId, i64, bool)>, StoreError>;
         /// The id a run's task was stored under.
         fn task_id(&self, run: RunId, task_index: i64) -> Result<Option<String>, StoreError>;
-        /// Every model call of a run, as the viewer plots them.
-        fn call_figures(&self, run: RunId) -> Result<Vec<CallFigure>, StoreError>;
         /// Waits for every acknowledged write to be durable, then closes.
         fn close(&self) -> Result<(), StoreError>;
     }

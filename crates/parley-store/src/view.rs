@@ -1,14 +1,12 @@
 //! Reads for the web viewer, one for both stores: every run's counts in one query, pages of
 //! sessions filtered and keyed by id (so a page costs the same at the start of a million
-//! sessions as at their end), one session with its place among forks and trials, and a run's
-//! model-call figures. Never writes.
+//! sessions as at their end), and one session with its place among forks and trials. Never writes.
 
 use parley_core::{FailureClass, RunId, SessionId, SessionStatus, StoreError, Termination};
 use sqlx::QueryBuilder;
 
 use crate::dialect::both_stores;
 use crate::read::SessionRow;
-use crate::row::call_party;
 use crate::row::{self, session_columns};
 
 /// One run's counts, as the list of runs shows them.
@@ -156,32 +154,6 @@ both_stores! {
             .await
             .map_err(|e| self.read_error(e, &format!("task {task_index} of run {run} (table `tasks`)")))
     }
-
-    /// Every model call of a run, in one pass. The figures sit after the raw bodies in
-    /// `model_calls`, so reading them reads the table; one pass instead of one per figure.
-    pub async fn call_figures(&self, run: RunId) -> Result<Vec<CallFigure>, StoreError> {
-        let rows: Vec<(bool, f64, i64, i64)> = sqlx::query_as(concat!(
-            "SELECT ",
-            call_party!(),
-            " = 'user', m.latency_ms, m.prompt_tokens, m.completion_tokens
-             FROM model_calls m
-             JOIN sessions s ON s.id = m.session_id
-             WHERE s.run_id = $1",
-        ))
-        .bind(run)
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| self.read_error(e, &format!("the model calls of run {run} (table `model_calls`)")))?;
-        Ok(rows
-            .into_iter()
-            .map(|(user, latency_ms, prompt_tokens, completion_tokens)| CallFigure {
-                user,
-                latency_ms,
-                prompt_tokens,
-                completion_tokens,
-            })
-            .collect())
-    }
 }
 
 /// The statement of a filtered keyset page of a run's sessions. A page before `at` is the
@@ -243,14 +215,4 @@ where
     if let Some(trial) = filter.trial {
         query.push(" AND trial = ").push_bind(trial);
     }
-}
-
-/// One model call of a run as the run's page plots it: whose call it was, its latency and tokens.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CallFigure {
-    /// The simulated user's call (it produced a user message), else the agent's.
-    pub user: bool,
-    pub latency_ms: f64,
-    pub prompt_tokens: i64,
-    pub completion_tokens: i64,
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parley_scoring::{SUCCESS, Summary, summarize};
-use parley_store::{RunOutcomes, Store, TokenTotals};
+use parley_store::{CallTotals, RunOutcomes, Store, TokenTotals};
 
 use crate::error::PageError;
 
@@ -100,22 +100,11 @@ async fn compute(store: &Store, runs: &[i64], trials: usize) -> Result<RunFigure
         task.0 += 1;
         task.1 += usize::from(o.reward.is_some_and(|r| r >= SUCCESS));
     }
-    let mut tokens = TokenTotals::default();
-    let (mut latencies, mut user_latencies) = (Vec::new(), Vec::new());
-    let mut calls = Vec::new();
+    let mut calls = CallTotals::default();
     for &run in runs {
-        calls.extend(store.call_figures(run).await?);
+        calls.merge(store.call_totals(run).await?);
     }
-    for call in calls {
-        let (party, list) =
-            if call.user { (&mut tokens.user, &mut user_latencies) } else { (&mut tokens.agent, &mut latencies) };
-        party.model_calls += 1;
-        party.prompt_tokens += call.prompt_tokens;
-        party.completion_tokens += call.completion_tokens;
-        list.push(call.latency_ms);
-    }
-    latencies.sort_by(f64::total_cmp);
-    user_latencies.sort_by(f64::total_cmp);
+    let CallTotals { tokens, latencies, user_latencies } = calls.sorted();
     let rewards = outcomes.iter().filter(|o| !o.infrastructure).filter_map(|o| o.reward).collect();
     Ok(RunFigures {
         summary: summarize(&outcomes, trials),

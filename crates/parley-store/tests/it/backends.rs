@@ -165,5 +165,5 @@ on_both!(
     a_fork_shares_its_prefix_and_failed_sessions_reopen,
     a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole,
     long_system_prompts_are_stored_once_and_transcripts_come_back_whole,
-    a_runs_call_figures_read_each_calls_party_or_else_its_messages_role,
+    a_runs_call_totals_read_each_calls_party_or_else_its_messages_role,
 );

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use parley_core::{
     Claim, FailureClass, Fence, Message, MessageRecord, Owner, Party, Player, Reward, RunSpec, RunStatus,
-    SessionOutcome, SessionSpec, SessionStatus, SessionStore, StoreError, Task, Termination, TurnRecord,
+    SessionOutcome, SessionSpec, SessionStatus, SessionStore, StoreError, Task, Termination, TurnRecord, Usage,
 };
+use parley_store::Tokens;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -587,7 +588,7 @@ async fn execute(store: &Store, sql: &'static str) {
     .unwrap();
 }
 
-pub async fn a_runs_call_figures_read_each_calls_party_or_else_its_messages_role(db: &Db) {
+pub async fn a_runs_call_totals_read_each_calls_party_or_else_its_messages_role(db: &Db) {
     let store = db.open().await;
     let (spec, tasks, specs) = run_of(2);
     let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
@@ -596,21 +597,16 @@ pub async fn a_runs_call_figures_read_each_calls_party_or_else_its_messages_role
     let mut user = turn(0);
     user.messages.truncate(1);
     user.messages[0].message = Message::user("an answer");
-    user.messages[0].call.as_mut().unwrap().latency = Duration::from_millis(250);
+    let call = user.messages[0].call.as_mut().unwrap();
+    call.latency = Duration::from_millis(250);
+    call.usage = Usage { prompt_tokens: 5, completion_tokens: 1 };
     user.tool_calls.clear();
     store.commit_turn(Claim::unclaimed(ids[1]), user).await.unwrap();
-    let figures = async || {
-        let totals = store.token_totals(run).await.unwrap();
-        let agent = store.call_latencies(run, Party::Agent).await.unwrap();
-        let users = store.call_latencies(run, Party::User).await.unwrap();
-        let each: Vec<bool> = store.call_figures(run).await.unwrap().iter().map(|f| f.user).collect();
-        (totals, agent, users, each)
-    };
-    let read = figures().await;
-    assert_eq!((read.0.agent.model_calls, read.0.user.model_calls), (1, 1));
-    assert_eq!((read.1.len(), read.2.as_slice()), (1, [250.0].as_slice()));
-    assert_eq!(read.3.iter().filter(|user| **user).count(), 1);
+    let read = store.call_totals(run).await.unwrap();
+    let tokens = |t: Tokens| (t.model_calls, t.prompt_tokens, t.completion_tokens);
+    assert_eq!((tokens(read.tokens.agent), tokens(read.tokens.user)), ((1, 12, 3), (1, 5, 1)));
+    assert_eq!((read.latencies.len(), read.user_latencies.as_slice()), (1, [250.0].as_slice()));
     // As a database written before calls kept their party has them.
     execute(&store, "UPDATE model_calls SET party = NULL").await;
-    assert_eq!(figures().await, read, "the message's role says whose a call is");
+    assert_eq!(store.call_totals(run).await.unwrap(), read, "the message's role says whose a call is");
 }
