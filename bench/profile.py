@@ -6,7 +6,9 @@ rows x TRIALS at c = 256 against it, every turn and raw body persisted, under `p
 --call-graph dwarf`. Each sample is charged to the most specific part of Parley on its stack
 (read from the leaf up, allocator, libc and kernel frames passed over), and, apart, to what its
 leaf is (Parley's code, SQLite, the allocator, the kernel). The whole run's CPU (user + system)
-is read with the stub's, so the table's figures are CPU-milliseconds per rollout.
+is read with the stub's, so the table's figures are CPU-milliseconds per rollout. The same run
+is measured again without raw bodies and without per-turn persistence, to say what persisting
+costs of it.
 
 Needs `perf` and the profiling build (the release build with line tables):
     cargo build --profile profiling -p parley-cli
@@ -100,6 +102,27 @@ def samples(script):
         yield comm, frames
 
 
+def cpu_per_rollout(parley, work, run, rollouts, env=None):
+    """(Parley's, the stub's) CPU-ms per rollout of `run`, on a fresh database and stub."""
+    for old in work.glob("run.db*"):
+        old.unlink()
+    stub, url = start_stub(parley, work)
+    run = list(map(str, run))
+    run[run.index("--base-url") + 1] = url
+    try:
+        stub_before = cpu_ticks(stub.pid)
+        proc = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})})
+        _, status, usage = os.wait4(proc.pid, 0)
+        if status != 0:
+            raise SystemExit(f"profile: the run failed ({status}): {' '.join(run)}")
+        stub_ms = (cpu_ticks(stub.pid) - stub_before) * 1e3 / TICK / rollouts
+    finally:
+        stub.kill()
+        stub.wait()
+    return (usage.ru_utime + usage.ru_stime) * 1e3 / rollouts, stub_ms
+
+
 def start_stub(parley, work):
     """`parley stub --threads 1` on a free port: the process and its URL."""
     log = open(work / "stub.log", "w")
@@ -141,23 +164,14 @@ def main():
     finally:
         stub.kill()
         stub.wait()
-    # The run's own CPU, measured once more without perf (perf's unwinding adds its own).
-    (work / "run.db").unlink()
-    for extra in work.glob("run.db-*"):
-        extra.unlink()
-    stub, url = start_stub(parley, work)
-    run[run.index("--base-url") + 1] = url
-    try:
-        stub_before = cpu_ticks(stub.pid)
-        proc = subprocess.Popen(list(map(str, run)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        if status != 0:
-            raise SystemExit(f"profile: the run failed ({status})")
-        stub_ms = (cpu_ticks(stub.pid) - stub_before) * 1e3 / TICK / rollouts
-    finally:
-        stub.kill()
-        stub.wait()
-    parley_ms = (usage.ru_utime + usage.ru_stime) * 1e3 / rollouts
+    # The run's own CPU, measured once more without perf (perf's unwinding adds its own), then
+    # with less persisted, to say what persistence costs of it.
+    parley_ms, stub_ms = cpu_per_rollout(parley, work, run, rollouts)
+    without = {
+        "raw bodies not kept (--no-raw-calls)": cpu_per_rollout(parley, work, run + ["--no-raw-calls"], rollouts),
+        "turns not persisted (PARLEY_BENCH_NO_TURNS=1)": cpu_per_rollout(
+            parley, work, run, rollouts, {"PARLEY_BENCH_NO_TURNS": "1"}),
+    }
 
     script = subprocess.run(["perf", "script", "-i", work / "perf.data", "-F", "comm,ip,sym"], capture_output=True,
                             text=True).stdout
@@ -169,6 +183,8 @@ def main():
     figures = {
         "rollouts": rollouts, "concurrency": args.concurrency, "wall_s_under_perf": wall, "samples": total,
         "parley_cpu_ms_per_rollout": parley_ms, "stub_cpu_ms_per_rollout": stub_ms,
+        "persisting_less": {k: {"parley_cpu_ms_per_rollout": p, "stub_cpu_ms_per_rollout": st}
+                            for k, (p, st) in without.items()},
         "parts": {k: v / total for k, v in by_part.most_common()},
         "leaves": {k: v / total for k, v in by_leaf.most_common()},
     }
@@ -178,6 +194,9 @@ def main():
     print("| part of Parley | share | CPU-ms per rollout |\n|---|---:|---:|")
     for part, share in figures["parts"].items():
         print(f"| {part} | {share:.1%} | {share * parley_ms:.3f} |")
+    print("\n| the same run | Parley CPU-ms per rollout | the stub's | Parley / stub |\n|---|---:|---:|---:|")
+    for what, (p, st) in [("every turn and raw body persisted", (parley_ms, stub_ms)), *without.items()]:
+        print(f"| {what} | {p:.3f} | {st:.3f} | {p / st:.2f} |")
     print("\n| what the CPU runs | share |\n|---|---:|")
     for leaf, share in figures["leaves"].items():
         print(f"| {leaf} | {share:.1%} |")
