@@ -70,6 +70,74 @@ async fn parley_starts_nemo_gyms_servers_from_its_config_and_verifies_with_them(
     assert!(left.stdout.is_empty(), "servers left running: {}", text(&left.stdout));
 }
 
+/// A `parley` killed outright (SIGKILL: none of its destructors run) leaves none of the NeMo Gym
+/// servers it started behind: each asked the kernel to stop it when its parent is gone.
+#[test]
+fn the_servers_of_a_parley_killed_outright_stop_with_it() {
+    let venv = root().join(".venv-nemo-gym");
+    let Some(venv) = peer(venv.clone(), venv.join(".parley-ready-0.7.0")) else { return };
+    let server = venv.join("lib/python3.13/site-packages/resources_servers/example_multi_step");
+    let work = Workdir::new();
+    let rows = std::fs::read_to_string(server.join("data/example.jsonl")).unwrap();
+    std::fs::write(work.path("rows.jsonl"), rows.lines().take(2).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    // A model that takes a minute keeps the run, and the servers, going until the kill.
+    let stub = Stub::start(&["--latency-ms", "60000"]);
+    let args = gym_run(&venv, &server, &stub, &[]);
+    let mut parley = std::process::Command::new(crate::harness::PARLEY)
+        .current_dir(work.dir.path())
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Its servers, once each runs its entry point as `python app.py` (the request to the kernel
+    // is made before).
+    let servers = || -> Vec<u32> {
+        let children = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok());
+        children
+            .filter(|pid: &u32| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let parent = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1));
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                parent == Some(&parley.id().to_string()) && args.get(1) == Some(&b"app.py".as_slice())
+            })
+            .collect()
+    };
+    let since = std::time::Instant::now();
+    let started = loop {
+        let started = servers();
+        if !started.is_empty() {
+            break started;
+        }
+        assert!(since.elapsed() < std::time::Duration::from_secs(60), "parley started no server");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Up and serving: the servers answered, and the sessions are waiting on the model.
+    while stub.stats()["requests"].as_u64().unwrap_or(0) == 0 {
+        assert!(since.elapsed() < std::time::Duration::from_secs(120), "the run never called the model");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    parley.kill().unwrap(); // SIGKILL
+    parley.wait().unwrap();
+    // Gone, or ended and waiting to be reaped by whoever adopted them.
+    let running = |pid: &u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).is_some_and(|state| state != "Z")
+    };
+    let since = std::time::Instant::now();
+    while started.iter().any(running) {
+        if since.elapsed() > std::time::Duration::from_secs(20) {
+            let left: Vec<&u32> = started.iter().filter(|pid| running(pid)).collect();
+            for pid in &left {
+                let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            }
+            panic!("servers {left:?} outlived the parley that started them");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 #[tokio::test]
 async fn an_mcp_server_over_stdio_is_an_environment() {
     let mcp = root().join(".mcp-peers");

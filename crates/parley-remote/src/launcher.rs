@@ -4,7 +4,8 @@
 //! waits until each answers HTTP, and stops them.
 //!
 //! Owns: the server processes. Each runs in its own process group, so stopping it stops
-//! whatever it spawned too; a dropped [`NemoGymServers`] kills them all. Never starts a
+//! whatever it spawned too; a dropped [`NemoGymServers`] kills them all, and a server whose
+//! `parley` was killed outright stops too (see [`WHILE_PARLEY_LIVES`]). Never starts a
 //! model server, an agent or an environment server unless asked: Parley plays those parts.
 //! Never installs anything: the venv must already hold NeMo Gym (`.ci/setup-peers`).
 
@@ -12,6 +13,7 @@ pub mod config;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -167,7 +169,7 @@ impl NemoGymServers {
                 )));
             }
             let log = log_dir.join(format!("{}.log", instance.name));
-            let child = spawn(&options.python, &dir, &entrypoint, &dict, &instance.name, &log)?;
+            let child = spawn(&options.python, &dir, &entrypoint, &dict, &instance.name, &log).await?;
             let port = config::pinned_port(&started.config, instance).unwrap_or_default();
             started.servers.push(RunningServer {
                 name: instance.name.clone(),
@@ -275,7 +277,59 @@ impl Drop for NemoGymServers {
     }
 }
 
-fn spawn(
+/// What a server's Python runs before it becomes the server: it asks the kernel to send it
+/// SIGTERM once its parent, this process (whose pid comes first), is gone, then runs the entry
+/// point in its place (`exec`: the same process, `python <entrypoint>` as `gym env start` runs
+/// it). A `parley` killed outright (SIGKILL, the OOM killer), whose destructors never run, thus
+/// leaves no server behind. If the parent is gone before the request, it ends at once. Where the
+/// kernel has no `prctl` (not Linux) it only runs the entry point.
+///
+/// The kernel sends it when the *thread* that started the server ends, so servers are started
+/// from one thread that lasts as long as the process ([`start_for_good`]).
+const WHILE_PARLEY_LIVES: &str = "\
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except (AttributeError, OSError):
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(0)
+os.execv(sys.executable, [sys.executable] + sys.argv[2:])
+";
+
+/// Starts `command` from a thread that never ends before the process does (see
+/// [`WHILE_PARLEY_LIVES`]): a runtime's threads may end sooner (a worker that ran
+/// `block_in_place` becomes a blocking thread, which ends when idle).
+async fn start_for_good(mut command: Command) -> std::io::Result<Child> {
+    type Job = (Command, tokio::runtime::Handle, tokio::sync::oneshot::Sender<std::io::Result<Child>>);
+    static STARTER: OnceLock<Option<std::sync::mpsc::Sender<Job>>> = OnceLock::new();
+    let starter = STARTER.get_or_init(|| {
+        let (jobs, received) = std::sync::mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new().name("parley-launcher".into()).spawn(move || {
+            for (mut command, runtime, answer) in received {
+                // The child is the runtime's, which reaps it.
+                let _entered = runtime.enter();
+                let _ = answer.send(command.spawn());
+            }
+        });
+        thread.ok().map(|_| jobs)
+    });
+    match starter {
+        Some(jobs) => {
+            let (answer, answered) = tokio::sync::oneshot::channel();
+            jobs.send((command, tokio::runtime::Handle::current(), answer)).map_err(|_| gone())?;
+            answered.await.map_err(|_| gone())?
+        }
+        // No thread could be made: the server is started here, without the promise.
+        None => command.spawn(),
+    }
+}
+
+fn gone() -> std::io::Error {
+    std::io::Error::other("the thread that starts servers has ended")
+}
+
+async fn spawn(
     python: &Path,
     dir: &Path,
     entrypoint: &str,
@@ -288,7 +342,7 @@ fn spawn(
     let err = out.try_clone().map_err(|e| RemoteError::Launch(format!("opening the log {}: {e}", log.display())))?;
     let mut command = Command::new(python);
     command
-        .arg(entrypoint)
+        .args(["-c", WHILE_PARLEY_LIVES, &std::process::id().to_string(), entrypoint])
         .current_dir(dir)
         .env("NEMO_GYM_CONFIG_DICT", dict)
         .env("NEMO_GYM_CONFIG_PATH", name)
@@ -309,7 +363,7 @@ fn spawn(
             command.env("VIRTUAL_ENV", venv);
         }
     }
-    command.spawn().map_err(|e| {
+    start_for_good(command).await.map_err(|e| {
         RemoteError::Launch(format!("could not start `{} {entrypoint}` in {}: {e}", python.display(), dir.display()))
     })
 }
