@@ -70,8 +70,9 @@ both_stores! {
         sessions: &[SessionSpec],
         owner: Option<&Owner>,
     ) -> Result<(RunId, Vec<Claim>), StoreError> {
+        let stored = StoredRow::of_each(tasks.iter().map(|t| &t.row));
         let mut tasks: Vec<TaskRow> =
-            tasks.iter().map(|t| TaskRow { task: Arc::clone(t), stored: StoredRow::of(&t.row) }).collect();
+            tasks.iter().zip(stored).map(|(t, stored)| TaskRow { task: Arc::clone(t), stored }).collect();
         let run = run.map_err(RunSpec::clone);
         let sessions = sessions.to_vec();
         let owner = owner.map(|o| (o.id.clone(), lease_ms(o)));
@@ -120,7 +121,7 @@ both_stores! {
                     slot.insert(owner)
                 }
             };
-            if *owner != list.text {
+            if owner.as_str() != &*list.text {
                 t.stored.keep_tools(&t.task.row);
             }
         }

@@ -15,8 +15,11 @@
 //! Both are stored by one statement that answers what is stored under the id ([`STORE_TEXT`],
 //! [`STORE_TOOL_LIST`]): the text given, or another's.
 
+use std::sync::Arc;
+
 use parley_core::TaskRow;
 use serde::ser::Serialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// A task row as `tasks` keeps it: its JSON, and the tool list left out of it, if one was.
@@ -30,7 +33,7 @@ pub(crate) struct StoredRow {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ToolList {
     pub id: i64,
-    pub text: String,
+    pub text: Arc<str>,
 }
 
 impl StoredRow {
@@ -41,7 +44,29 @@ impl StoredRow {
         };
         let text = tools.to_string();
         let id = id_of(&text);
-        StoredRow { row: json(&row.without_tools()), tools: Some(ToolList { id, text }) }
+        StoredRow { row: json(&row.without_tools()), tools: Some(ToolList { id, text: text.into() }) }
+    }
+
+    /// The rows to store, each tool list they share written and hashed once: rows read from a
+    /// task file hold one `Arc` for the list they have alike (a million rows, one list).
+    pub(crate) fn of_each<'a>(rows: impl IntoIterator<Item = &'a TaskRow>) -> Vec<StoredRow> {
+        let mut last: Option<(&Arc<Value>, ToolList)> = None;
+        let mut stored = Vec::new();
+        for row in rows {
+            let shared = row.apart();
+            let known = last.as_ref().filter(|(list, _)| shared.is_some_and(|s| Arc::ptr_eq(s, list)));
+            let one = match known {
+                Some((_, list)) => StoredRow { row: json(&row.without_tools()), tools: Some(list.clone()) },
+                None => StoredRow::of(row),
+            };
+            if let (Some(shared), Some(list)) = (shared, &one.tools)
+                && known.is_none()
+            {
+                last = Some((shared, list.clone()));
+            }
+            stored.push(one);
+        }
+        stored
     }
 
     /// The row whole again, its tool list kept in the row: the list's id belongs to another.
@@ -156,6 +181,27 @@ mod tests {
         assert_eq!(of(&other).tools.unwrap(), a, "another row, the same list");
         other["responses_create_params"]["tools"][0]["name"] = json!("put");
         assert_ne!(of(&other).tools.unwrap().id, a.id);
+    }
+
+    #[test]
+    fn rows_sharing_a_list_share_its_text_and_are_stored_as_each_alone() {
+        let list = Arc::new(row()["responses_create_params"]["tools"].clone());
+        let mut fields = row();
+        fields["responses_create_params"].as_object_mut().unwrap().remove("tools");
+        let sharing = |id: i64| {
+            let mut fields = fields.clone();
+            fields["id"] = json!(id);
+            TaskRow::with_tools(fields, Arc::clone(&list))
+        };
+        // Between them, a row holding a list of its own, another one.
+        let mut own = row();
+        own["responses_create_params"]["tools"][0]["name"] = json!("put");
+        let rows = [sharing(0), sharing(1), TaskRow::from(own), sharing(2)];
+        let stored = StoredRow::of_each(&rows);
+        assert_eq!(stored, rows.iter().map(StoredRow::of).collect::<Vec<_>>());
+        let text = |i: usize| Arc::clone(&stored[i].tools.as_ref().unwrap().text);
+        assert!(Arc::ptr_eq(&text(0), &text(1)) && Arc::ptr_eq(&text(0), &text(3)), "written once");
+        assert!(!Arc::ptr_eq(&text(0), &text(2)));
     }
 
     #[test]
