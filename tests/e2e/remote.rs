@@ -52,7 +52,9 @@ async fn parley_starts_nemo_gyms_servers_from_its_config_and_verifies_with_them(
     std::fs::write(work.path("rows.jsonl"), rows.join("\n") + "\n").unwrap();
     let stub = Stub::start(&[]);
     let args = gym_run(&venv, &server, &stub, &[]);
-    let out = ok(&work.parley(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    // The run's servers inherit its environment: a mark of this test's own finds them.
+    let mark = work.dir.path().to_str().unwrap().to_owned();
+    let out = ok(&work.parley_with_env(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[(MARK, &mark)]));
     assert!(out.contains("terminations   agent_stop 5"), "{out}");
     let rows = read_jsonl(&work.path("out.jsonl"));
     assert_eq!(rows.len(), 5);
@@ -66,8 +68,23 @@ async fn parley_starts_nemo_gyms_servers_from_its_config_and_verifies_with_them(
         assert_eq!(row["response"]["output"][1]["output"], r#"{"synonym_value":765}"#, "tool output from the server");
     }
     // The servers Parley started are gone.
-    let left = std::process::Command::new("pgrep").args(["-f", "example_multi_step/app.py"]).output().unwrap();
-    assert!(left.stdout.is_empty(), "servers left running: {}", text(&left.stdout));
+    assert_eq!(marked(&mark), Vec::<u32>::new(), "servers left running");
+}
+
+/// The variable that marks the processes a test starts, and theirs.
+const MARK: &str = "PARLEY_TEST_MARK";
+
+/// The processes running (not ended) whose environment holds `MARK=mark`.
+fn marked(mark: &str) -> Vec<u32> {
+    let entry = format!("{MARK}={mark}");
+    let pids = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    pids.filter(|pid| {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ended = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()) == Some("Z");
+        !ended && environ.split(|b| *b == 0).any(|e| e == entry.as_bytes())
+    })
+    .collect()
 }
 
 /// A `parley` killed outright (SIGKILL: none of its destructors run) leaves none of the NeMo Gym
@@ -83,9 +100,11 @@ fn the_servers_of_a_parley_killed_outright_stop_with_it() {
     // A model that takes a minute keeps the run, and the servers, going until the kill.
     let stub = Stub::start(&["--latency-ms", "60000"]);
     let args = gym_run(&venv, &server, &stub, &[]);
+    let mark = work.dir.path().to_str().unwrap().to_owned();
     let mut parley = std::process::Command::new(crate::harness::PARLEY)
         .current_dir(work.dir.path())
         .args(&args)
+        .env(MARK, &mark)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -93,16 +112,11 @@ fn the_servers_of_a_parley_killed_outright_stop_with_it() {
     // Its servers, once each runs its entry point as `python app.py` (the request to the kernel
     // is made before).
     let servers = || -> Vec<u32> {
-        let children = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok());
-        children
-            .filter(|pid: &u32| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let parent = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1));
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-                parent == Some(&parley.id().to_string()) && args.get(1) == Some(&b"app.py".as_slice())
-            })
-            .collect()
+        let running_app = |pid: &u32| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.split(|b| *b == 0).nth(1) == Some(b"app.py".as_slice())
+        };
+        marked(&mark).into_iter().filter(running_app).collect()
     };
     let since = std::time::Instant::now();
     let started = loop {
@@ -120,19 +134,14 @@ fn the_servers_of_a_parley_killed_outright_stop_with_it() {
     }
     parley.kill().unwrap(); // SIGKILL
     parley.wait().unwrap();
-    // Gone, or ended and waiting to be reaped by whoever adopted them.
-    let running = |pid: &u32| {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).is_some_and(|state| state != "Z")
-    };
     let since = std::time::Instant::now();
-    while started.iter().any(running) {
+    while !marked(&mark).is_empty() {
         if since.elapsed() > std::time::Duration::from_secs(20) {
-            let left: Vec<&u32> = started.iter().filter(|pid| running(pid)).collect();
+            let left = marked(&mark);
             for pid in &left {
                 let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
             }
-            panic!("servers {left:?} outlived the parley that started them");
+            panic!("servers {left:?} of {started:?} outlived the parley that started them");
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
