@@ -51,22 +51,23 @@ impl StoredRow {
     /// task file hold one `Arc` for the list they have alike (a million rows, one list).
     pub(crate) fn of_each<'a>(rows: impl IntoIterator<Item = &'a TaskRow>) -> Vec<StoredRow> {
         let mut last: Option<(&Arc<Value>, ToolList)> = None;
-        let mut stored = Vec::new();
-        for row in rows {
-            let shared = row.apart();
-            let known = last.as_ref().filter(|(list, _)| shared.is_some_and(|s| Arc::ptr_eq(s, list)));
-            let one = match known {
-                Some((_, list)) => StoredRow { row: json(&row.without_tools()), tools: Some(list.clone()) },
-                None => StoredRow::of(row),
-            };
-            if let (Some(shared), Some(list)) = (shared, &one.tools)
-                && known.is_none()
-            {
-                last = Some((shared, list.clone()));
-            }
-            stored.push(one);
-        }
-        stored
+        // Collected from a sized iterator: one allocation, as large as the rows.
+        rows.into_iter()
+            .map(|row| {
+                let shared = row.apart();
+                let known = last.as_ref().filter(|(list, _)| shared.is_some_and(|s| Arc::ptr_eq(s, list)));
+                let stored = match known {
+                    Some((_, list)) => StoredRow { row: json(&row.without_tools()), tools: Some(list.clone()) },
+                    None => StoredRow::of(row),
+                };
+                if let (Some(shared), Some(list)) = (shared, &stored.tools)
+                    && known.is_none()
+                {
+                    last = Some((shared, list.clone()));
+                }
+                stored
+            })
+            .collect()
     }
 
     /// The row whole again, its tool list kept in the row: the list's id belongs to another.
