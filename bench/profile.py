@@ -153,14 +153,12 @@ def main():
         rollouts = 200 * args.trials
         run = [parley, "run", "--env", "multi-step", "--tasks", work / "tasks.jsonl", "--trials", str(args.trials),
                "--base-url", url, "-c", str(args.concurrency), "--db", work / "run.db", "--out", work / "out.jsonl"]
-        stub_before = cpu_ticks(stub.pid)
         started = time.monotonic()
         perf = subprocess.run(["perf", "record", "-q", "-F", str(args.frequency), "--call-graph", "dwarf,16384",
                                "-o", work / "perf.data", "--", *map(str, run)], capture_output=True, text=True)
         wall = time.monotonic() - started
         if perf.returncode != 0:
             raise SystemExit(f"profile: the run failed: {perf.stderr[-2000:]}")
-        stub_ms = (cpu_ticks(stub.pid) - stub_before) * 1e3 / TICK / rollouts
     finally:
         stub.kill()
         stub.wait()

@@ -1,7 +1,7 @@
 //! Reads for summaries, inspection and export, one for both stores: a run's sessions (whole,
-//! by pages, by id), counts, its model calls' tokens and latencies, the newest score and the training
-//! metrics' session shapes. Only a checked page differs: a SQLite file can be damaged one page
-//! at a time, and is read past the damage.
+//! by pages, by id), counts, its model calls' tokens and latencies, the newest score and the
+//! training metrics' session shapes. Only a checked page differs: a SQLite file can be damaged
+//! one page at a time, and is read past the damage.
 
 use std::collections::{HashMap, HashSet};
 
@@ -51,6 +51,14 @@ pub struct Tokens {
     pub completion_tokens: i64,
 }
 
+impl std::ops::AddAssign for Tokens {
+    fn add_assign(&mut self, other: Tokens) {
+        self.model_calls += other.model_calls;
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
+
 /// Token and call totals of a run, the agent's apart from the simulated user's.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TokenTotals {
@@ -73,19 +81,14 @@ impl CallTotals {
             true => (&mut self.tokens.user, &mut self.user_latencies),
             false => (&mut self.tokens.agent, &mut self.latencies),
         };
-        tokens.model_calls += 1;
-        tokens.prompt_tokens += prompt_tokens;
-        tokens.completion_tokens += completion_tokens;
+        *tokens += Tokens { model_calls: 1, prompt_tokens, completion_tokens };
         latencies.push(latency_ms);
     }
 
     /// These calls and `other`'s, as of one run.
     pub fn merge(&mut self, other: CallTotals) {
-        for (sum, part) in [(&mut self.tokens.agent, other.tokens.agent), (&mut self.tokens.user, other.tokens.user)] {
-            sum.model_calls += part.model_calls;
-            sum.prompt_tokens += part.prompt_tokens;
-            sum.completion_tokens += part.completion_tokens;
-        }
+        self.tokens.agent += other.tokens.agent;
+        self.tokens.user += other.tokens.user;
         // Taken whole into an empty list: a latency per model call is millions in a large run.
         for (all, own) in [(&mut self.latencies, other.latencies), (&mut self.user_latencies, other.user_latencies)] {
             match all.is_empty() {
