@@ -11,8 +11,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Buf;
 use http::HeaderMap;
-use reqwest::Response;
+use http_body::Body;
+use http_body_util::BodyExt;
 use tower::{BoxError, Layer, Service};
 
 /// A whole answer: its status, headers and body, with every registered key redacted.
@@ -43,14 +45,6 @@ impl Answer {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
-
-    /// This answer as a `reqwest::Response`, for clients that read one.
-    pub fn into_response(self) -> Response {
-        let mut whole = http::Response::new(self.body);
-        *whole.status_mut() = http::StatusCode::from_u16(self.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-        *whole.headers_mut() = self.headers;
-        Response::from(whole)
-    }
 }
 
 /// An answer whose body passed the limit.
@@ -79,11 +73,14 @@ pub struct WholeBody<S> {
     limit: usize,
 }
 
-impl<S, R> Service<R> for WholeBody<S>
+impl<S, R, B> Service<R> for WholeBody<S>
 where
-    S: Service<R, Response = Response>,
+    S: Service<R, Response = http::Response<B>>,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
+    B: Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
 {
     type Response = Answer;
     type Error = BoxError;
@@ -100,20 +97,37 @@ where
     }
 }
 
-async fn read_whole(mut response: Response, limit: usize) -> Result<Answer, BoxError> {
-    if response.content_length().is_some_and(|n| n > limit as u64) {
+async fn read_whole<B>(response: http::Response<B>, limit: usize) -> Result<Answer, BoxError>
+where
+    B: Body + Unpin,
+    B::Error: Into<BoxError>,
+{
+    let (head, mut incoming) = response.into_parts();
+    let length = head
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if length.is_some_and(|n| n > limit as u64) {
         return Err(TooLarge { limit }.into());
     }
-    let capacity = response.content_length().map_or(8 << 10, |n| usize::try_from(n).unwrap_or(limit));
+    let capacity = length.map_or(8 << 10, |n| usize::try_from(n).unwrap_or(limit));
     let mut body = Vec::with_capacity(capacity.min(limit));
-    while let Some(chunk) = response.chunk().await? {
-        if body.len() + chunk.len() > limit {
+    while let Some(frame) = incoming.frame().await {
+        // Trailers, the only other kind of frame, are not read.
+        let Ok(mut data) = frame.map_err(Into::into)?.into_data() else { continue };
+        if body.len() + data.remaining() > limit {
             return Err(TooLarge { limit }.into());
         }
-        body.extend_from_slice(&chunk);
+        while data.has_remaining() {
+            let chunk = data.chunk();
+            body.extend_from_slice(chunk);
+            let read = chunk.len();
+            data.advance(read);
+        }
     }
     let body = crate::secrets::redact_bytes(body);
-    Ok(Answer { status: response.status().as_u16(), headers: std::mem::take(response.headers_mut()), body })
+    Ok(Answer { status: head.status.as_u16(), headers: head.headers, body })
 }
 
 #[cfg(test)]

@@ -3,11 +3,12 @@
 //! [`stack`] puts the service that sends one attempt behind, outside in: the one retry policy
 //! ([`RetryPolicy`], which honours the session's deadline), a timeout on each attempt, and the
 //! bounded whole-body read
-//! ([`WholeBodyLayer`], which redacts every registered key). The model client (`parley-llm`)
-//! puts async-openai's transport in it; [`Client`] puts reqwest's, for every other call: NeMo
-//! Gym and Gymnasium servers and the Responses client (`parley-remote`), and the reward model
-//! (`parley-rewards`). [`Failure`] says what a failed call's error was, for each caller to report
-//! in its own error type.
+//! ([`WholeBodyLayer`], which redacts every registered key). Every attempt is a [`JsonPost`] sent
+//! on its endpoint's pool ([`Endpoint::pool`], hyper's pooled client, TLS by rustls): the model
+//! client's (`parley-llm`) and [`Client`]'s, for every other call: NeMo Gym and Gymnasium servers
+//! and the Responses client (`parley-remote`), and the reward model (`parley-rewards`).
+//! [`Failure`] says what a failed call's error was, for each caller to report in its own error
+//! type.
 //!
 //! Every call first takes a [`Slot`] of its [`Endpoint`], one of the endpoint's bound on calls in
 //! flight that every client of it in the process shares, and holds it to its last attempt's end.
@@ -20,7 +21,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::{Method, Uri};
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
@@ -79,12 +86,15 @@ pub type Stack<A> = BoxCloneSyncService<A, Answer, BoxError>;
 /// The one stack (see the module's docs) around `send`, which sends one attempt. Its caller
 /// holds a [`Slot`] of the endpoint for the whole call, taken before the attempt's timeout
 /// starts, so a session queued behind the bound keeps its whole per-attempt budget.
-pub fn stack<A, S>(limits: &Limits, send: S) -> Stack<A>
+pub fn stack<A, S, B>(limits: &Limits, send: S) -> Stack<A>
 where
     A: Attempt + Send + 'static,
-    S: Service<A::Request, Response = reqwest::Response> + Clone + Send + Sync + 'static,
+    S: Service<A::Request, Response = http::Response<B>> + Clone + Send + Sync + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
 {
     let service = ServiceBuilder::new()
         .retry(limits.retry_policy())
@@ -100,10 +110,13 @@ where
 #[derive(Clone)]
 pub struct Endpoint(Arc<Shared>);
 
+/// hyper's pooled client, over TCP or TLS as each URL says.
+pub type Pool = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
 struct Shared {
     /// The connection pool. Keys travel in request headers, never in the pool, so sharing it
     /// shares no credentials.
-    http: reqwest::Client,
+    pool: Pool,
     /// Calls in flight to the endpoint at once, over every client of it.
     calls: Arc<Semaphore>,
     /// The bound `calls` was made with.
@@ -111,9 +124,9 @@ struct Shared {
 }
 
 impl Endpoint {
-    /// The connection pool.
-    pub fn http(&self) -> &reqwest::Client {
-        &self.0.http
+    /// The connection pool, the service that sends one attempt.
+    pub fn pool(&self) -> &Pool {
+        &self.0.pool
     }
 
     /// The most calls in flight to the endpoint at once.
@@ -167,16 +180,68 @@ pub fn endpoint(base: &str, max_concurrency: usize) -> Result<Endpoint, ClientEr
         return Ok(Endpoint(shared));
     }
     let bound = max_concurrency.max(1);
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(bound)
-        .tcp_nodelay(true)
-        .build()
-        .map_err(|e| ClientError::Http(e.to_string()))?;
-    let shared = Arc::new(Shared { http, calls: Arc::new(Semaphore::new(bound)), bound });
+    let shared = Arc::new(Shared { pool: pool(bound)?, calls: Arc::new(Semaphore::new(bound)), bound });
     // The endpoints no client holds any more go as a new one comes.
     endpoints.retain(|_, held| held.strong_count() > 0);
     endpoints.insert(base.to_owned(), Arc::downgrade(&shared));
     Ok(Endpoint(shared))
+}
+
+/// A pool keeping at most `idle` connections open between calls, each for up to 90 s, whose
+/// `https` URLs are checked against the platform's roots (as a browser on the machine would).
+fn pool(idle: usize) -> Result<Pool, ClientError> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|builder| builder.with_platform_verifier())
+        .map_err(|e| ClientError::Http(format!("TLS: {e}")))?
+        .with_no_client_auth();
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Ok(hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(idle)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector))
+}
+
+/// One POST of a JSON body, kept whole so that a retry sends it again as it was: a copy shares
+/// the body's bytes and the URL's.
+#[derive(Debug, Clone)]
+pub struct JsonPost {
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl JsonPost {
+    /// A POST of `body` to `uri` (absolute), with `headers` beside its content type.
+    pub fn new(uri: Uri, mut headers: HeaderMap, body: Bytes) -> JsonPost {
+        headers.entry(CONTENT_TYPE).or_insert(HeaderValue::from_static("application/json"));
+        JsonPost { uri, headers, body }
+    }
+
+    /// The request to send.
+    pub fn request(self) -> http::Request<Full<Bytes>> {
+        let mut request = http::Request::new(Full::new(self.body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.uri;
+        *request.headers_mut() = self.headers;
+        request
+    }
+}
+
+/// `base` (`http(s)://host:port`, any path prefix) and `path` as one absolute URI, or why not.
+pub fn uri(base: &str, path: &str) -> Result<Uri, ClientError> {
+    format!("{base}{path}").parse().map_err(|_| ClientError::BadUrl(format!("{base}{path}")))
 }
 
 /// Why a client could not be made.
@@ -195,22 +260,22 @@ pub type Accept = fn(&[u8]) -> Result<(), String>;
 
 /// One request of a [`Client`], which failures it may be retried after, and which 2xx bodies it
 /// accepts.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Post {
-    request: reqwest::Request,
+    post: JsonPost,
     retry: Retry,
     accept: Option<Accept>,
 }
 
 impl Attempt for Post {
-    type Request = reqwest::Request;
+    type Request = http::Request<Full<Bytes>>;
 
-    fn into_request(self) -> reqwest::Request {
-        self.request
+    fn into_request(self) -> http::Request<Full<Bytes>> {
+        self.post.request()
     }
 
     fn resend(&self) -> Option<Post> {
-        Some(Post { request: self.request.try_clone()?, retry: self.retry, accept: self.accept })
+        Some(self.clone())
     }
 
     fn retry(&self) -> Retry {
@@ -249,19 +314,9 @@ impl Client {
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ClientError::BadUrl(base_url.to_owned()));
         }
-        let bearer = match key.filter(|k| !k.is_empty()) {
-            Some(key) => {
-                secrets::register(key);
-                let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| ClientError::BadKey)?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-            None => None,
-        };
+        let bearer = key.filter(|k| !k.is_empty()).map(bearer).transpose()?;
         let endpoint = endpoint(base, limits.max_concurrency)?;
-        let sender = endpoint.http().clone();
-        let send = tower::service_fn(move |request: reqwest::Request| sender.execute(request));
-        let service = stack(limits, send);
+        let service = stack(limits, endpoint.pool().clone());
         Ok(Client { base: base.into(), endpoint, bearer, service, limits: limits.clone() })
     }
 
@@ -285,19 +340,18 @@ impl Client {
         retry: Retry,
         accept: Option<Accept>,
     ) -> (Result<Answer, Failure>, u32) {
-        let mut request =
-            self.endpoint.http().post(format!("{}{path}", self.base)).header(CONTENT_TYPE, "application/json");
-        request = request.headers(headers);
-        if let Some(bearer) = &self.bearer {
-            request = request.header(AUTHORIZATION, bearer.clone());
-        }
-        let request = match request.body(body).build() {
-            Ok(request) => request,
+        let uri = match uri(&self.base, path) {
+            Ok(uri) => uri,
             Err(e) => return (Err(Failure::Unsendable(format!("could not build the request: {e}"))), 0),
         };
+        let mut headers = headers;
+        if let Some(bearer) = &self.bearer {
+            headers.insert(AUTHORIZATION, bearer.clone());
+        }
+        let post = JsonPost::new(uri, headers, Bytes::from(body));
         let call = async {
             let _slot = self.endpoint.slot().await;
-            self.service.clone().oneshot(Post { request, retry, accept }).await
+            self.service.clone().oneshot(Post { post, retry, accept }).await
         };
         let (result, attempts) = crate::track(call).await;
         (result.map_err(Failure::of), attempts)
@@ -305,15 +359,26 @@ impl Client {
 
     /// Whether the server answers `GET path` with a 2xx (one attempt, for readiness polls).
     pub async fn is_up(&self, path: &str) -> bool {
-        let mut request = self.endpoint.http().get(format!("{}{path}", self.base));
+        let Ok(uri) = uri(&self.base, path) else { return false };
+        let mut request = http::Request::new(Full::default());
+        *request.uri_mut() = uri;
         if let Some(bearer) = &self.bearer {
-            request = request.header(AUTHORIZATION, bearer.clone());
+            request.headers_mut().insert(AUTHORIZATION, bearer.clone());
         }
         matches!(
-            tokio::time::timeout(Duration::from_secs(2), request.send()).await,
+            tokio::time::timeout(Duration::from_secs(2), self.endpoint.pool().request(request)).await,
             Ok(Ok(response)) if response.status().is_success()
         )
     }
+}
+
+/// The `Authorization` header that carries `key`, marked sensitive. The key is registered with
+/// [`secrets`] first, so that no body read afterwards carries it, and lives only in this header.
+pub fn bearer(key: &str) -> Result<HeaderValue, ClientError> {
+    secrets::register(key);
+    let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| ClientError::BadKey)?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 /// What a call through the stack failed with, once its retries are spent.
@@ -353,7 +418,7 @@ impl Failure {
             Err(error) => error,
         };
         let chain = error_chain(error.as_ref());
-        match error.downcast_ref::<reqwest::Error>() {
+        match error.downcast_ref::<hyper_util::client::legacy::Error>() {
             Some(e) if e.is_connect() => Failure::Connect(chain),
             _ => Failure::Transport(chain),
         }

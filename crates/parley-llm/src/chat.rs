@@ -1,27 +1,26 @@
-//! The Chat Completions client: one async-openai client per endpoint, its transport inside the
-//! one client stack of every remote call (`parley_http::client::stack`: retries, per-attempt
-//! timeout and bounded body read), each call holding one of the endpoint's slots
+//! The Chat Completions client: each call one POST of its body, serialized once, through the one
+//! client stack of every remote call (`parley_http::client::stack`: retries, per-attempt
+//! timeout and bounded body read) on its endpoint's pool, holding one of the endpoint's slots
 //! (`parley_http::client::Endpoint`) from before its body is built.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_openai::Client;
-use async_openai::config::OpenAIConfig;
-use async_openai::error::OpenAIError;
-use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use async_trait::async_trait;
+use bytes::Bytes;
+use http::Uri;
+use http::header::{AUTHORIZATION, HeaderMap};
+use http_body_util::Full;
 use parley_core::deadline::{Deadline, OpenCall};
 use parley_core::{
     ChatForm, ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Ready,
     ReasoningField, ReasoningReplay,
 };
-use parley_http::client::{Endpoint, Limits, Slot, endpoint, stack};
-use parley_http::{Answer, Attempt, Failure, excerpt, excerpt_bytes, secrets};
+use parley_http::client::{Endpoint, Limits, Slot, Stack, bearer, endpoint, stack, uri};
+use parley_http::{Answer, Attempt, Failure, JsonPost, excerpt};
 use serde_json::Value;
-use serde_json::value::RawValue;
-use tower::{BoxError, ServiceBuilder};
+use tower::ServiceExt;
 
 use crate::wire;
 
@@ -99,7 +98,11 @@ pub enum ClientConfigError {
 /// A [`ModelClient`] for one OpenAI-compatible endpoint.
 #[derive(Clone)]
 pub struct ChatClient {
-    client: Client<OpenAIConfig>,
+    /// `<base>/chat/completions`, parsed once.
+    completions: Uri,
+    /// The headers of every call: the key's, when the endpoint has one.
+    headers: HeaderMap,
+    service: Stack<Completion>,
     endpoint: Arc<str>,
     slots: Endpoint,
     form: ChatForm,
@@ -107,7 +110,7 @@ pub struct ChatClient {
 
 impl std::fmt::Debug for ChatClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The async-openai client holds the key; never print it.
+        // The headers hold the key; never print them.
         f.debug_struct("ChatClient").field("endpoint", &self.endpoint).finish_non_exhaustive()
     }
 }
@@ -118,32 +121,32 @@ impl ChatClient {
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ClientConfigError::BadUrl(config.base_url.clone()));
         }
-        let mut openai = OpenAIConfig::new().with_api_base(base);
-        openai = match &config.api_key_env {
-            Some(var) => {
-                let key = std::env::var(var).map_err(|_| ClientConfigError::MissingKey(var.clone()))?;
-                secrets::register(&key);
-                openai.with_api_key(key)
+        let completions =
+            uri(base, "/chat/completions").map_err(|_| ClientConfigError::BadUrl(config.base_url.clone()))?;
+        let mut headers = HeaderMap::new();
+        if let Some(var) = &config.api_key_env {
+            let key = std::env::var(var).map_err(|_| ClientConfigError::MissingKey(var.clone()))?;
+            if !key.is_empty() {
+                headers.insert(AUTHORIZATION, bearer(&key).map_err(|e| ClientConfigError::Http(e.to_string()))?);
             }
-            None => openai.with_api_key(""),
-        };
+        }
         let slots = endpoint(base, config.max_concurrency).map_err(|e| ClientConfigError::Http(e.to_string()))?;
-        let http = slots.http().clone();
-        let token_ids = config.token_ids;
-        let service = ServiceBuilder::new()
-            .map_result(hand_over)
-            .map_request(move |request| Completion(request, token_ids))
-            .service(stack(&config.limits(), ReqwestService::new(http.clone())));
-        let client = Client::build(http, openai).with_http_service(service);
+        let service = stack(&config.limits(), slots.pool().clone());
         let form = ChatForm { reasoning: ReasoningField::replayed(config.reasoning), tokens: config.token_ids };
-        Ok(ChatClient { client, endpoint: base.into(), slots, form })
+        Ok(ChatClient { completions, headers, service, endpoint: base.into(), slots, form })
     }
 
-    /// Sends the body's bytes as they are and takes the answer as text: the stack checks that it
-    /// is a completion (so that one that is not is retried), the caller parses it to read the
-    /// reply, and it is stored as it came.
-    async fn post(&self, body: &RawJson) -> Result<Box<RawValue>, OpenAIError> {
-        self.client.chat().create_byot(body).await
+    /// Sends the body's bytes as they are and takes the answer whole: the stack checks that it
+    /// is a completion (so that one that is not is retried) and keeps what it read of it, and
+    /// the body is stored as it came.
+    async fn post(&self, body: &RawJson) -> Result<Answer, Failure> {
+        let post = JsonPost::new(
+            self.completions.clone(),
+            self.headers.clone(),
+            Bytes::copy_from_slice(body.get().as_bytes()),
+        );
+        let answer = self.service.clone().oneshot(Completion(post, self.form.tokens)).await.map_err(Failure::of)?;
+        Ok(answer)
     }
 }
 
@@ -195,30 +198,29 @@ impl ModelClient for ChatClient {
             ..ModelCall::default()
         };
         let failure = match result {
-            // The policy accepted it as a completion and kept what it read; a body it did not
-            // read is parsed here, and one that is no completion is a malformed answer.
-            Ok(raw) => match accepted.map_or_else(
-                || {
-                    serde_json::from_str::<Value>(raw.get())
-                        .map_err(|e| e.to_string())
-                        .and_then(|v| wire::parse_reply(&v, self.form.tokens))
-                },
-                Ok,
-            ) {
-                Ok((message, finish_reason, usage)) => {
-                    call.usage = usage;
-                    call.finish_reason = finish_reason;
-                    call.response = Some(RawJson::from_raw(raw));
-                    call.request = body;
-                    return Ok(ChatReply { message, call });
+            // A 2xx is one the policy accepted as a completion, keeping what it read of it; a
+            // body it did not read is read here, and one that is no completion is a malformed
+            // answer. The body is stored as it came either way.
+            Ok(answer) if answer.is_success() => {
+                let reply = accepted.map_or_else(|| wire::read_reply(&answer.body, self.form.tokens), Ok);
+                call.response = String::from_utf8(answer.body).ok().and_then(|text| RawJson::from_string(text).ok());
+                match reply {
+                    Ok((message, finish_reason, usage)) => {
+                        call.usage = usage;
+                        call.finish_reason = finish_reason;
+                        call.request = body;
+                        return Ok(ChatReply { message, call });
+                    }
+                    Err(why) => (ModelFailureKind::MalformedResponse, why),
                 }
-                Err(why) => {
-                    call.response = Some(RawJson::from_raw(raw));
-                    (ModelFailureKind::MalformedResponse, format!("not a chat completion: {why}"))
-                }
-            },
-            Err(error) => {
-                let (kind, message, response) = classify(error);
+            }
+            Ok(refused) => {
+                let (kind, message, response) = refused_answer(refused);
+                call.response = response;
+                (kind, message)
+            }
+            Err(failure) => {
+                let (kind, message, response) = classify(failure);
                 call.response = response;
                 (kind, message)
             }
@@ -236,13 +238,13 @@ impl ModelClient for ChatClient {
 /// A request of this client: every call posts a chat completion, so a 2xx is accepted only when
 /// its body is one (with readable token ids, when the client asks for them).
 #[derive(Clone)]
-struct Completion(HttpRequestFactory, bool);
+struct Completion(JsonPost, bool);
 
 impl Attempt for Completion {
-    type Request = HttpRequestFactory;
+    type Request = http::Request<Full<Bytes>>;
 
-    fn into_request(self) -> HttpRequestFactory {
-        self.0
+    fn into_request(self) -> http::Request<Full<Bytes>> {
+        self.0.request()
     }
 
     fn resend(&self) -> Option<Completion> {
@@ -250,9 +252,7 @@ impl Attempt for Completion {
     }
 
     fn accept(&self, answer: &Answer) -> Result<(), String> {
-        let body: Value = serde_json::from_slice(&answer.body)
-            .map_err(|e| format!("the body is not JSON ({e}): {}", excerpt_bytes(&answer.body)))?;
-        let parsed = wire::parse_reply(&body, self.1).map_err(|why| format!("not a chat completion: {why}"))?;
+        let parsed = wire::read_reply(&answer.body, self.1)?;
         // For the chat call this attempt is part of (the stack runs in its task); the last
         // attempt accepted is the answer it gets.
         let _ = ACCEPTED.try_with(|slot| *slot.borrow_mut() = Some(parsed));
@@ -260,45 +260,10 @@ impl Attempt for Completion {
     }
 }
 
-/// What async-openai gets from the stack: a 2xx answer as a response, anything else as an error
-/// it passes through untouched. It never reads an error body itself, since it would log it whole.
-fn hand_over(result: Result<Answer, BoxError>) -> Result<reqwest::Response, OpenAIError> {
-    match result {
-        Ok(answer) if answer.is_success() => Ok(answer.into_response()),
-        Ok(answer) => Err(OpenAIError::Boxed(Box::new(Refused(answer)))),
-        Err(error) => Err(OpenAIError::Boxed(error)),
-    }
-}
-
-/// A non-2xx answer the retries did not fix.
-#[derive(Debug)]
-struct Refused(Answer);
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HTTP {}: {}", self.0.status, excerpt_bytes(&self.0.body))
-    }
-}
-
-impl std::error::Error for Refused {}
-
-/// The kind of a failed call, its message (quoting at most a bounded prefix of any body), and the
-/// body to record when it is JSON.
-fn classify(error: OpenAIError) -> (ModelFailureKind, String, Option<RawJson>) {
-    let OpenAIError::Boxed(error) = error else {
-        // Only errors of building the request come here: answers reach async-openai only as
-        // completions that parsed.
-        return (ModelFailureKind::Transport, excerpt(&secrets::redact(&error.to_string())), None);
-    };
-    // A non-2xx answer left by the retries is handed over outside the stack, so nothing wraps it.
-    let error = match error.downcast::<Refused>() {
-        Ok(refused) => {
-            let Refused(answer) = *refused;
-            return refused_answer(answer);
-        }
-        Err(error) => error,
-    };
-    match Failure::of(error) {
+/// The kind of a call that failed inside the stack, its message (quoting at most a bounded
+/// prefix of any body), and the body to record when it is JSON.
+fn classify(failure: Failure) -> (ModelFailureKind, String, Option<RawJson>) {
+    match failure {
         Failure::Unaccepted(unaccepted) => {
             let response = RawJson::from_string(String::from_utf8_lossy(&unaccepted.body).into_owned()).ok();
             (ModelFailureKind::MalformedResponse, unaccepted.why, response)

@@ -7,8 +7,9 @@
 //! log line or an error message. Retries are bounded (`parley_http::RetryPolicy`, one budget for
 //! every kind of failed attempt), honour `Retry-After` and the session's deadline, and every call
 //! records its attempts, usage and latency. Timeouts, retries, body limits and concurrency limits
-//! are tower layers around the HTTP service, not inline code. Answers never reach async-openai
-//! unless they are a 2xx completion, since it logs the bodies it cannot read.
+//! are tower layers around the HTTP service, not inline code. A request's body is serialized
+//! once and sent and stored as those bytes; an answer is read once, by the policy that accepts
+//! it as a completion, and stored as it came.
 
 mod chat;
 mod wire;

@@ -81,6 +81,13 @@ impl Serialize for Tools<'_> {
     }
 }
 
+/// [`parse_reply`] of a body's bytes.
+pub(crate) fn read_reply(body: &[u8], token_ids: bool) -> Result<(Message, Option<String>, Usage), String> {
+    let body: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the body is not JSON ({e}): {}", parley_http::excerpt_bytes(body)))?;
+    parse_reply(&body, token_ids).map_err(|why| format!("not a chat completion: {why}"))
+}
+
 /// The assistant message, finish reason and usage of a chat completion, or why it is not one.
 /// With `token_ids`, the message keeps the tokens the reply carries (see [`token_ids`]).
 pub(crate) fn parse_reply(body: &Value, token_ids: bool) -> Result<(Message, Option<String>, Usage), String> {
