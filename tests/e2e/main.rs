@@ -34,6 +34,7 @@ mod tau2;
 mod tau2_export;
 mod tau2_fidelity;
 mod tau2_user;
+mod tls;
 mod tokens;
 mod tutorial;
 mod usage;
