@@ -8,7 +8,8 @@
 //! client's (`parley-llm`) and [`Client`]'s, for every other call: NeMo Gym and Gymnasium servers
 //! and the Responses client (`parley-remote`), and the reward model (`parley-rewards`).
 //! [`Failure`] says what a failed call's error was, for each caller to report in its own error
-//! type.
+//! type. Redirects are not followed: a 3xx is the call's answer, so a request and its key go
+//! only to the URL the configuration names.
 //!
 //! Every call first takes a [`Slot`] of its [`Endpoint`], one of the endpoint's bound on calls in
 //! flight that every client of it in the process shares, and holds it to its last attempt's end.
@@ -551,6 +552,30 @@ mod tests {
         let most_connections = peaks.most_connections.load(Ordering::SeqCst);
         assert!(most_calls <= BOUND, "{most_calls} calls in flight at once, over the bound of {BOUND}");
         assert!(most_connections < 2 * BOUND, "{most_connections} connections open at once, for a bound of {BOUND}");
+    }
+
+    /// A server that answers with a redirect gets that as the answer: the request, and the key
+    /// in its header, go nowhere else.
+    #[tokio::test]
+    async fn a_redirect_is_the_answer_and_is_not_followed() {
+        let elsewhere = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = format!("http://{}/steal", elsewhere.local_addr().unwrap());
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", server.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut socket, _) = server.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await.unwrap();
+            let answer = format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {target}\r\ncontent-length: 0\r\n\r\n");
+            socket.write_all(answer.as_bytes()).await.unwrap();
+            let _ = socket.read(&mut request).await;
+        });
+        let client = Client::new(&base, &Limits::default(), Some("redirect-test-key")).unwrap();
+        let (answer, attempts) =
+            client.post_json("/run", b"{}".to_vec(), HeaderMap::new(), Retry::Transient, None).await;
+        assert_eq!((answer.expect("an answer").status, attempts), (307, 1));
+        let followed = tokio::time::timeout(Duration::from_millis(200), elsewhere.accept()).await;
+        assert!(followed.is_err(), "the redirect was followed to its target");
     }
 
     /// A trainer that names a policy URL per rollout makes an endpoint per rollout: each goes,

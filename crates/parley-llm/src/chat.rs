@@ -145,8 +145,7 @@ impl ChatClient {
             self.headers.clone(),
             Bytes::copy_from_slice(body.get().as_bytes()),
         );
-        let answer = self.service.clone().oneshot(Completion(post, self.form.tokens)).await.map_err(Failure::of)?;
-        Ok(answer)
+        self.service.clone().oneshot(Completion(post, self.form.tokens)).await.map_err(Failure::of)
     }
 }
 
