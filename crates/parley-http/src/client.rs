@@ -9,7 +9,7 @@
 //! and the Responses client (`parley-remote`), and the reward model (`parley-rewards`).
 //! [`Failure`] says what a failed call's error was, for each caller to report in its own error
 //! type. Redirects are not followed: a 3xx is the call's answer, so a request and its key go
-//! only to the URL the configuration names.
+//! only to the URL their client was made for.
 //!
 //! Every call first takes a [`Slot`] of its [`Endpoint`], one of the endpoint's bound on calls in
 //! flight that every client of it in the process shares, and holds it to its last attempt's end.
