@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Buf;
+use bytes::{Buf, BufMut};
 use http::HeaderMap;
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -103,11 +103,8 @@ where
     B::Error: Into<BoxError>,
 {
     let (head, mut incoming) = response.into_parts();
-    let length = head
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    // The body's declared length (its `Content-Length`), when it has one.
+    let length = incoming.size_hint().exact();
     if length.is_some_and(|n| n > limit as u64) {
         return Err(TooLarge { limit }.into());
     }
@@ -115,16 +112,11 @@ where
     let mut body = Vec::with_capacity(capacity.min(limit));
     while let Some(frame) = incoming.frame().await {
         // Trailers, the only other kind of frame, are not read.
-        let Ok(mut data) = frame.map_err(Into::into)?.into_data() else { continue };
+        let Ok(data) = frame.map_err(Into::into)?.into_data() else { continue };
         if body.len() + data.remaining() > limit {
             return Err(TooLarge { limit }.into());
         }
-        while data.has_remaining() {
-            let chunk = data.chunk();
-            body.extend_from_slice(chunk);
-            let read = chunk.len();
-            data.advance(read);
-        }
+        body.put(data);
     }
     let body = crate::secrets::redact_bytes(body);
     Ok(Answer { status: head.status.as_u16(), headers: head.headers, body })

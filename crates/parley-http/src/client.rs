@@ -419,10 +419,7 @@ impl Failure {
             Err(error) => error,
         };
         let chain = error_chain(error.as_ref());
-        match error.downcast_ref::<hyper_util::client::legacy::Error>() {
-            Some(e) if e.is_connect() => Failure::Connect(chain),
-            _ => Failure::Transport(chain),
-        }
+        if crate::retry::is_unsent(&error) { Failure::Connect(chain) } else { Failure::Transport(chain) }
     }
 }
 

@@ -176,7 +176,7 @@ pub fn class_of_error(error: &BoxError) -> FailureClass {
 }
 
 /// Whether the request certainly never reached the server.
-fn is_unsent(error: &BoxError) -> bool {
+pub(crate) fn is_unsent(error: &BoxError) -> bool {
     error.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(hyper_util::client::legacy::Error::is_connect)
 }
 
