@@ -32,7 +32,9 @@ pub(crate) fn write_tasks(work: &Workdir) {
     std::fs::write(&path, rows.join("\n") + "\n").unwrap();
 }
 
-pub(crate) fn run_args<'a>(stub: &'a Stub, db: &'a str, out: &'a str) -> Vec<&'a str> {
+/// A multi-step run of `tasks.jsonl` against the model at `base_url`, stored in `db`, its
+/// rollouts written to `out`.
+pub(crate) fn run_args<'a>(base_url: &'a str, db: &'a str, out: &'a str) -> Vec<&'a str> {
     vec![
         "run",
         "--env",
@@ -40,7 +42,7 @@ pub(crate) fn run_args<'a>(stub: &'a Stub, db: &'a str, out: &'a str) -> Vec<&'a
         "--tasks",
         "tasks.jsonl",
         "--base-url",
-        &stub.url,
+        base_url,
         "--model",
         "m",
         "--db",
@@ -136,7 +138,7 @@ async fn killed_at_random_moments_and_resumed_the_run_equals_an_uninterrupted_on
 
     // The reference: the same run, never killed, against its own stub.
     let reference_stub = Stub::start(&["--latency-ms", "40"]);
-    let out = work.parley(&run_args(&reference_stub, "reference.db", "reference.jsonl"));
+    let out = work.parley(&run_args(&reference_stub.url, "reference.db", "reference.jsonl"));
     assert!(out.status.success(), "{}", text(&out.stderr));
 
     let stub = Stub::start(&["--latency-ms", "40"]);
@@ -146,8 +148,11 @@ async fn killed_at_random_moments_and_resumed_the_run_equals_an_uninterrupted_on
     for _attempt in 0..200 {
         // A kill can land before the run is even recorded; then it is started again.
         let recorded = run_recorded(&work).await;
-        let args =
-            if recorded { vec!["resume", "1", "--db", "crash.db"] } else { run_args(&stub, "crash.db", "crash.jsonl") };
+        let args = if recorded {
+            vec!["resume", "1", "--db", "crash.db"]
+        } else {
+            run_args(&stub.url, "crash.db", "crash.jsonl")
+        };
         if recorded {
             // What is recorded now must never be asked for again.
             snapshots.push((recorded_turns(&work, "crash.db").await, stub.stats()["turns"].clone()));

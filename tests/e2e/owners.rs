@@ -52,7 +52,7 @@ fn reference_run() -> Workdir {
     let work = Workdir::new();
     write_tasks(&work);
     let reference_stub = Stub::start(&["--latency-ms", "40"]);
-    let out = work.parley(&run_args(&reference_stub, "reference.db", "reference.jsonl"));
+    let out = work.parley(&run_args(&reference_stub.url, "reference.db", "reference.jsonl"));
     assert!(out.status.success(), "{}", text(&out.stderr));
     work
 }
@@ -75,7 +75,7 @@ async fn two_resumes_at_once_after_a_kill_finish_every_session_once() {
     let work = reference_run();
 
     let stub = Stub::start(&["--latency-ms", "40"]);
-    let mut run = spawn(&work, &run_args(&stub, "crash.db", "crash.jsonl"), "run.log");
+    let mut run = spawn(&work, &run_args(&stub.url, "crash.db", "crash.jsonl"), "run.log");
     wait_finished(&work, "crash.db", 20).await;
     run.kill().unwrap(); // SIGKILL: its claims stay in the store, held by a process that is gone
     run.wait().unwrap();
@@ -113,7 +113,7 @@ async fn a_resume_beside_the_live_run_drives_nothing_twice() {
     let work = reference_run();
 
     let stub = Stub::start(&["--latency-ms", "40"]);
-    let run = spawn(&work, &run_args(&stub, "live.db", "live.jsonl"), "run.log");
+    let run = spawn(&work, &run_args(&stub.url, "live.db", "live.jsonl"), "run.log");
     wait_finished(&work, "live.db", 10).await;
     let resume = spawn(&work, &["resume", "1", "--db", "live.db"], "resume.log");
     let resumed = succeeded(resume, &work, "resume.log");

@@ -141,7 +141,7 @@ impl Pg {
 
 /// `run_args` with the store at `db` and no rollout file named (a detached run writes none).
 pub(crate) fn detached_args<'a>(stub: &'a Stub, db: &'a str) -> Vec<&'a str> {
-    let mut args = run_args(stub, db, "unused.jsonl");
+    let mut args = run_args(&stub.url, db, "unused.jsonl");
     let out = args.iter().position(|a| *a == "--out").unwrap();
     args.drain(out..out + 2);
     args.push("--detach");
@@ -176,7 +176,7 @@ pub(crate) fn reference_run() -> Workdir {
     let work = Workdir::new();
     write_tasks(&work);
     let stub = Stub::start(&["--latency-ms", "40"]);
-    ok(&work.parley(&run_args(&stub, "reference.db", "reference.jsonl")));
+    ok(&work.parley(&run_args(&stub.url, "reference.db", "reference.jsonl")));
     work
 }
 
@@ -208,7 +208,7 @@ async fn a_run_on_postgres_gives_what_it_gives_on_sqlite_and_every_reader_reads_
     let Some(pg) = Pg::new().await else { return };
     let work = reference_run();
     let stub = Stub::start(&["--latency-ms", "40"]);
-    ok(&work.parley(&run_args(&stub, &pg.url, "pg.jsonl")));
+    ok(&work.parley(&run_args(&stub.url, &pg.url, "pg.jsonl")));
 
     assert_eq!(pg.results().await, results(&work, "reference.db").await);
     let reference = sorted(read_jsonl(&work.path("reference.jsonl")));

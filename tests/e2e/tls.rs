@@ -12,6 +12,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::crash::run_args;
 use crate::harness::{Stub, Workdir, ok, read_jsonl, root, text};
 
 /// A TLS server on loopback that hands each connection's plain bytes to `127.0.0.1:to`.
@@ -58,23 +59,8 @@ fn a_model_served_over_https_is_reached_when_a_trusted_root_vouches_for_it() {
     let work = Workdir::new();
     work.tasks(4);
     let run = |db: &str, out: &str, roots: Option<&str>| {
-        let args = [
-            "run",
-            "--env",
-            "multi-step",
-            "--tasks",
-            "tasks.jsonl",
-            "--base-url",
-            &https,
-            "--model",
-            "stub-model",
-            "--db",
-            db,
-            "--out",
-            out,
-            "--max-retries",
-            "0",
-        ];
+        let mut args = run_args(&https, db, out);
+        args.extend(["--max-retries", "0"]);
         match roots {
             Some(ca) => work.parley_with_env(&args, &[("SSL_CERT_FILE", ca), ("SSL_CERT_DIR", "")]),
             None => work.parley_without_env(&args, &["SSL_CERT_FILE", "SSL_CERT_DIR"]),
