@@ -34,7 +34,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 PARTS = [
     ("store: request deltas", ("parley_store::delta",)),
     ("store: writer (batches, binding, fences, acks)", ("parley_store::",)),
-    ("sqlx (queries, rows, its channels)", ("sqlx_core::", "sqlx_sqlite::", "flume::")),
+    ("SQL clients (sqlx, rusqlite: statements, rows, channels)", ("sqlx_core::", "sqlx_sqlite::", "flume::", "rusqlite::")),
     ("JSON (serde_json)", ("serde_json::",)),
     ("HTTP client (hyper)", ("hyper::", "hyper_util::", "hyper_rustls::", "reqwest::", "http::", "h2::")),
     ("HTTP stack (tower, retries, bodies)", ("parley_http::", "tower::")),
@@ -73,8 +73,8 @@ def leaf_kind(frames):
 
 
 def part_of(comm, frames):
-    if comm.startswith("sqlx-sqlite"):
-        return "SQLite statements (sqlx's connection threads)"
+    if comm.startswith(("parley-store-co", "sqlx-sqlite")):
+        return "SQLite statements (the committing thread, sqlx's connection threads)"
     for _, symbol in frames:
         if symbol.startswith("ffffffff") or SHARED.match(symbol):
             continue

@@ -2,9 +2,10 @@
 //! `--db` names it ([`DbLocation`]). On SQLite: runs, tasks, sessions, messages, model calls, tool calls and
 //! scores, with the schema in the workspace's `migrations/` folder, applied at open.
 //!
-//! Invariants: one writer task owns the only writing connection and batches the turns of all
-//! sessions into multi-row inserts, one transaction per batch; every other write (runs, claims,
-//! scores, forks, verdicts) is sent to the same task. A caller's turn is acknowledged only after
+//! Invariants: one writer task batches the turns of all sessions, one transaction per batch,
+//! which its committing thread (`commit`) writes on a connection of its own; every other write
+//! (runs, claims, scores, forks, verdicts) is sent to the same task and run on its connection
+//! between batches, so the two connections never write at once. A caller's turn is acknowledged only after
 //! its transaction commits, and the writer checkpoints the WAL between its transactions, never
 //! inside one. A write is made under a claim and refused, whole, once another owner has claimed
 //! the session since (fencing, checked in the writing transaction). A raw request is stored
@@ -18,6 +19,7 @@
 //! of its own beside the shared one (`claims`, `edit`).
 
 mod claims;
+mod commit;
 mod delta;
 mod dialect;
 mod edit;
@@ -185,13 +187,22 @@ fn disk_full(path: &Path) -> bool {
 /// [`unusable`] for the file at `path`, which can also tell a full disk behind an I/O error or
 /// a lock.
 fn unusable_at(error: &sqlx::Error, path: &Path) -> Option<StoreError> {
+    unusable_coded(sqlite_code(error), path)
+}
+
+/// [`unusable_at`] for SQLite's (extended) result code, however it was read.
+fn unusable_coded(code: Option<i32>, path: &Path) -> Option<StoreError> {
     let what = path.display().to_string();
-    let code = error.as_database_error().and_then(|e| e.code()).and_then(|c| c.parse::<i32>().ok());
     // Busy, locked, I/O error, full.
     if code.is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13)) && disk_full(path) {
         return Some(StoreError::Unusable { problem: Unusable::DiskFull, message: full_disk(&what) });
     }
-    unusable(error, &what)
+    unusable_code(code?, &what)
+}
+
+/// SQLite's (extended) result code of a database error.
+fn sqlite_code(error: &sqlx::Error) -> Option<i32> {
+    error.as_database_error().and_then(|e| e.code()).and_then(|c| c.parse::<i32>().ok())
 }
 
 /// Whether the process is at its open-files limit (`ulimit -n`): its open descriptors within a
@@ -225,7 +236,11 @@ fn full_disk(what: &str) -> String {
 /// The answer to a SQLite error the user can act on (a file that is not a database, read-only,
 /// not creatable, or locked past the busy timeout), naming the database as `what`.
 fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
-    let code = error.as_database_error().and_then(|e| e.code()).and_then(|c| c.parse::<i32>().ok())?;
+    unusable_code(sqlite_code(error)?, what)
+}
+
+/// [`unusable`] for SQLite's (extended) result code.
+fn unusable_code(code: i32, what: &str) -> Option<StoreError> {
     // Extended result codes keep the primary code in their low byte.
     let (problem, message) = match code & 0xff {
         26 => (
@@ -275,7 +290,12 @@ fn unusable(error: &sqlx::Error, what: &str) -> Option<StoreError> {
 /// A write that failed on the database at `path`, in the words of what the user can do about it
 /// (a full disk names the file it could not write).
 pub(crate) fn write_error(error: sqlx::Error, path: &Path) -> StoreError {
-    unusable_at(&error, path).unwrap_or_else(|| StoreError::Database(format!("writing {}: {error}", path.display())))
+    sqlite_write_error(sqlite_code(&error), &error, path)
+}
+
+/// [`write_error`] for an error of any SQLite client: its result code, and what it says.
+pub(crate) fn sqlite_write_error(code: Option<i32>, error: &dyn std::fmt::Display, path: &Path) -> StoreError {
+    unusable_coded(code, path).unwrap_or_else(|| StoreError::Database(format!("writing {}: {error}", path.display())))
 }
 
 /// A SQLite file holding any number of runs.
@@ -378,13 +398,14 @@ impl SqliteStore {
                 Err(e) => return Err(StoreError::Database(format!("migrating {}: {e}", path.display()))),
             }
         }
+        let committer = commit::Committer::open(path, options.wal_limit, options.raw_model_calls)?;
         let checkpointer = SqliteConnection::connect_with(&connect.clone().pragma("wal_autocheckpoint", "0"))
             .await
             .map_err(refused)?;
         // `query_only`: SQLite itself refuses a write on a reading connection.
         let reading = connect.create_if_missing(false).pragma("query_only", "ON");
         let pool = SqlitePoolOptions::new().max_connections(4).connect_with(reading).await.map_err(refused)?;
-        let writer = Writer::spawn(conn, checkpointer, path.to_owned(), options, turns_persisted());
+        let writer = Writer::spawn(conn, committer, checkpointer, path.to_owned(), options, turns_persisted());
         Ok(SqliteStore { pool, writer, path: Arc::new(path.to_owned()) })
     }
 

@@ -1,8 +1,8 @@
 //! The rows a batch of turns writes, built once for both writers: each table's row is one struct,
 //! made by one function from what the session sent ([`TurnRows::gather`] walks a batch), so the
 //! two stores store the same values. Only how the rows are bound differs, and [`rows!`] declares
-//! both from one list of columns: one row of a multi-row `VALUES` ([`Row::bind`], SQLite's
-//! writer, whose statements come in a few fixed row counts) or one array per column
+//! both from one list of columns: one statement's parameters per row ([`Row::params`], SQLite's
+//! committing thread, which runs one prepared statement per row) or one array per column
 //! ([`MessageColumns`] and the like, PostgreSQL's, whose one statement reads them with `UNNEST`).
 
 use std::collections::HashSet;
@@ -10,20 +10,17 @@ use std::collections::HashSet;
 use parley_core::{
     Message, MessageRecord, ModelCall, Party, Reward, Role, Sampling, SessionId, SessionOutcome, ToolCallRecord,
 };
+use sqlx::Arguments;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::PgArguments;
-use sqlx::query_builder::Separated;
-use sqlx::{Arguments, Sqlite};
 
 use crate::handle::Write;
 use crate::shared;
 
-/// A row of one table, as SQLite's writer binds it.
+/// A row of one table, as SQLite's committing thread binds it.
 pub(crate) trait Row {
-    /// How many values the row binds: a statement of `n` rows binds `n` times as many.
-    const COLUMNS: usize;
-    /// Binds the row's values in column order, as one row of a multi-row `VALUES`.
-    fn bind(&self, values: Separated<'_, Sqlite, &'static str>);
+    /// The row's values in column order, bound by reference as one statement's parameters.
+    fn params(&self) -> impl rusqlite::Params + '_;
 }
 
 /// Declares each table's row (a struct with one field per column, in the order its statements
@@ -40,10 +37,8 @@ macro_rules! rows {
         }
 
         impl$(<$lt>)? Row for $row$(<$lt>)? {
-            const COLUMNS: usize = [$(stringify!($field)),*].len();
-
-            fn bind(&self, mut values: Separated<'_, Sqlite, &'static str>) {
-                $(values.push_bind(&self.$field);)*
+            fn params(&self) -> impl rusqlite::Params + '_ {
+                [$(&self.$field as &dyn rusqlite::ToSql),*]
             }
         }
 

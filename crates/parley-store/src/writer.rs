@@ -1,10 +1,9 @@
-//! The single writer: it drains every session's pending turns, writes them as multi-row
-//! inserts in one transaction, and acknowledges each turn after the commit. Its rows are the
-//! ones PostgreSQL's writer writes (`turn_rows`), bound as rows of `VALUES`.
+//! The single writer: it drains every session's pending turns, has them committed in one
+//! transaction by the committing thread (`commit`: its own connection, a whole batch at a time),
+//! and acknowledges each turn after the commit. Its rows are the ones PostgreSQL's writer writes
+//! (`turn_rows`).
 //!
-//! Two things keep a commit cheap. Statements come in a few fixed shapes (see [`shaped`]), so
-//! the connection's statement cache prepares each once instead of parsing a statement of a new
-//! row count at every batch. And the WAL is checkpointed beside the writer, not in its way: every
+//! The WAL is checkpointed beside the writer, not in its way: every
 //! [`CHECKPOINT_BYTES`] or so the writer wakes a checkpointer, a task with a connection of its
 //! own, and goes on committing while the WAL is copied into the database file (the writer's
 //! connection has SQLite's automatic checkpoint off, which would run inside a commit, every
@@ -22,29 +21,28 @@
 //! grown file back to the limit.
 //!
 //! Every other write of the store (creating runs, claims, scores, forks, verdicts) reaches the
-//! same connection as an [`Exec`] command, run in queue order between batches: the writer's
-//! connection is the only one that writes (the read pool is opened `query_only`).
+//! writer's own connection as an [`Exec`] command, run in queue order between batches: the
+//! writer's connection and the committing thread's, which it waits for, are the only ones that
+//! write (the read pool is opened `query_only`).
 //!
 //! Fencing: a batch starts with `BEGIN IMMEDIATE`, so it holds the write lock before it reads the
 //! fences of its sessions; a write whose claim is older than its session's fence is answered
 //! [`StoreError::Fenced`] and left out, and the batch's other writes go on. (On PostgreSQL the
 //! same read is `SELECT id, fence FROM sessions WHERE id = ANY($1) FOR UPDATE`.)
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
-use parley_core::{Fence, StoreError};
-use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
+use parley_core::StoreError;
+use sqlx::{Connection, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
-use crate::handle::{self, Answers, MAX_BATCH, Write};
-use crate::shared::{KnownTexts, STORE_TEXT};
-use crate::turn_rows::{Row, TurnRows, new_texts};
-use crate::{StoreOptions, write_error};
+use crate::StoreOptions;
+use crate::commit::Committer;
+use crate::handle::{self, MAX_BATCH, Write};
 
 /// A future that borrows the writer's connection.
 pub(crate) type BoxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
@@ -61,8 +59,6 @@ where
     Box::new(f)
 }
 
-/// SQLite accepts 32766 bound parameters per statement; stay under it.
-const MAX_PARAMS: usize = 32_000;
 /// About this much is written to the WAL between two checkpoints. Larger means fewer, longer
 /// checkpoints and a larger WAL file (which is reused, not regrown, after each checkpoint).
 pub(crate) const CHECKPOINT_BYTES: usize = 32 << 20;
@@ -96,8 +92,8 @@ pub(crate) type WriterHandle = handle::WriterHandle<Command>;
 
 pub(crate) struct Writer {
     conn: SqliteConnection,
-    /// The database file, named in the errors of writes that fail.
-    path: PathBuf,
+    /// Commits the batches of turns.
+    committer: Committer,
     options: StoreOptions,
     /// An estimate of what was written to the WAL since the checkpointer was last woken.
     unchecked: usize,
@@ -107,15 +103,14 @@ pub(crate) struct Writer {
     wal: PathBuf,
     /// An estimate of what was written to the WAL since its size was last looked at.
     unlooked: u64,
-    /// The system prompts `texts` holds, as this writer stored them.
-    texts: KnownTexts,
 }
 
 impl Writer {
-    /// The writer on `conn`, and its checkpointer on `checkpointer`, a second connection to
-    /// the same file.
+    /// The writer on `conn`, with `committer` committing its batches, and its checkpointer on
+    /// `checkpointer`, a third connection to the same file.
     pub(crate) fn spawn(
         conn: SqliteConnection,
+        committer: Committer,
         checkpointer: SqliteConnection,
         path: PathBuf,
         options: StoreOptions,
@@ -129,16 +124,7 @@ impl Writer {
         let span = tracing::info_span!("store_writer", db = %path.display());
         let mut wal = path.clone().into_os_string();
         wal.push("-wal");
-        let writer = Writer {
-            conn,
-            path,
-            options,
-            unchecked: 0,
-            checkpoints,
-            wal: wal.into(),
-            unlooked: 0,
-            texts: KnownTexts::default(),
-        };
+        let writer = Writer { conn, committer, options, unchecked: 0, checkpoints, wal: wal.into(), unlooked: 0 };
         tokio::spawn(writer.run(rx).instrument(span));
         handle
     }
@@ -169,7 +155,12 @@ impl Writer {
                 }
             }
             if !batch.is_empty() {
-                let answers = self.write(&batch).await;
+                let raw = self.options.raw_model_calls;
+                let bytes = COMMIT_BYTES + batch.iter().map(|w| wal_bytes(w, raw)).sum::<usize>();
+                self.unchecked += bytes;
+                self.unlooked += bytes as u64;
+                let answers;
+                (batch, answers) = self.committer.commit(std::mem::take(&mut batch)).await;
                 handle::answer(batch.drain(..), answers);
             }
             let ran = exec.is_some();
@@ -232,114 +223,6 @@ impl Writer {
             Err(e) => tracing::warn!(error = %e, "the store could not checkpoint its WAL"),
         }
     }
-
-    /// Writes the batch in one transaction, leaving out the writes whose claim was taken over;
-    /// returns, for each write in order, `Ok` or why it was left out.
-    async fn write(&mut self, batch: &[Write]) -> Answers {
-        let mut stored = Vec::new();
-        let answers = self.write_storing(batch, &mut stored).await;
-        // Texts stored in a transaction that did not commit are not there.
-        if answers.is_err() {
-            stored.into_iter().for_each(|id| self.texts.forget(id));
-        }
-        answers
-    }
-
-    /// [`Writer::write`], saying in `stored` which texts it stored in `texts` as it went.
-    async fn write_storing(&mut self, batch: &[Write], stored: &mut Vec<i64>) -> Answers {
-        let raw = self.options.raw_model_calls;
-        let path = self.path.clone();
-        let db_error = |e: sqlx::Error| write_error(e, &path);
-        // IMMEDIATE: the write lock is held from here, so no other process can claim a session
-        // between the fence read and the inserts.
-        let mut tx = self.conn.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-
-        let ids: Vec<i64> = batch.iter().map(|w| w.claim.session).collect();
-        let fences: Vec<(i64, i64)> =
-            sqlx::query_as("SELECT id, fence FROM sessions WHERE id IN (SELECT value FROM json_each(?))")
-                .bind(serde_json::to_string(&ids).unwrap_or_default())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        let current: HashMap<i64, Fence> = fences.into_iter().map(|(id, f)| (id, Fence(f))).collect();
-        // A session missing from the table is not refused here: its insert fails as before.
-        let refused: Vec<Option<Fence>> =
-            batch.iter().map(|w| current.get(&w.claim.session).copied().filter(|&f| f != w.claim.fence)).collect();
-        let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
-        let (all, batch) = (batch, live.as_slice());
-
-        let bytes = COMMIT_BYTES + batch.iter().map(|w| wal_bytes(w, raw)).sum::<usize>();
-        self.unchecked += bytes;
-        self.unlooked += bytes as u64;
-
-        for (id, text) in new_texts(batch.iter().copied(), self.texts.ids()) {
-            let held: String =
-                sqlx::query_scalar(STORE_TEXT).bind(id).bind(text).fetch_one(&mut *tx).await.map_err(db_error)?;
-            // A text another holds stays in its row.
-            if held == text {
-                self.texts.add(id);
-                stored.push(id);
-            }
-        }
-        let rows = TurnRows::gather(batch.iter().copied(), raw, self.texts.ids());
-        insert(
-            &mut tx,
-            "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, reasoning, tokens, \
-             content_id) ",
-            "",
-            &rows.messages,
-        )
-        .await
-        .map_err(db_error)?;
-        insert(
-            &mut tx,
-            "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, completion_tokens, \
-             latency_ms, attempts, error, party, finish_reason, sampling) ",
-            "",
-            &rows.calls,
-        )
-        .await
-        .map_err(db_error)?;
-        insert(
-            &mut tx,
-            "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, is_write, \
-             malformed, truncated, duration_us) ",
-            "",
-            &rows.tools,
-        )
-        .await
-        .map_err(db_error)?;
-        // One statement for all sessions that ended in this batch.
-        insert(
-            &mut tx,
-            "WITH v (id, termination, reward, error, failure, steps, retries, duration_ms, token_contiguity, \
-             user_faults) AS (",
-            ") UPDATE sessions SET status = 'finished', termination = v.termination, reward = v.reward, \
-             error = v.error, failure = v.failure, steps = v.steps, retries = sessions.retries + v.retries, \
-             duration_ms = v.duration_ms, token_contiguity = v.token_contiguity, user_faults = v.user_faults, \
-             owner = NULL, lease_until = NULL, \
-             finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM v WHERE sessions.id = v.id",
-            &rows.ends,
-        )
-        .await
-        .map_err(db_error)?;
-        insert(
-            &mut tx,
-            "WITH v (session_id, value, breakdown) AS (",
-            ") INSERT INTO scores (session_id, scorer, version, value, breakdown) \
-             SELECT session_id, 'environment', 1, value, breakdown FROM v",
-            &rows.scores,
-        )
-        .await
-        .map_err(db_error)?;
-
-        tx.commit().await.map_err(db_error)?;
-        let answers = all.iter().zip(refused).map(|(w, refused)| match refused {
-            Some(current) => Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current }),
-            None => Ok(()),
-        });
-        Ok(answers.collect())
-    }
 }
 
 /// Runs a `PASSIVE` checkpoint each time the writer asks, on a connection of its own: it copies
@@ -354,36 +237,6 @@ async fn checkpoint_when_woken(mut conn: SqliteConnection, mut woken: mpsc::Rece
         }
     }
     let _ = conn.close().await;
-}
-
-/// Splits `items` into chunks of power-of-two lengths, the largest first, none over `max_rows`:
-/// 300 rows become statements of 256, 32, 8 and 4 rows. A multi-row insert's SQL text depends on
-/// its row count, and the connection caches prepared statements by their text, so fixed shapes
-/// are prepared once per connection (a dozen per table at most) where arbitrary counts would be
-/// parsed and planned again at nearly every batch.
-fn shaped<T>(items: &[T], max_rows: usize) -> impl Iterator<Item = &[T]> {
-    let largest = 1 << max_rows.max(1).ilog2();
-    let mut rest = items;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let (chunk, tail) = rest.split_at(largest.min(1 << rest.len().ilog2()));
-        rest = tail;
-        Some(chunk)
-    })
-}
-
-/// Writes `rows` as statements of a few fixed row counts (see [`shaped`]), each `head`, the
-/// rows' `VALUES`, then `tail`.
-async fn insert<R: Row>(conn: &mut SqliteConnection, head: &str, tail: &str, rows: &[R]) -> Result<(), sqlx::Error> {
-    for chunk in shaped(rows, MAX_PARAMS / R::COLUMNS) {
-        let mut q = QueryBuilder::<Sqlite>::new(head);
-        q.push_values(chunk, |values, row| row.bind(values));
-        q.push(tail);
-        q.build().execute(&mut *conn).await?;
-    }
-    Ok(())
 }
 
 impl WriterHandle {
@@ -446,21 +299,4 @@ fn message_bytes(m: &parley_core::Message) -> usize {
     let reasoning =
         m.reasoning.as_ref().map_or(0, |r| r.text.len() + r.items.iter().map(|i| i.to_string().len()).sum::<usize>());
     m.content.as_ref().map_or(0, String::len) + parts + reasoning
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shaped;
-
-    #[test]
-    fn chunks_have_power_of_two_lengths_and_cover_every_row() {
-        let rows: Vec<usize> = (0..300).collect();
-        let lengths: Vec<usize> = shaped(&rows, 2909).map(<[usize]>::len).collect();
-        assert_eq!(lengths, [256, 32, 8, 4]);
-        let lengths: Vec<usize> = shaped(&rows, 100).map(<[usize]>::len).collect();
-        assert_eq!(lengths, [64, 64, 64, 64, 32, 8, 4]);
-        assert_eq!(shaped(&rows, 100).flatten().copied().collect::<Vec<_>>(), rows);
-        assert_eq!(shaped(&rows[..0], 100).count(), 0);
-        assert_eq!(shaped(&rows[..1], 0).map(<[usize]>::len).collect::<Vec<_>>(), [1]);
-    }
 }

@@ -1,0 +1,175 @@
+//! The thread that commits turns on SQLite: one connection of its own, on one thread of its own,
+//! given a whole batch at a time by the writer task, which answers the batch's writes once it
+//! is committed and runs the store's other writes between batches (see `writer`).
+//!
+//! A batch is one transaction of single-row statements, each prepared once and bound in place:
+//! the rows' text, raw bodies included, is bound by reference and copied once, by SQLite. Going
+//! through sqlx instead cost each statement a round trip to its connection's thread (two thread
+//! wake-ups, some two dozen statements a batch) and a copy of every bound string, together about
+//! a fifth of the CPU of a persisted rollout (`docs/performance.md`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use parley_core::{Fence, StoreError};
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use crate::handle::{Answers, Write};
+use crate::shared::{KnownTexts, STORE_TEXT};
+use crate::turn_rows::{Row, TurnRows, new_texts};
+
+/// A batch for the thread, and where its writes go back to, with their answers.
+type Job = (Vec<Write>, oneshot::Sender<(Vec<Write>, Answers)>);
+
+/// The handle on the committing thread. The thread ends when the handle is dropped.
+pub(crate) struct Committer {
+    jobs: mpsc::Sender<Job>,
+}
+
+const MESSAGES: &str = "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, \
+     reasoning, tokens, content_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const CALLS: &str = "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
+     completion_tokens, latency_ms, attempts, error, party, finish_reason, sampling) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const TOOLS: &str = "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, \
+     is_write, malformed, truncated, duration_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const ENDS: &str = "UPDATE sessions SET status = 'finished', termination = ?2, reward = ?3, error = ?4, \
+     failure = ?5, steps = ?6, retries = retries + ?7, duration_ms = ?8, token_contiguity = ?9, user_faults = ?10, \
+     owner = NULL, lease_until = NULL, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?1";
+const SCORES: &str =
+    "INSERT INTO scores (session_id, scorer, version, value, breakdown) VALUES (?1, 'environment', 1, ?2, ?3)";
+const FENCES: &str = "SELECT id, fence FROM sessions WHERE id IN (SELECT value FROM json_each(?))";
+
+impl Committer {
+    /// Opens a connection to the database at `path`, which the writer's connection has already
+    /// created and migrated, with the writer's settings (`journal_size_limit` the WAL's limit),
+    /// and starts the thread.
+    pub(crate) fn open(path: &Path, wal_limit: u64, raw: bool) -> Result<Committer, StoreError> {
+        let refused = |e: rusqlite::Error| {
+            crate::unusable_coded(e.sqlite_error().map(|e| e.extended_code), path)
+                .unwrap_or_else(|| StoreError::Database(format!("cannot open {}: {e}", path.display())))
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(refused)?;
+        conn.busy_timeout(crate::busy_timeout()).map_err(refused)?;
+        // The settings of the writer's connection: no checkpoint inside a commit (the writer
+        // runs them), and the log cut back to its limit after a restart.
+        let settings = format!(
+            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0; \
+             PRAGMA journal_size_limit = {};",
+            wal_limit.min(i64::MAX as u64)
+        );
+        conn.execute_batch(&settings).map_err(refused)?;
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let mut thread = Thread { conn, path: path.to_owned(), raw, texts: KnownTexts::default() };
+        std::thread::Builder::new()
+            .name("parley-store-commit".into())
+            .spawn(move || {
+                while let Ok((batch, done)) = queue.recv() {
+                    let answers = thread.write(&batch);
+                    let _ = done.send((batch, answers));
+                }
+            })
+            .map_err(|e| StoreError::Database(format!("starting the thread that commits turns: {e}")))?;
+        Ok(Committer { jobs })
+    }
+
+    /// Commits `batch` in one transaction, leaving out the writes whose claim was taken over;
+    /// gives the batch back with, for each write in order, `Ok` or why it was left out.
+    pub(crate) async fn commit(&self, batch: Vec<Write>) -> (Vec<Write>, Answers) {
+        let (done, answered) = oneshot::channel();
+        let gone = || StoreError::WriterGone("the store's committing thread has ended".into());
+        if let Err(mpsc::SendError((batch, _))) = self.jobs.send((batch, done)) {
+            return (batch, Err(gone()));
+        }
+        // The thread answers every job it takes; it ends only when this handle is dropped.
+        answered.await.unwrap_or_else(|_| (Vec::new(), Err(gone())))
+    }
+}
+
+/// What the committing thread holds.
+struct Thread {
+    conn: Connection,
+    /// The database file, named in the errors of writes that fail.
+    path: PathBuf,
+    /// Whether model calls' raw bodies are kept.
+    raw: bool,
+    /// The system prompts `texts` holds, as this thread stored them.
+    texts: KnownTexts,
+}
+
+impl Thread {
+    fn write(&mut self, batch: &[Write]) -> Answers {
+        let mut stored = Vec::new();
+        let answers = self.write_storing(batch, &mut stored);
+        // Texts stored in a transaction that did not commit are not there.
+        if answers.is_err() {
+            stored.into_iter().for_each(|id| self.texts.forget(id));
+        }
+        answers
+    }
+
+    /// [`Thread::write`], saying in `stored` which texts it stored in `texts` as it went.
+    fn write_storing(&mut self, batch: &[Write], stored: &mut Vec<i64>) -> Answers {
+        let path = &self.path;
+        let db_error =
+            |e: rusqlite::Error| crate::sqlite_write_error(e.sqlite_error().map(|e| e.extended_code), &e, path);
+        // IMMEDIATE: the write lock is held from here, so no other process can claim a session
+        // between the fence read and the inserts. Dropped uncommitted, it rolls back.
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_error)?;
+
+        let ids: Vec<i64> = batch.iter().map(|w| w.claim.session).collect();
+        let current = fences(&tx, &ids).map_err(db_error)?;
+        // A session missing from the table is not refused here: its insert fails as before.
+        let refused: Vec<Option<Fence>> =
+            batch.iter().map(|w| current.get(&w.claim.session).copied().filter(|&f| f != w.claim.fence)).collect();
+        let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
+
+        for (id, text) in new_texts(live.iter().copied(), self.texts.ids()) {
+            let held: String = tx
+                .prepare_cached(STORE_TEXT)
+                .and_then(|mut s| s.query_row((id, text), |r| r.get(0)))
+                .map_err(db_error)?;
+            // A text another holds stays in its row.
+            if held == text {
+                self.texts.add(id);
+                stored.push(id);
+            }
+        }
+        let rows = TurnRows::gather(live.iter().copied(), self.raw, self.texts.ids());
+        insert(&tx, MESSAGES, &rows.messages).map_err(db_error)?;
+        insert(&tx, CALLS, &rows.calls).map_err(db_error)?;
+        insert(&tx, TOOLS, &rows.tools).map_err(db_error)?;
+        insert(&tx, ENDS, &rows.ends).map_err(db_error)?;
+        insert(&tx, SCORES, &rows.scores).map_err(db_error)?;
+        tx.commit().map_err(db_error)?;
+
+        let answers = batch.iter().zip(refused).map(|(w, refused)| match refused {
+            Some(current) => Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current }),
+            None => Ok(()),
+        });
+        Ok(answers.collect())
+    }
+}
+
+/// The fences of the sessions `ids`, as the table holds them now.
+fn fences(tx: &Transaction<'_>, ids: &[i64]) -> rusqlite::Result<HashMap<i64, Fence>> {
+    let ids = serde_json::to_string(ids).unwrap_or_default();
+    let mut statement = tx.prepare_cached(FENCES)?;
+    let rows = statement.query_map([ids], |r| Ok((r.get(0)?, Fence(r.get(1)?))))?;
+    rows.collect()
+}
+
+/// Runs `sql`, prepared once per connection, for each row of `rows`.
+fn insert<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R]) -> rusqlite::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut statement = tx.prepare_cached(sql)?;
+    for row in rows {
+        statement.execute(row.params())?;
+    }
+    Ok(())
+}
