@@ -39,6 +39,9 @@ pub(crate) trait Dialect {
     /// the transaction's first read (no other process can write between what it reads and what
     /// it writes); PostgreSQL's plain `BEGIN`, as its statements lock the rows they need.
     const BEGIN: &str;
+    /// An aggregate of `m.latency_ms` over a group's rows as one text, the numbers separated
+    /// by commas: a read of every call's latency returns a row per party, not a row per call.
+    const LATENCIES: &str;
 
     /// Writes ` IN (...)` of `ids`, bound as one parameter whatever their number: SQLite reads
     /// a JSON array (`json_each`), so that no list meets its limit on bound parameters;
@@ -53,6 +56,7 @@ impl Dialect for SqliteStore {
     const LOCK_ROWS: &str = "";
     const SKIP_LOCKED: &str = "";
     const BEGIN: &str = "BEGIN IMMEDIATE";
+    const LATENCIES: &str = "group_concat(m.latency_ms, ',')";
 
     fn push_in_ids(query: &mut QueryBuilder<Sqlite>, ids: &[i64]) {
         query.push(" IN (SELECT value FROM json_each(");
@@ -68,6 +72,7 @@ impl Dialect for PgStore {
     const LOCK_ROWS: &str = " FOR UPDATE";
     const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
     const BEGIN: &str = "BEGIN";
+    const LATENCIES: &str = "string_agg(m.latency_ms::text, ',')";
 
     fn push_in_ids(query: &mut QueryBuilder<Postgres>, ids: &[i64]) {
         query.push(" = ANY(").push_bind(ids.to_vec()).push(")");

@@ -58,6 +58,9 @@ pub use versions::{ScoreVersion, SessionScore, compare_versions, describe_reward
 pub use view::{PageAt, RunCounts, SessionFilter, SessionInfo};
 use writer::{Writer, WriterHandle};
 
+/// Rows a read may be ahead of its reader (see where the read pool is opened).
+const READ_AHEAD_ROWS: usize = 4096;
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 /// Options for opening a store.
@@ -402,8 +405,11 @@ impl SqliteStore {
         let checkpointer = SqliteConnection::connect_with(&connect.clone().pragma("wal_autocheckpoint", "0"))
             .await
             .map_err(refused)?;
-        // `query_only`: SQLite itself refuses a write on a reading connection.
-        let reading = connect.create_if_missing(false).pragma("query_only", "ON");
+        // `query_only`: SQLite itself refuses a write on a reading connection. Rows come back
+        // from a connection's thread through a channel; with sqlx's 50 rows, a reader slower than
+        // SQLite parks the thread at every row once the channel is full (two thread switches a
+        // row, most of a large read's CPU), so a page of sessions fits in it whole.
+        let reading = connect.create_if_missing(false).pragma("query_only", "ON").row_buffer_size(READ_AHEAD_ROWS);
         let pool = SqlitePoolOptions::new().max_connections(4).connect_with(reading).await.map_err(refused)?;
         let writer = Writer::spawn(conn, committer, checkpointer, path.to_owned(), options, turns_persisted());
         Ok(SqliteStore { pool, writer, path: Arc::new(path.to_owned()) })

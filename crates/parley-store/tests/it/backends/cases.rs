@@ -610,3 +610,31 @@ pub async fn a_runs_call_totals_read_each_calls_party_or_else_its_messages_role(
     execute(&store, "UPDATE model_calls SET party = NULL").await;
     assert_eq!(store.call_totals(run).await.unwrap(), read, "the message's role says whose a call is");
 }
+
+pub async fn a_runs_call_totals_sum_every_call_and_keep_each_latency(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(5);
+    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    // Another run's calls are not this run's.
+    let (other, other_ids) = store.create_run(&spec, &tasks, &run_of(1).2).await.unwrap();
+    store.commit_turn(Claim::unclaimed(other_ids[0]), turn(0)).await.unwrap();
+    let mut expected = Vec::new();
+    for (i, &id) in ids.iter().enumerate() {
+        let mut t = turn(0);
+        let call = t.messages[0].call.as_mut().unwrap();
+        // Fractions of a millisecond, and one latency far larger than the others.
+        call.latency = Duration::from_micros(1_000 * i as u64 + 123 + if i == 4 { 3_600_000_000 } else { 0 });
+        call.usage = Usage { prompt_tokens: 10 + i as u64, completion_tokens: i as u64 };
+        expected.push(call.latency.as_secs_f64() * 1e3);
+        store.commit_turn(Claim::unclaimed(id), t).await.unwrap();
+    }
+    let read = store.call_totals(run).await.unwrap().sorted();
+    assert_eq!(read.tokens.agent, Tokens { model_calls: 5, prompt_tokens: 60, completion_tokens: 10 });
+    assert_eq!(read.tokens.user, Tokens::default());
+    assert!(read.user_latencies.is_empty());
+    assert_eq!(read.latencies.len(), expected.len());
+    for (read, written) in read.latencies.iter().zip(&expected) {
+        assert!((read - written).abs() <= written * 1e-12, "latency {written} ms read back as {read}");
+    }
+    assert_eq!(store.call_totals(other).await.unwrap().tokens.agent.model_calls, 1);
+}
