@@ -55,11 +55,10 @@ fn main() -> ExitCode {
         parley_store::set_busy_timeout(std::time::Duration::from_secs_f64(secs));
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Command::Stub(args) = &cli.command
-        && let Some(threads) = args.threads
-    {
-        builder.worker_threads(threads.into());
-    }
+    builder.worker_threads(match &cli.command {
+        Command::Stub(args) => args.threads.or(cli.workers).map_or_else(cores, usize::from),
+        _ => cli.workers.map_or_else(|| cores().saturating_sub(1).max(1), usize::from),
+    });
     let result = builder.enable_all().build().map_err(anyhow::Error::from).and_then(|runtime| {
         runtime.block_on(async {
             match cli.command {
@@ -124,4 +123,9 @@ fn init_tracing() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).init();
+}
+
+/// The cores this process may run on.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
