@@ -24,9 +24,8 @@ pub struct Cli {
     /// [default: 30].
     #[arg(long, global = true, value_name = "SECS", env = "PARLEY_BUSY_TIMEOUT", value_parser = busy_timeout)]
     pub busy_timeout: Option<f64>,
-    /// Threads that drive sessions and answer requests [default: one fewer than the machine's
-    /// cores, at least one: the store's committing thread and the command's own loop use the
-    /// last].
+    /// Threads that drive sessions and answer requests [default: one per core]. Fewer leave
+    /// cores to a model served on the same machine.
     #[arg(long, global = true, value_name = "N", env = "PARLEY_WORKERS",
           value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub workers: Option<u16>,

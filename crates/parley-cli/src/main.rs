@@ -55,10 +55,11 @@ fn main() -> ExitCode {
         parley_store::set_busy_timeout(std::time::Duration::from_secs_f64(secs));
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.worker_threads(match &cli.command {
-        Command::Stub(args) => args.threads.or(cli.workers).map_or_else(cores, usize::from),
-        _ => cli.workers.map_or_else(|| cores().saturating_sub(1).max(1), usize::from),
-    });
+    let workers = match &cli.command {
+        Command::Stub(args) => args.threads.or(cli.workers),
+        _ => cli.workers,
+    };
+    builder.worker_threads(workers.map_or_else(cores, usize::from));
     let result = builder.enable_all().build().map_err(anyhow::Error::from).and_then(|runtime| {
         runtime.block_on(async {
             match cli.command {
