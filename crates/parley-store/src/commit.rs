@@ -5,8 +5,8 @@
 //! A batch is one transaction of single-row statements, each prepared once and bound in place:
 //! the rows' text, raw bodies included, is bound by reference and copied once, by SQLite. Going
 //! through sqlx instead cost each statement a round trip to its connection's thread (two thread
-//! wake-ups, some two dozen statements a batch) and a copy of every bound string, together about
-//! a fifth of the CPU of a persisted rollout (`docs/performance.md`).
+//! wake-ups, some two dozen statements a batch) and a copy of every bound string: 12% of the CPU
+//! of a persisted rollout in alternating runs (`docs/performance.md`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,10 +47,7 @@ impl Committer {
     /// created and migrated, with the writer's settings (`journal_size_limit` the WAL's limit),
     /// and starts the thread.
     pub(crate) fn open(path: &Path, wal_limit: u64, raw: bool) -> Result<Committer, StoreError> {
-        let refused = |e: rusqlite::Error| {
-            crate::unusable_coded(e.sqlite_error().map(|e| e.extended_code), path)
-                .unwrap_or_else(|| StoreError::Database(format!("cannot open {}: {e}", path.display())))
-        };
+        let refused = |e: rusqlite::Error| crate::sqlite_refusal(code(&e), &e, path);
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(refused)?;
         conn.busy_timeout(crate::busy_timeout()).map_err(refused)?;
@@ -114,8 +111,7 @@ impl Thread {
     /// [`Thread::write`], saying in `stored` which texts it stored in `texts` as it went.
     fn write_storing(&mut self, batch: &[Write], stored: &mut Vec<i64>) -> Answers {
         let path = &self.path;
-        let db_error =
-            |e: rusqlite::Error| crate::sqlite_write_error(e.sqlite_error().map(|e| e.extended_code), &e, path);
+        let db_error = |e: rusqlite::Error| crate::sqlite_write_error(code(&e), &e, path);
         // IMMEDIATE: the write lock is held from here, so no other process can claim a session
         // between the fence read and the inserts. Dropped uncommitted, it rolls back.
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_error)?;
@@ -152,6 +148,11 @@ impl Thread {
         });
         Ok(answers.collect())
     }
+}
+
+/// SQLite's (extended) result code of an error, when SQLite gave one.
+fn code(error: &rusqlite::Error) -> Option<i32> {
+    error.sqlite_error().map(|e| e.extended_code)
 }
 
 /// The fences of the sessions `ids`, as the table holds them now.

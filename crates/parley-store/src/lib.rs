@@ -5,8 +5,8 @@
 //! Invariants: one writer task batches the turns of all sessions, one transaction per batch,
 //! which its committing thread (`commit`) writes on a connection of its own; every other write
 //! (runs, claims, scores, forks, verdicts) is sent to the same task and run on its connection
-//! between batches, so the two connections never write at once. A caller's turn is acknowledged only after
-//! its transaction commits, and the writer checkpoints the WAL between its transactions, never
+//! between batches, so the two connections never write at once. A caller's turn is acknowledged
+//! only after its transaction commits, and the writer checkpoints the WAL between its transactions, never
 //! inside one. A write is made under a claim and refused, whole, once another owner has claimed
 //! the session since (fencing, checked in the writing transaction). A raw request is stored
 //! whole or as a delta against the previous call of its session and party ([`reconstruct`] gives
@@ -163,8 +163,12 @@ async fn check_schema(conn: &mut SqliteConnection, path: &Path) -> Result<(), Ch
 /// An error opening or preparing the file at `path`, in the words of what the user can do
 /// about it.
 fn refusal(path: &Path, error: sqlx::Error) -> StoreError {
-    unusable_at(&error, path)
-        .unwrap_or_else(|| StoreError::Database(format!("cannot open {}: {error}", path.display())))
+    sqlite_refusal(sqlite_code(&error), &error, path)
+}
+
+/// [`refusal`] for an error of any SQLite client: its result code, and what it says.
+fn sqlite_refusal(code: Option<i32>, error: &dyn std::fmt::Display, path: &Path) -> StoreError {
+    unusable_at(code, path).unwrap_or_else(|| StoreError::Database(format!("cannot open {}: {error}", path.display())))
 }
 
 /// Below this much free space, a disk counts as full: SQLite needs room for a transaction's WAL
@@ -187,14 +191,9 @@ fn disk_full(path: &Path) -> bool {
     }
 }
 
-/// [`unusable`] for the file at `path`, which can also tell a full disk behind an I/O error or
-/// a lock.
-fn unusable_at(error: &sqlx::Error, path: &Path) -> Option<StoreError> {
-    unusable_coded(sqlite_code(error), path)
-}
-
-/// [`unusable_at`] for SQLite's (extended) result code, however it was read.
-fn unusable_coded(code: Option<i32>, path: &Path) -> Option<StoreError> {
+/// [`unusable`] for the file at `path`, given SQLite's (extended) result code, however it was
+/// read: it can also tell a full disk behind an I/O error or a lock.
+fn unusable_at(code: Option<i32>, path: &Path) -> Option<StoreError> {
     let what = path.display().to_string();
     // Busy, locked, I/O error, full.
     if code.is_some_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13)) && disk_full(path) {
@@ -298,7 +297,7 @@ pub(crate) fn write_error(error: sqlx::Error, path: &Path) -> StoreError {
 
 /// [`write_error`] for an error of any SQLite client: its result code, and what it says.
 pub(crate) fn sqlite_write_error(code: Option<i32>, error: &dyn std::fmt::Display, path: &Path) -> StoreError {
-    unusable_coded(code, path).unwrap_or_else(|| StoreError::Database(format!("writing {}: {error}", path.display())))
+    unusable_at(code, path).unwrap_or_else(|| StoreError::Database(format!("writing {}: {error}", path.display())))
 }
 
 /// A SQLite file holding any number of runs.
