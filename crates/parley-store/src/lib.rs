@@ -61,6 +61,12 @@ use writer::{Writer, WriterHandle};
 /// Rows a read may be ahead of its reader (see where the read pool is opened).
 const READ_AHEAD_ROWS: usize = 4096;
 
+/// The page size of a new database (one already made keeps its own). SQLite's 4 KiB default
+/// writes a rollout's turns as more WAL frames (two `pwrite`s each) and more overflow pages for
+/// its raw bodies: at 16 KiB a multi-step run's database is a fifth smaller and a persisted
+/// rollout costs 3.5% less CPU (`docs/performance.md`); 32 and 64 KiB gained no more.
+const PAGE_SIZE: u32 = 16 << 10;
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 /// Options for opening a store.
@@ -360,6 +366,7 @@ impl SqliteStore {
             .map_err(db_error)?
             .filename(path)
             .create_if_missing(true)
+            .page_size(PAGE_SIZE)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(busy);

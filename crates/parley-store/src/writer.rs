@@ -69,7 +69,7 @@ const RESTART_WAIT: Duration = Duration::from_millis(50);
 const LOOK_EVERY: u64 = 16;
 /// What a commit adds to the WAL besides its rows' text: the pages it touches are written whole
 /// (a table's last page and the pages of its index where the new keys fall).
-const COMMIT_BYTES: usize = 4 * 4096;
+const COMMIT_BYTES: usize = 4 * crate::PAGE_SIZE as usize;
 /// What a row adds to the WAL besides its text: its keys, numbers and record header.
 const ROW_BYTES: usize = 64;
 

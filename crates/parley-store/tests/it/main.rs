@@ -4,6 +4,7 @@
 
 mod backends;
 mod damage;
+mod pages;
 mod scores;
 mod wal;
 mod writer;
