@@ -18,13 +18,20 @@
 //! first call of a session, a call whose transcript is not an extension of the previous one,
 //! and every call after a resume are stored whole. Prefixes are recognised by length and a
 //! 64-bit hash of the previous `messages` text, kept per session and party while the session
-//! runs: a few words per session, never the text.
+//! runs: a few words per session, never the transcript.
+//!
+//! Turn after turn, a body is most often the previous one with items added to its list and
+//! nothing else changed: its text before the list and after it hash as the previous body's did.
+//! Such a body is not parsed again, only its new items are; its delta is the previous turn's
+//! other fields (kept as the text they take in a delta, less the tools: a few dozen bytes)
+//! around them. Any other body is parsed into its fields.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use parley_core::{RawJson, Role, SessionId, TurnRecord};
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -34,10 +41,30 @@ pub const DELTA_KEY: &str = "parley_delta";
 /// What is remembered of the previous request of one session and party.
 struct Last {
     seq: u32,
-    /// Byte length of its `messages` text without the closing `]`, and the hash of that text.
+    /// Where its list's text (`messages` or `input`) starts in the body, and the hash of the
+    /// body's text before it.
+    list_at: usize,
+    head_hash: u64,
+    /// Byte length of the list's text without the closing `]`, and the hash of that text.
     open_len: usize,
     open_hash: u64,
+    /// Byte length of the body's text from the list's closing `]` to its end, and its hash.
+    tail_len: usize,
+    tail_hash: u64,
     tools_hash: Option<u64>,
+    /// The delta of a body whose fields but the list are this one's.
+    template: Template,
+}
+
+/// A delta's text less its list's new items and its marker: `{"messages":[` and
+/// `],"model":"m",` around `split`, each field but the list and the tools (left out as the
+/// same) written as the body has it, in key order.
+#[derive(Clone)]
+struct Template {
+    text: Arc<str>,
+    split: usize,
+    list: &'static str,
+    same_tools: bool,
 }
 
 #[derive(Default)]
@@ -70,25 +97,16 @@ impl Deltas {
         for record in &mut turn.messages {
             let Some(call) = &mut record.call else { continue };
             let key = (session, record.message.role);
-            let Ok(fields) = serde_json::from_str::<BTreeMap<&str, &RawValue>>(call.request.get()) else {
-                last.remove(&key);
+            let prev = last.remove(&key);
+            let body = call.request.get();
+            let Some((next, delta)) = prev
+                .as_ref()
+                .and_then(|prev| extended(prev, record.seq, body))
+                .or_else(|| parsed(prev.as_ref(), record.seq, body))
+            else {
                 continue;
             };
-            let list = if fields.contains_key("messages") { "messages" } else { "input" };
-            let Some(messages) = fields.get(list).map(|m| m.get()).filter(|m| m.ends_with(']')) else {
-                last.remove(&key);
-                continue;
-            };
-            let open = &messages[..messages.len() - 1];
-            let tools_hash = fields.get("tools").map(|t| hash(t.get()));
-            let (delta, open_hash) = match last.get(&key) {
-                Some(prev) if open.is_char_boundary(prev.open_len) => {
-                    let (same, whole) = extends(open, prev.open_len, prev.open_hash);
-                    (same.then(|| delta(&fields, list, &open[prev.open_len..], prev, tools_hash)), whole)
-                }
-                _ => (None, hash(open)),
-            };
-            last.insert(key, Last { seq: record.seq, open_len: open.len(), open_hash, tools_hash });
+            last.insert(key, next);
             if let Some(Ok(delta)) = delta {
                 call.request = delta;
             }
@@ -103,43 +121,110 @@ impl Deltas {
     }
 }
 
-/// The delta body: `rest` is what follows the previous messages in the text of this request's
-/// `messages` (empty, or `,` and the new messages).
-fn delta(
-    fields: &BTreeMap<&str, &RawValue>,
-    list: &str,
-    rest: &str,
-    prev: &Last,
-    tools_hash: Option<u64>,
-) -> Result<RawJson, serde_json::Error> {
-    let same_tools = tools_hash.is_some() && tools_hash == prev.tools_hash;
-    let mut out = String::with_capacity(rest.len() + 256);
-    out.push('{');
-    for (key, value) in fields {
-        if *key == "tools" && same_tools {
-            continue;
-        }
-        // Keys come out of a JSON object as they were written there: plain, or escaped.
-        out.push_str(&serde_json::to_string(key)?);
-        out.push(':');
-        if *key == list {
-            out.push('[');
-            out.push_str(rest.strip_prefix(',').unwrap_or(rest));
-            out.push(']');
-        } else {
-            out.push_str(value.get());
-        }
-        out.push(',');
+/// The quick way, taken turn after turn: a body whose text is the previous one's with items added
+/// to its list, and nothing else changed, becomes its delta without being parsed again (only the
+/// new items are). `None` when the body is not such an extension, or when the quick way cannot
+/// tell.
+fn extended(prev: &Last, seq: u32, body: &str) -> Option<(Last, Option<Result<RawJson, serde_json::Error>>)> {
+    let tail_at = body.len().checked_sub(prev.tail_len)?;
+    let (head, list, tail) = (body.get(..prev.list_at)?, body.get(prev.list_at..tail_at)?, body.get(tail_at..)?);
+    if hash(head) != prev.head_hash || hash(tail) != prev.tail_hash {
+        return None;
     }
-    let same: &[&str] = if same_tools { &["tools"] } else { &[] };
-    out.push_str(&format!("\"{DELTA_KEY}\":"));
-    let mut marker = serde_json::json!({"base": prev.seq, "same": same});
-    if list != "messages" {
-        marker["list"] = serde_json::json!(list);
+    let (same, open_hash) = extends(list, prev.open_len, prev.open_hash);
+    let added = list.get(prev.open_len..).filter(|_| same)?;
+    let items = if prev.open_len > 1 { added.strip_prefix(',')? } else { added };
+    // The new items must be items of the list, and end it: text that closed the list and
+    // opened other fields would parse as a body too.
+    serde_json::from_str::<IgnoredAny>(&format!("[{items}]")).ok()?;
+    let delta = prev.template.delta(items, prev.seq);
+    let next = Last { seq, open_len: list.len(), open_hash, template: prev.template.clone(), ..*prev };
+    Some((next, Some(delta)))
+}
+
+/// The slow way: the body parsed into its fields, as on a session's first turn or when a turn
+/// changes more than its list. `None` when the body has no list.
+fn parsed(prev: Option<&Last>, seq: u32, body: &str) -> Option<(Last, Option<Result<RawJson, serde_json::Error>>)> {
+    let fields = serde_json::from_str::<BTreeMap<&str, &RawValue>>(body).ok()?;
+    let list = if fields.contains_key("messages") { "messages" } else { "input" };
+    let messages = fields.get(list).map(|m| m.get()).filter(|m| m.ends_with(']'))?;
+    // The list's text is a slice of the body's.
+    let list_at = messages.as_ptr() as usize - body.as_ptr() as usize;
+    let open = &messages[..messages.len() - 1];
+    let tail = &body[list_at + open.len()..];
+    let tools_hash = fields.get("tools").map(|t| hash(t.get()));
+    let (delta, open_hash) = match prev {
+        Some(prev) if open.is_char_boundary(prev.open_len) => {
+            let (same, whole) = extends(open, prev.open_len, prev.open_hash);
+            let same_tools = tools_hash.is_some() && tools_hash == prev.tools_hash;
+            let delta = same.then(|| {
+                let rest = &open[prev.open_len..];
+                Template::of(&fields, list, same_tools)
+                    .and_then(|t| t.delta(rest.strip_prefix(',').unwrap_or(rest), prev.seq))
+            });
+            (delta, whole)
+        }
+        _ => (None, hash(open)),
+    };
+    // The next turn's fields are most likely this one's, its tools among them.
+    let template = Template::of(&fields, list, tools_hash.is_some()).ok()?;
+    let next = Last {
+        seq,
+        list_at,
+        head_hash: hash(&body[..list_at]),
+        open_len: open.len(),
+        open_hash,
+        tail_len: tail.len(),
+        tail_hash: hash(tail),
+        tools_hash,
+        template,
+    };
+    Some((next, delta))
+}
+
+impl Template {
+    fn of(
+        fields: &BTreeMap<&str, &RawValue>,
+        list: &'static str,
+        same_tools: bool,
+    ) -> Result<Template, serde_json::Error> {
+        let mut text = String::from("{");
+        let mut split = 0;
+        for (key, value) in fields {
+            if *key == "tools" && same_tools {
+                continue;
+            }
+            // Keys come out of a JSON object as they were written there: plain, or escaped.
+            text.push_str(&serde_json::to_string(key)?);
+            text.push(':');
+            if *key == list {
+                text.push('[');
+                split = text.len();
+                text.push(']');
+            } else {
+                text.push_str(value.get());
+            }
+            text.push(',');
+        }
+        Ok(Template { text: text.into(), split, list, same_tools })
     }
-    out.push_str(&serde_json::to_string(&marker)?);
-    out.push('}');
-    RawJson::from_string(out)
+
+    /// The delta of a body whose list's new `items` follow the items of the call at `base`.
+    fn delta(&self, items: &str, base: u32) -> Result<RawJson, serde_json::Error> {
+        let mut out = String::with_capacity(self.text.len() + items.len() + 64);
+        out.push_str(&self.text[..self.split]);
+        out.push_str(items);
+        out.push_str(&self.text[self.split..]);
+        out.push_str(&format!("\"{DELTA_KEY}\":"));
+        let same: &[&str] = if self.same_tools { &["tools"] } else { &[] };
+        let mut marker = serde_json::json!({"base": base, "same": same});
+        if self.list != "messages" {
+            marker["list"] = serde_json::json!(self.list);
+        }
+        out.push_str(&serde_json::to_string(&marker)?);
+        out.push('}');
+        RawJson::from_string(out)
+    }
 }
 
 /// The whole request from a stored one, given the stored requests of the same session by seq.
@@ -175,6 +260,59 @@ mod tests {
             }],
             tool_calls: Vec::new(),
         }
+    }
+
+    fn call_of(turn: &TurnRecord) -> &str {
+        turn.messages[0].call.as_ref().unwrap().request.get()
+    }
+
+    #[test]
+    fn the_quick_way_writes_the_delta_the_parse_writes() {
+        let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+        let m = |i: u32| json!({"role": "user", "content": format!("message {i} \"quoted\" é")});
+        let body = |n: u32| {
+            let messages: Vec<Value> = (0..n).map(m).collect();
+            json!({"logprobs": true, "messages": messages, "model": "a", "seed": 3, "tools": tools}).to_string()
+        };
+        let mut prev = parsed(None, 2, &body(2)).unwrap().0;
+        let mut prev_n = 2;
+        for (seq, n) in [(4, 3), (6, 5), (8, 6)] {
+            let text = body(n);
+            let (quick, quick_delta) = extended(&prev, seq, &text).expect("an extension is taken the quick way");
+            let (slow, slow_delta) = parsed(Some(&prev), seq, &text).unwrap();
+            let (quick_delta, slow_delta) = (quick_delta.unwrap().unwrap(), slow_delta.unwrap().unwrap());
+            assert_eq!(quick_delta.get(), slow_delta.get(), "seq {seq}");
+            assert_eq!(quick_delta.to_value()["messages"], json!((prev_n..n).map(m).collect::<Vec<_>>()));
+            let fields = |l: &Last| {
+                (l.seq, l.list_at, l.head_hash, l.open_len, l.open_hash, l.tail_len, l.tail_hash, l.tools_hash)
+            };
+            assert_eq!(fields(&quick), fields(&slow));
+            assert_eq!((&*quick.template.text, quick.template.split), (&*slow.template.text, slow.template.split));
+            (prev, prev_n) = (quick, n);
+        }
+        // Another model, or other tools: the body is parsed.
+        let other = body(7).replace("\"model\":\"a\"", "\"model\":\"b\"");
+        assert!(extended(&prev, 10, &other).is_none());
+    }
+
+    #[test]
+    fn new_text_that_closes_the_list_and_adds_a_field_is_parsed() {
+        let first = r#"{"messages":[{"role":"user","content":"a"}],"model":"a"}"#;
+        // The same text before the list and after it, and a field added after the new item.
+        let second =
+            r#"{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}],"x":[1],"model":"a"}"#;
+        let prev = parsed(None, 2, first).unwrap().0;
+        assert!(extended(&prev, 4, second).is_none(), "the quick way took a body with a new field");
+        let deltas = Deltas::default();
+        let mut stored = BTreeMap::new();
+        for (seq, body) in [(2, first), (4, second)] {
+            let mut t = turn(seq, Role::Assistant, serde_json::from_str(body).unwrap());
+            deltas.encode(1, &mut t, false);
+            stored.insert(seq, serde_json::from_str::<Value>(call_of(&t)).unwrap());
+        }
+        assert_eq!(stored[&4][DELTA_KEY]["base"], 2);
+        let by_seq = |seq: u32| stored.get(&seq).cloned();
+        assert_eq!(reconstruct(&stored[&4], &by_seq), Some(serde_json::from_str(second).unwrap()));
     }
 
     #[test]
