@@ -37,24 +37,31 @@ impl Executed {
     }
 }
 
-/// Drives the jobs, hands each result to `sink` as it ends, shows progress, and marks the
-/// run's status. SIGINT and SIGTERM stop it gracefully (see [`watch_signals`]).
-pub async fn execute(
+/// Drives the jobs, writes each result to `outputs` as it ends, shows progress, and marks the
+/// run's status. SIGINT and SIGTERM stop it gracefully (see [`watch_signals`]). The results are
+/// taken on a task of the runtime's, where sessions end, so that each does not wake the thread
+/// that awaits this.
+pub async fn execute<O: Sink>(
     runtime: &Runtime,
     run: i64,
     count: u64,
     jobs: impl Stream<Item = Job> + Send + 'static,
     signals: &Signals,
-    mut sink: impl FnMut(&SessionResult) -> anyhow::Result<()>,
-) -> anyhow::Result<Executed> {
+    mut outputs: O,
+) -> anyhow::Result<(Executed, O)> {
     let started = Instant::now();
     let progress = Progress::new(count);
     let mut results = runtime.drive(jobs, signals.stop.clone());
-    while let Some(result) = results.next().await {
-        shown(&progress, &mut sink, &result)?;
-    }
-    progress.done();
-    finished(runtime, run, started, signals).await
+    let taken = tokio::spawn(async move {
+        let mut sink = |result: &SessionResult| outputs.take(result);
+        while let Some(result) = results.next().await {
+            shown(&progress, &mut sink, &result)?;
+        }
+        progress.done();
+        anyhow::Ok(outputs)
+    });
+    let outputs = taken.await.context("taking the sessions' results")??;
+    Ok((finished(runtime, run, started, signals).await?, outputs))
 }
 
 /// As [`execute`], for a run with a `--budget`: the runtime draws its sessions a round at a
@@ -243,8 +250,8 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
         return runtime.stop().await;
     }
     let out = settings.out_path(run);
-    let mut rollouts = JsonlWriter::create(&out)?;
-    let mut failures = JsonlWriter::create(&failures_path(&out))?;
+    let rollouts = JsonlWriter::create(&out)?;
+    let failures = JsonlWriter::create(&failures_path(&out))?;
 
     let stub_note = if settings.base_url.is_none() { " (the built-in stub, a test double)" } else { "" };
     let shape = match settings.budget {
@@ -258,30 +265,22 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
         "run {run}: {shape} of {} against {}{stub_note}, model {}; stored in {}",
         settings.env, runtime.base_url, settings.model, settings.db,
     );
-    let (mut written, mut failed) = (0usize, 0usize);
-    let sink = |result: &SessionResult| {
-        if result.taken_over {
-            // Another process drives the session now; its row is theirs to write.
-            Ok(())
-        } else if result.outcome.termination.is_infrastructure() {
-            failed += 1;
-            failures.write(&Failure::of_result(run, result).row(&result.task.row))
-        } else {
-            written += 1;
-            rollouts.write(&Rollout::from(result).written(&settings.model))
-        }
-    };
+    let mut outputs = Outputs { run, model: settings.model.clone(), rollouts, failures, written: 0, failed: 0 };
     let mut pending = None;
     let executed = match settings.budget {
-        Some(budget) => execute_budget(&runtime, run, budget, &created.task_ids, &signals, sink).await?,
+        Some(budget) => {
+            let sink = |result: &SessionResult| outputs.take(result);
+            execute_budget(&runtime, run, budget, &created.task_ids, &signals, sink).await?
+        }
         None => {
             let pending = pending.insert(runtime.pending(run, false).await?);
             let jobs = pending.take_jobs();
-            execute(&runtime, run, pending.count, jobs, &signals, sink).await?
+            let executed;
+            (executed, outputs) = execute(&runtime, run, pending.count, jobs, &signals, outputs).await?;
+            executed
         }
     };
-    rollouts.finish()?;
-    failures.finish()?;
+    let (mut written, mut failed) = outputs.finish()?;
     // Another process (a resume beside this run) finished some of its sessions: the files are
     // written again from the store, unless that process is still at it and will write them.
     let (_, finished) = runtime.store.session_counts(run).await?;
@@ -320,7 +319,7 @@ pub async fn resume(run: i64, db: &DbLocation, retry_failed: bool) -> anyhow::Re
     }
     let jobs = pending.take_jobs();
     let signals = Signals::watch(settings.shutdown_grace());
-    let mut executed = execute(&runtime, run, pending.count, jobs, &signals, |_| Ok(())).await?;
+    let (mut executed, _) = execute(&runtime, run, pending.count, jobs, &signals, ()).await?;
     executed.timed = false;
     if pending.closed() > 0 {
         eprintln!(
@@ -527,6 +526,55 @@ async fn rewrite_outputs(
         return Err(anyhow::Error::from(damage).context(format!("writing {}", out.display())));
     }
     Ok((counts.rows, counts.failures))
+}
+
+/// What takes each session's result as it ends.
+pub trait Sink: Send + 'static {
+    fn take(&mut self, result: &SessionResult) -> anyhow::Result<()>;
+}
+
+/// Results left to the store alone (`parley resume` writes the files from it at the end).
+impl Sink for () {
+    fn take(&mut self, _: &SessionResult) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// The files a run writes as its sessions end: a rollout row for each session that ended, a
+/// failure row (the task row with NeMo Gym's failure fields) for each that the infrastructure
+/// failed.
+pub struct Outputs {
+    run: i64,
+    model: String,
+    rollouts: JsonlWriter,
+    failures: JsonlWriter,
+    written: usize,
+    failed: usize,
+}
+
+impl Sink for Outputs {
+    fn take(&mut self, result: &SessionResult) -> anyhow::Result<()> {
+        if result.taken_over {
+            // Another process drives the session now; its row is theirs to write.
+            Ok(())
+        } else if result.outcome.termination.is_infrastructure() {
+            self.failed += 1;
+            self.failures.write(&Failure::of_result(self.run, result).row(&result.task.row))
+        } else {
+            self.written += 1;
+            self.rollouts.write(&Rollout::from(result).written(&self.model))
+        }
+    }
+}
+
+impl Outputs {
+    /// Writes out what the files' buffers hold; says how many rollout and failure rows were
+    /// written.
+    fn finish(self) -> anyhow::Result<(usize, usize)> {
+        self.rollouts.finish()?;
+        self.failures.finish()?;
+        Ok((self.written, self.failed))
+    }
 }
 
 /// A JSONL file of rows as sessions end. Rows go through a buffer that is written out when it
