@@ -21,6 +21,7 @@ import collections
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -142,6 +143,7 @@ def main():
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--frequency", type=int, default=700, help="samples per second per CPU")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each configuration measured without perf")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="parley-profile-"))
@@ -162,14 +164,22 @@ def main():
     finally:
         stub.kill()
         stub.wait()
-    # The run's own CPU, measured once more without perf (perf's unwinding adds its own), then
-    # with less persisted, to say what persistence costs of it.
-    parley_ms, stub_ms = cpu_per_rollout(parley, work, run, rollouts)
-    without = {
-        "raw bodies not kept (--no-raw-calls)": cpu_per_rollout(parley, work, run + ["--no-raw-calls"], rollouts),
-        "turns not persisted (PARLEY_BENCH_NO_TURNS=1)": cpu_per_rollout(
-            parley, work, run, rollouts, {"PARLEY_BENCH_NO_TURNS": "1"}),
+    # The run's own CPU, measured again without perf (perf's unwinding adds its own), then with
+    # less persisted, to say what persistence costs of it. A single run moves by 10%: each is run
+    # `--repeat` times, the three in turn, and the median of each is taken.
+    configs = {
+        "every turn and raw body persisted": (run, None),
+        "raw bodies not kept (--no-raw-calls)": (run + ["--no-raw-calls"], None),
+        "turns not persisted (PARLEY_BENCH_NO_TURNS=1)": (run, {"PARLEY_BENCH_NO_TURNS": "1"}),
     }
+    measured = {what: [] for what in configs}
+    for _ in range(args.repeat):
+        for what, (command, env) in configs.items():
+            measured[what].append(cpu_per_rollout(parley, work, command, rollouts, env))
+    medians = {what: (statistics.median(p for p, _ in runs), statistics.median(s for _, s in runs))
+               for what, runs in measured.items()}
+    parley_ms, stub_ms = medians.pop("every turn and raw body persisted")
+    without = medians
 
     script = subprocess.run(["perf", "script", "-i", work / "perf.data", "-F", "comm,ip,sym"], capture_output=True,
                             text=True).stdout
