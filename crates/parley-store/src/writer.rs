@@ -1,6 +1,7 @@
-//! The single writer: it drains every session's pending turns, has them committed in one
-//! transaction by the committing thread (`commit`: its own connection, a whole batch at a time),
-//! and acknowledges each turn after the commit. Its rows are the ones PostgreSQL's writer writes
+//! The single writer: it drains every session's pending turns (after letting the sessions ready
+//! to send theirs do so, when turns are coming in from many: [`gather`]), has them committed in
+//! one transaction by the committing thread (`commit`: its own connection, a whole batch at a
+//! time), and acknowledges each turn after the commit. Its rows are the ones PostgreSQL's writer writes
 //! (`turn_rows`).
 //!
 //! The WAL is checkpointed beside the writer, not in its way: every
@@ -72,6 +73,8 @@ const LOOK_EVERY: u64 = 16;
 const COMMIT_BYTES: usize = 4 * crate::PAGE_SIZE as usize;
 /// What a row adds to the WAL besides its text: its keys, numbers and record header.
 const ROW_BYTES: usize = 64;
+/// The scheduler's turns the writer lets pass at most to gather a larger batch (see [`gather`]).
+const GATHER_TURNS: usize = 3;
 
 pub(crate) enum Command {
     Write(Write),
@@ -132,7 +135,9 @@ impl Writer {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         let mut flushes = Vec::new();
+        let mut previous_batch = 0;
         while let Some(command) = rx.recv().await {
+            gather(previous_batch).await;
             let mut closing = false;
             let mut exec = None;
             let mut next = Some(command);
@@ -154,6 +159,7 @@ impl Writer {
                     next = rx.try_recv().ok();
                 }
             }
+            previous_batch = batch.len();
             if !batch.is_empty() {
                 let raw = self.options.raw_model_calls;
                 let bytes = COMMIT_BYTES + batch.iter().map(|w| wal_bytes(w, raw)).sum::<usize>();
@@ -221,6 +227,19 @@ impl Writer {
             }
             // Not fatal: every commit is in the WAL, and the next look tries again.
             Err(e) => tracing::warn!(error = %e, "the store could not checkpoint its WAL"),
+        }
+    }
+}
+
+/// Lets the sessions that are sending turns send more before the writer takes its batch: when
+/// the batch before held more than one write, the writer lets the scheduler turn a few times
+/// first, and the sessions ready on its worker send theirs. A commit writes every page it touches
+/// whole (the last of each table and index among them), so fewer, larger commits write less. A
+/// lone session's writes, each alone in its batch, are not held back.
+async fn gather(previous_batch: usize) {
+    if previous_batch > 1 {
+        for _ in 0..GATHER_TURNS {
+            tokio::task::yield_now().await;
         }
     }
 }
@@ -299,4 +318,45 @@ fn message_bytes(m: &parley_core::Message) -> usize {
     let reasoning =
         m.reasoning.as_ref().map_or(0, |r| r.text.len() + r.items.iter().map(|i| i.to_string().len()).sum::<usize>());
     m.content.as_ref().map_or(0, String::len) + parts + reasoning
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On one thread, a spawned sender runs only when the writer lets the scheduler turn.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_writer_gathers_ready_senders_and_holds_back_no_lone_write() {
+        // After a batch of one write, the next is not held back: the sender spawned meanwhile
+        // has not run when the writer takes its batch.
+        let (tx, rx) = mpsc::unbounded_channel::<u32>();
+        let late = tokio::spawn({
+            let tx = tx.clone();
+            async move { tx.send(1).unwrap() }
+        });
+        gather(1).await;
+        assert_eq!(rx.len(), 0, "a lone write waited for another");
+        late.await.unwrap();
+
+        // After a batch of several, the ready senders send theirs before the batch is taken.
+        let (tx, rx) = mpsc::unbounded_channel::<u32>();
+        for i in 0..5 {
+            let tx = tx.clone();
+            tokio::spawn(async move { tx.send(i).unwrap() });
+        }
+        gather(2).await;
+        assert_eq!(rx.len(), 5);
+
+        // Senders that never stop: the writer takes its batch after a few turns all the same.
+        let endless = tokio::spawn(async move {
+            for i in 0.. {
+                let _ = tx.send(i);
+                tokio::task::yield_now().await;
+            }
+        });
+        let before = rx.len();
+        gather(MAX_BATCH).await;
+        assert!(rx.len() <= before + GATHER_TURNS, "{} queued after {before}", rx.len());
+        endless.abort();
+    }
 }
