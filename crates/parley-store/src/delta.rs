@@ -23,8 +23,8 @@
 //! Turn after turn, a body is most often the previous one with items added to its list and
 //! nothing else changed: its text before the list and after it hash as the previous body's did.
 //! Such a body is not parsed again, only its new items are; its delta is the previous turn's
-//! other fields (kept as the text they take in a delta, less the tools: a few dozen bytes)
-//! around them. Any other body is parsed into its fields.
+//! other fields (kept as the text they take in a delta, less the tools: a few dozen bytes, and
+//! never more than [`TEMPLATE_MAX`]) around them. Any other body is parsed into its fields.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -53,9 +53,15 @@ struct Last {
     tail_len: usize,
     tail_hash: u64,
     tools_hash: Option<u64>,
-    /// The delta of a body whose fields but the list are this one's.
-    template: Template,
+    /// The delta of a body whose fields but the list are this one's, when they are short
+    /// enough to keep (a few dozen bytes, most often: see [`TEMPLATE_MAX`]).
+    template: Option<Template>,
 }
+
+/// The longest template kept for a session's next turn, in bytes. A body whose other fields
+/// are longer (long `instructions`, a large `response_format`) is parsed each turn instead, so
+/// that what is kept of a session stays small at 100,000 sessions.
+const TEMPLATE_MAX: usize = 1024;
 
 /// A delta's text less its list's new items and its marker: `{"messages":[` and
 /// `],"model":"m",` around `split`, each field but the list and the tools (left out as the
@@ -126,6 +132,7 @@ impl Deltas {
 /// tell.
 fn extended(prev: &Last, seq: u32, body: &str) -> Option<(Last, Option<Result<RawJson, serde_json::Error>>)> {
     let tail_at = body.len().checked_sub(prev.tail_len)?;
+    let template = prev.template.as_ref()?;
     let (head, list, tail) = (body.get(..prev.list_at)?, body.get(prev.list_at..tail_at)?, body.get(tail_at..)?);
     if hash(head) != prev.head_hash || hash(tail) != prev.tail_hash {
         return None;
@@ -136,8 +143,8 @@ fn extended(prev: &Last, seq: u32, body: &str) -> Option<(Last, Option<Result<Ra
     // The new items must be items of the list, and end it: text that closed the list and
     // opened other fields would parse as a body too.
     serde_json::from_str::<IgnoredAny>(&format!("[{items}]")).ok()?;
-    let delta = prev.template.delta(items, prev.seq);
-    let next = Last { seq, open_len: list.len(), open_hash, template: prev.template.clone(), ..*prev };
+    let delta = template.delta(items, prev.seq);
+    let next = Last { seq, open_len: list.len(), open_hash, template: Some(template.clone()), ..*prev };
     Some((next, Some(delta)))
 }
 
@@ -166,7 +173,7 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str) -> Option<(Last, Option<Res
         _ => (None, hash(open)),
     };
     // The next turn's fields are most likely this one's, its tools among them.
-    let template = Template::of(&fields, list, tools_hash.is_some()).ok()?;
+    let template = Template::of(&fields, list, tools_hash.is_some()).ok().filter(|t| t.text.len() <= TEMPLATE_MAX);
     let next = Last {
         seq,
         list_at,
@@ -284,12 +291,46 @@ mod tests {
                 (l.seq, l.list_at, l.head_hash, l.open_len, l.open_hash, l.tail_len, l.tail_hash, l.tools_hash)
             };
             assert_eq!(fields(&quick), fields(&slow));
-            assert_eq!((&*quick.template.text, quick.template.split), (&*slow.template.text, slow.template.split));
+            let template = |l: &Last| l.template.as_ref().map(|t| (t.text.clone(), t.split));
+            assert_eq!(template(&quick), template(&slow));
+            assert!(quick.template.is_some());
             (prev, prev_n) = (quick, n);
         }
         // Another model, or other tools: the body is parsed.
         let other = body(7).replace("\"model\":\"a\"", "\"model\":\"b\"");
         assert!(extended(&prev, 10, &other).is_none());
+    }
+
+    #[test]
+    fn long_other_fields_are_not_kept_and_the_body_is_parsed_each_turn() {
+        let instructions = "Answer in French. ".repeat(200);
+        let item = |i: u32| json!({"type": "message", "role": "user", "content": format!("question {i}")});
+        let requests: Vec<(u32, Value)> = (1..=3)
+            .map(|n| {
+                (
+                    2 * n,
+                    json!({"model": "r", "instructions": instructions, "input": (0..n).map(item).collect::<Vec<_>>()}),
+                )
+            })
+            .collect();
+        let deltas = Deltas::default();
+        let mut stored = BTreeMap::new();
+        for (seq, request) in &requests {
+            let mut t = turn(*seq, Role::Assistant, request.clone());
+            deltas.encode(3, &mut t, false);
+            let last = deltas.last.lock().unwrap();
+            assert!(
+                last[&(3, Role::Assistant)].template.is_none(),
+                "{} bytes of other fields kept",
+                instructions.len()
+            );
+            stored.insert(*seq, serde_json::from_str::<Value>(call_of(&t)).unwrap());
+        }
+        assert_eq!(stored[&6][DELTA_KEY], json!({"base": 4, "same": [], "list": "input"}));
+        let by_seq = |seq: u32| stored.get(&seq).cloned();
+        for (seq, request) in &requests {
+            assert_eq!(reconstruct(&stored[seq], &by_seq).as_ref(), Some(request), "seq {seq}");
+        }
     }
 
     #[test]

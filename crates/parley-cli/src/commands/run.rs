@@ -543,7 +543,7 @@ impl Sink for () {
 /// The files a run writes as its sessions end: a rollout row for each session that ended, a
 /// failure row (the task row with NeMo Gym's failure fields) for each that the infrastructure
 /// failed.
-pub struct Outputs {
+struct Outputs {
     run: i64,
     model: String,
     rollouts: JsonlWriter,
