@@ -159,21 +159,26 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str) -> Option<(Last, Option<Res
     let open = &messages[..messages.len() - 1];
     let tail = &body[list_at + open.len()..];
     let tools_hash = fields.get("tools").map(|t| hash(t.get()));
+    // The next turn's fields are most likely this one's, its tools among them.
+    let template = Template::of(&fields, list, tools_hash.is_some());
     let (delta, open_hash) = match prev {
         Some(prev) if open.is_char_boundary(prev.open_len) => {
             let (same, whole) = extends(open, prev.open_len, prev.open_hash);
             let same_tools = tools_hash.is_some() && tools_hash == prev.tools_hash;
             let delta = same.then(|| {
                 let rest = &open[prev.open_len..];
-                Template::of(&fields, list, same_tools)
-                    .and_then(|t| t.delta(rest.strip_prefix(',').unwrap_or(rest), prev.seq))
+                let items = rest.strip_prefix(',').unwrap_or(rest);
+                // The template above, unless the tools changed since the previous turn.
+                match &template {
+                    Ok(t) if t.same_tools == same_tools => t.delta(items, prev.seq),
+                    _ => Template::of(&fields, list, same_tools).and_then(|t| t.delta(items, prev.seq)),
+                }
             });
             (delta, whole)
         }
         _ => (None, hash(open)),
     };
-    // The next turn's fields are most likely this one's, its tools among them.
-    let template = Template::of(&fields, list, tools_hash.is_some()).ok().filter(|t| t.text.len() <= TEMPLATE_MAX);
+    let template = template.ok().filter(|t| t.text.len() <= TEMPLATE_MAX);
     let next = Last {
         seq,
         list_at,
