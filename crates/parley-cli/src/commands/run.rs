@@ -53,9 +53,8 @@ pub async fn execute<O: Sink>(
     let progress = Progress::new(count);
     let mut results = runtime.drive(jobs, signals.stop.clone());
     let taken = tokio::spawn(async move {
-        let mut sink = |result: &SessionResult| outputs.take(result);
         while let Some(result) = results.next().await {
-            shown(&progress, &mut sink, &result)?;
+            shown(&progress, &mut outputs, &result)?;
         }
         progress.done();
         anyhow::Ok(outputs)
@@ -72,22 +71,18 @@ pub async fn execute_budget(
     budget: u64,
     task_ids: &[String],
     signals: &Signals,
-    mut sink: impl FnMut(&SessionResult) -> anyhow::Result<()>,
+    outputs: &mut impl Sink,
 ) -> anyhow::Result<Executed> {
     let started = Instant::now();
     let progress = Progress::new(budget);
-    runtime.drive_budget(run, task_ids, signals.stop.clone(), |result| shown(&progress, &mut sink, result)).await?;
+    runtime.drive_budget(run, task_ids, signals.stop.clone(), |result| shown(&progress, outputs, result)).await?;
     progress.done();
     finished(runtime, run, started, signals).await
 }
 
 /// A session's result handed to the sink, and counted on the progress bar.
-fn shown(
-    progress: &Progress,
-    sink: &mut impl FnMut(&SessionResult) -> anyhow::Result<()>,
-    result: &SessionResult,
-) -> anyhow::Result<()> {
-    sink(result)?;
+fn shown(progress: &Progress, sink: &mut impl Sink, result: &SessionResult) -> anyhow::Result<()> {
+    sink.take(result)?;
     progress.finish_one(result.outcome.reward.as_ref().map(|r| r.value));
     Ok(())
 }
@@ -268,10 +263,7 @@ pub async fn run(settings: RunSettings, detach: bool) -> anyhow::Result<()> {
     let mut outputs = Outputs { run, model: settings.model.clone(), rollouts, failures, written: 0, failed: 0 };
     let mut pending = None;
     let executed = match settings.budget {
-        Some(budget) => {
-            let sink = |result: &SessionResult| outputs.take(result);
-            execute_budget(&runtime, run, budget, &created.task_ids, &signals, sink).await?
-        }
+        Some(budget) => execute_budget(&runtime, run, budget, &created.task_ids, &signals, &mut outputs).await?,
         None => {
             let pending = pending.insert(runtime.pending(run, false).await?);
             let jobs = pending.take_jobs();
