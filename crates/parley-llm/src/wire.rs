@@ -10,6 +10,8 @@ use serde::Serialize;
 use serde::ser::Serializer;
 use serde_json::Value;
 
+mod quick;
+
 /// The request body, serialized once, straight from the borrowed transcript: no JSON tree is
 /// built. Keys are written in sorted order, as a `serde_json::Value` would write them, so the
 /// bytes (and a stub's answers that depend on them) are what they have always been.
@@ -81,8 +83,12 @@ impl Serialize for Tools<'_> {
     }
 }
 
-/// [`parse_reply`] of a body's bytes.
+/// [`parse_reply`] of a body's bytes. A reply of the usual shape, when no token ids are asked
+/// for, is read straight from the bytes; any other goes through a `Value` tree.
 pub(crate) fn read_reply(body: &[u8], token_ids: bool) -> Result<(Message, Option<String>, Usage), String> {
+    if !token_ids && let Some(reply) = quick::reply(body) {
+        return Ok(reply);
+    }
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| format!("the body is not JSON ({e}): {}", parley_http::excerpt_bytes(body)))?;
     parse_reply(&body, token_ids).map_err(|why| format!("not a chat completion: {why}"))
@@ -384,6 +390,92 @@ mod tests {
                 Err(why) => proptest::prop_assert!(!why.is_empty()),
             }
         }
+    }
+
+    /// A field of a reply: mostly what endpoints send, sometimes anything at all.
+    fn field_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => Just(Value::Null),
+            3 => "[a-z\\\\\"{}é]{0,6}".prop_map(Value::from),
+            1 => any::<u32>().prop_map(Value::from),
+            1 => json_value(),
+        ]
+    }
+
+    /// A chat completion whose fields are each [`field_value`].
+    fn reply_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let call =
+            (field_value(), field_value(), field_value(), any::<bool>()).prop_map(|(id, name, arguments, null)| {
+                let function = if null { Value::Null } else { json!({"name": name, "arguments": arguments}) };
+                json!({"id": id, "type": "function", "function": function})
+            });
+        let calls = prop_oneof![
+            2 => prop::collection::vec(call, 0..3).prop_map(Value::Array),
+            1 => field_value(),
+        ];
+        let usage = prop_oneof![
+            2 => (any::<u32>(), field_value()).prop_map(|(p, c)| json!({"prompt_tokens": p, "completion_tokens": c})),
+            1 => field_value(),
+        ];
+        (field_value(), calls, field_value(), field_value(), field_value(), usage, 0..3usize).prop_map(
+            |(content, tool_calls, reasoning, reasoning_content, finish_reason, usage, choices)| {
+                let message = json!({"role": "assistant", "content": content, "tool_calls": tool_calls,
+                    "reasoning": reasoning, "reasoning_content": reasoning_content});
+                let choice = json!({"index": 0, "message": message, "finish_reason": finish_reason});
+                json!({"id": "c", "choices": vec![choice; choices], "usage": usage})
+            },
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// A reply read straight from its bytes is the one the tree reads, or is left to it.
+        #[test]
+        fn a_reply_read_straight_is_the_trees(body in reply_value()) {
+            let bytes = serde_json::to_vec(&body).unwrap();
+            if let Some(straight) = quick::reply(&bytes) {
+                proptest::prop_assert_eq!(Ok(straight), parse_reply(&body, false));
+            }
+        }
+    }
+
+    #[test]
+    fn usual_replies_are_read_straight_and_odd_ones_left_to_the_tree() {
+        let usual = br#"{"id": "c", "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "x", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+            "logprobs": null, "finish_reason": "tool_calls"}, {"index": 1}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}"#;
+        let (m, finish, usage) = quick::reply(usual).expect("the usual reply is read straight");
+        assert_eq!(m.tool_calls[0].arguments, "{\"a\": 1}");
+        assert_eq!((finish.as_deref(), usage), (Some("tool_calls"), Usage { prompt_tokens: 3, completion_tokens: 4 }));
+        assert_eq!(read_reply(usual, false), parse_reply(&serde_json::from_slice(usual).unwrap(), false));
+        let odd: [&[u8]; 7] = [
+            // A list where `choices[0]` belongs: serde's derived readers would take it field by field.
+            br#"{"choices": [[{"content": "hi"}, "stop"]]}"#,
+            // A null message, which the tree reads as an empty one.
+            br#"{"choices": [{"message": null}]}"#,
+            br#"{"choices": [{"message": {"content": [{"type": "text", "text": "hi"}]}}]}"#,
+            br#"{"choices": [{"message": {"tool_calls": [{"id": "x", "function": null}]}}]}"#,
+            br#"{"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 1.5}}"#,
+            br#"{"choices": []}"#,
+            // Bytes that are not UTF-8 in a field the straight read skips.
+            b"{\"choices\": [{\"message\": {\"content\": \"hi\"}}], \"id\": \"\xff\"}",
+        ];
+        for body in odd {
+            assert!(quick::reply(body).is_none(), "{}", String::from_utf8_lossy(body));
+            let tree =
+                serde_json::from_slice::<Value>(body).map_err(|e| e.to_string()).and_then(|v| parse_reply(&v, false));
+            assert_eq!(read_reply(body, false).is_ok(), tree.is_ok(), "{}", String::from_utf8_lossy(body));
+        }
+        // Escapes are read as the tree reads them; a name given twice keeps its last value.
+        let twice =
+            br#"{"choices": [{"message": {"content": "a\u00e9\n", "content": "b\"c"}, "finish_reason": "st\u006fp"}]}"#;
+        let (m, finish, _) = quick::reply(twice).unwrap();
+        assert_eq!((m.content.as_deref(), finish.as_deref()), (Some("b\"c"), Some("stop")));
+        assert_eq!(read_reply(twice, false), parse_reply(&serde_json::from_slice(twice).unwrap(), false));
     }
 
     #[test]
