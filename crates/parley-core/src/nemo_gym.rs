@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use crate::content::{Part, Reasoning};
@@ -234,6 +236,174 @@ pub fn response_object(model: &str, produced: &[Message], usage: crate::model::U
     })
 }
 
+/// [`response_object`] written straight from the transcript, with no tree built: the same
+/// bytes, for transcripts of text and tool calls. A transcript with parts, reasoning or token
+/// ids has none ([`ResponseObject::of`]), and its response is built whole.
+#[derive(Clone, Copy)]
+pub struct ResponseObject<'a> {
+    model: &'a str,
+    produced: &'a [Message],
+    usage: crate::model::Usage,
+}
+
+impl<'a> ResponseObject<'a> {
+    pub fn of(model: &'a str, produced: &'a [Message], usage: crate::model::Usage) -> Option<ResponseObject<'a>> {
+        let plain = |m: &Message| m.parts.is_empty() && m.reasoning.is_none() && m.tokens.is_none();
+        produced.iter().all(plain).then_some(ResponseObject { model, produced, usage })
+    }
+
+    pub fn to_value(self) -> Value {
+        response_object(self.model, self.produced, self.usage)
+    }
+}
+
+// Each object below writes its keys in the order a `Value` map does: sorted.
+
+impl Serialize for ResponseObject<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let usage = self.usage;
+        let mut map = serializer.serialize_map(Some(10))?;
+        map.serialize_entry("created_at", &0)?;
+        map.serialize_entry("id", "resp_parley")?;
+        map.serialize_entry("model", self.model)?;
+        map.serialize_entry("object", "response")?;
+        map.serialize_entry("output", &OutputItems(self.produced))?;
+        map.serialize_entry("parallel_tool_calls", &false)?;
+        map.serialize_entry("status", "completed")?;
+        map.serialize_entry("tool_choice", "auto")?;
+        map.serialize_entry("tools", &[(); 0])?;
+        map.serialize_entry(
+            "usage",
+            &UsageFields {
+                input_tokens: usage.prompt_tokens,
+                input_tokens_details: CachedTokens { cached_tokens: 0 },
+                output_tokens: usage.completion_tokens,
+                output_tokens_details: ReasoningTokens { reasoning_tokens: 0 },
+                total_tokens: usage.total(),
+            },
+        )?;
+        map.end()
+    }
+}
+
+/// [`output_items`] of a transcript of text and tool calls.
+struct OutputItems<'a>(&'a [Message]);
+
+impl Serialize for OutputItems<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut items = serializer.serialize_seq(None)?;
+        for (i, m) in self.0.iter().enumerate() {
+            match m.role {
+                Role::Assistant => {
+                    if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty() || m.tool_calls.is_empty()) {
+                        items.serialize_element(&TextItem {
+                            content: [OutputText { annotations: [(); 0], text, kind: "output_text" }],
+                            id: ItemId("msg_", &i),
+                            role: "assistant",
+                            status: "completed",
+                            kind: "message",
+                        })?;
+                    }
+                    for call in &m.tool_calls {
+                        items.serialize_element(&FunctionCall {
+                            arguments: &call.arguments,
+                            call_id: &call.id,
+                            id: ItemId("fc_", &call.id),
+                            name: &call.name,
+                            status: "completed",
+                            kind: "function_call",
+                        })?;
+                    }
+                }
+                Role::Tool => items.serialize_element(&CallOutput {
+                    call_id: m.tool_call_id.as_deref().unwrap_or_default(),
+                    output: m.content_str(),
+                    kind: "function_call_output",
+                })?,
+                Role::User | Role::System => items.serialize_element(&InputItem {
+                    content: m.content_str(),
+                    role: m.role.as_str(),
+                    kind: "message",
+                })?,
+            }
+        }
+        items.end()
+    }
+}
+
+/// An item's id: a prefix and what follows it (`msg_3`, `fc_call_1`).
+struct ItemId<'a, T: std::fmt::Display + ?Sized>(&'static str, &'a T);
+
+impl<T: std::fmt::Display + ?Sized> Serialize for ItemId<'_, T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&format_args!("{}{}", self.0, self.1))
+    }
+}
+
+#[derive(Serialize)]
+struct TextItem<'a> {
+    content: [OutputText<'a>; 1],
+    id: ItemId<'a, usize>,
+    role: &'static str,
+    status: &'static str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct OutputText<'a> {
+    annotations: [(); 0],
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct FunctionCall<'a> {
+    arguments: &'a str,
+    call_id: &'a str,
+    id: ItemId<'a, str>,
+    name: &'a str,
+    status: &'static str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct CallOutput<'a> {
+    call_id: &'a str,
+    output: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct InputItem<'a> {
+    content: &'a str,
+    role: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct UsageFields {
+    input_tokens: u64,
+    input_tokens_details: CachedTokens,
+    output_tokens: u64,
+    output_tokens_details: ReasoningTokens,
+    total_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct CachedTokens {
+    cached_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct ReasoningTokens {
+    reasoning_tokens: u64,
+}
+
 /// The output row of one rollout: the task row, the response, the reward fields, and NeMo Gym's
 /// `_ng_task_index` and `_ng_rollout_index`.
 pub fn rollout_row(
@@ -252,6 +422,9 @@ pub struct RolloutRow<'a> {
     task: &'a TaskRow,
     /// What the row adds to the task's fields or puts in their place, in key order.
     added: Map<String, Value>,
+    /// The `response`, when it is written straight from the transcript rather than held in
+    /// `added`.
+    response: Option<ResponseObject<'a>>,
 }
 
 impl<'a> RolloutRow<'a> {
@@ -278,12 +451,38 @@ impl<'a> RolloutRow<'a> {
         }
         added.insert("_ng_task_index".into(), json!(task_index));
         added.insert("_ng_rollout_index".into(), json!(rollout_index));
-        RolloutRow { task, added }
+        RolloutRow { task, added, response: None }
+    }
+
+    /// [`RolloutRow::new`] with the [`response_object`] of what a session produced, written
+    /// straight from the transcript where it can be ([`ResponseObject`]).
+    pub fn produced(
+        task: &'a TaskRow,
+        model: &'a str,
+        produced: &'a [Message],
+        usage: crate::model::Usage,
+        reward: &crate::reward::Reward,
+        task_index: usize,
+        rollout_index: u32,
+    ) -> RolloutRow<'a> {
+        let straight = ResponseObject::of(model, produced, usage);
+        let response = straight.map_or_else(|| response_object(model, produced, usage), |_| Value::Null);
+        let mut row = RolloutRow::new(task, response, reward, task_index, rollout_index);
+        // A reward field named `response` takes the response's place, as it does in the tree.
+        if straight.is_some() && !reward.breakdown.contains_key("response") {
+            row.added.remove("response");
+            row.response = straight;
+        }
+        row
     }
 
     /// Adds a field, or puts it in the place of the task's own.
     pub fn insert(&mut self, key: impl Into<String>, value: Value) {
-        self.added.insert(key.into(), value);
+        let key = key.into();
+        if key == "response" {
+            self.response = None;
+        }
+        self.added.insert(key, value);
     }
 
     fn masked(&self) -> bool {
@@ -292,7 +491,10 @@ impl<'a> RolloutRow<'a> {
     }
 
     /// The row as a value, masked ([`mask`]) when its `mask_sample` is true.
-    pub fn into_value(self) -> Value {
+    pub fn into_value(mut self) -> Value {
+        if let Some(response) = self.response.take() {
+            self.added.insert("response".into(), response.to_value());
+        }
         let masked = self.masked();
         let mut out = match self.task.to_value() {
             Value::Object(task) => task,
@@ -308,16 +510,22 @@ impl<'a> RolloutRow<'a> {
 
 impl serde::Serialize for RolloutRow<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
         // A masked row changes the task's `instance_config`: rare enough to build whole.
         if self.masked() {
-            return RolloutRow { task: self.task, added: self.added.clone() }.into_value().serialize(serializer);
+            let whole = RolloutRow { task: self.task, added: self.added.clone(), response: self.response };
+            return whole.into_value().serialize(serializer);
         }
         // Both iterate in key order (serde_json's `Map` is ordered by key), so merging them
         // writes the keys in the order the built row's map would.
         let mut map = serializer.serialize_map(None)?;
-        let mut task = self.task.entries().peekable();
-        let mut added = self.added.iter().map(|(k, v)| (k, Field::Plain(v))).peekable();
+        let mut task = self.task.entries().map(|(k, v)| (k.as_str(), Entry::Task(v))).peekable();
+        let mut added: Vec<(&str, Entry)> =
+            self.added.iter().map(|(k, v)| (k.as_str(), Entry::Task(Field::Plain(v)))).collect();
+        if let Some(response) = self.response {
+            let at = added.partition_point(|(k, _)| *k < "response");
+            added.insert(at, ("response", Entry::Response(response)));
+        }
+        let mut added = added.into_iter().peekable();
         loop {
             let next = match (task.peek(), added.peek()) {
                 (Some((t, _)), Some((a, _))) if t < a => task.next(),
@@ -333,6 +541,22 @@ impl serde::Serialize for RolloutRow<'_> {
             map.serialize_entry(key, &value)?;
         }
         map.end()
+    }
+}
+
+/// A value of a rollout row being written: the task's or an added field's, or the response
+/// written straight.
+enum Entry<'a> {
+    Task(Field<'a>),
+    Response(ResponseObject<'a>),
+}
+
+impl Serialize for Entry<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Entry::Task(field) => field.serialize(serializer),
+            Entry::Response(response) => response.serialize(serializer),
+        }
     }
 }
 
@@ -400,6 +624,69 @@ mod tests {
             }
             assert_eq!(built, rollout_row(&shared, json!({"output": []}), &masked, 4, 2));
         }
+    }
+
+    /// A message of a transcript of text and tool calls, with text that needs escaping.
+    fn plain_message() -> impl proptest::strategy::Strategy<Value = Message> {
+        use proptest::prelude::*;
+        let text = "[a-z \"\\\\\u{1}\n\u{e9}\u{1F600}]{0,6}";
+        let call = (text, text, text).prop_map(|(id, name, arguments)| ToolCall { id, name, arguments });
+        let role = prop_oneof![Just(Role::System), Just(Role::User), Just(Role::Assistant), Just(Role::Tool)];
+        (role, proptest::option::of(text), prop::collection::vec(call, 0..3), proptest::option::of(text)).prop_map(
+            |(role, content, tool_calls, tool_call_id)| Message {
+                content,
+                tool_calls: if role == Role::Assistant { tool_calls } else { Vec::new() },
+                tool_call_id,
+                ..Message::empty(role)
+            },
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// A rollout row whose response is written straight from the transcript is the row
+        /// built whole as a tree, byte for byte.
+        #[test]
+        fn a_response_written_straight_is_the_tree(
+            produced in proptest::collection::vec(plain_message(), 0..6),
+            prompt_tokens in 0..u64::MAX / 4,
+            masked in proptest::prelude::any::<bool>(),
+        ) {
+            let task = TaskRow::from(json!({"id": 1, "responses_create_params": {"input": "q"}, "zeta": 2}));
+            let mut reward = crate::reward::Reward::new(0.5);
+            if masked {
+                reward.breakdown.insert("mask_sample".into(), json!(true));
+            }
+            let usage = crate::model::Usage { prompt_tokens, completion_tokens: 7 };
+            proptest::prop_assert!(ResponseObject::of("m\"odel", &produced, usage).is_some());
+            let straight = RolloutRow::produced(&task, "m\"odel", &produced, usage, &reward, 3, 1);
+            let tree = rollout_row(&task, response_object("m\"odel", &produced, usage), &reward, 3, 1);
+            proptest::prop_assert_eq!(serde_json::to_string(&straight).unwrap(), serde_json::to_string(&tree).unwrap());
+            proptest::prop_assert_eq!(straight.into_value(), tree);
+        }
+    }
+
+    #[test]
+    fn a_response_with_reasoning_or_a_reward_field_named_response_is_the_trees() {
+        let task = TaskRow::from(json!({"id": 1}));
+        let mut thought = Message::assistant("4");
+        thought.reasoning = Some(Box::new(Reasoning { text: "2 + 2".into(), ..Reasoning::default() }));
+        let produced = [Message::user("2 + 2?"), thought];
+        let usage = crate::model::Usage { prompt_tokens: 3, completion_tokens: 4 };
+        assert!(ResponseObject::of("m", &produced, usage).is_none(), "reasoning is built as a tree");
+        let mut named = crate::reward::Reward::new(1.0);
+        named.breakdown.insert("response".into(), json!("the scorer's"));
+        for (produced, reward) in
+            [(&produced[..], &named), (&produced[..1], &named), (&produced[..], &crate::reward::Reward::new(0.0))]
+        {
+            let row = RolloutRow::produced(&task, "m", produced, usage, reward, 0, 0);
+            let tree = rollout_row(&task, response_object("m", produced, usage), reward, 0, 0);
+            assert_eq!(serde_json::to_string(&row).unwrap(), serde_json::to_string(&tree).unwrap());
+        }
+        let mut row = RolloutRow::produced(&task, "m", &produced[..1], usage, &crate::reward::Reward::new(0.0), 0, 0);
+        row.insert("response", json!(1));
+        assert_eq!(serde_json::to_value(&row).unwrap()["response"], json!(1), "an inserted response wins");
     }
 
     #[test]

@@ -34,19 +34,27 @@ impl<'a> Rollout<'a> {
 
     /// [`Rollout::row`] borrowing the task row, for writing: the same bytes, without a copy of
     /// the task's fields.
-    pub fn written(&self, model: &str) -> RolloutRow<'a> {
+    pub fn written<'r>(&'r self, model: &'r str) -> RolloutRow<'r> {
         let unscored = Reward::new(0.0);
         let discontiguous = first_discontiguous(self.produced);
-        let response = match &discontiguous {
-            None => response_object(model, self.produced, self.usage),
+        let reward = self.reward.unwrap_or(&unscored);
+        let mut row = match &discontiguous {
+            None => RolloutRow::produced(
+                &self.task.row,
+                model,
+                self.produced,
+                self.usage,
+                reward,
+                self.task.index,
+                self.trial,
+            ),
             Some((at, _)) => {
                 let mut kept = self.produced.to_vec();
                 kept[*at..].iter_mut().for_each(|m| m.tokens = None);
-                response_object(model, &kept, self.usage)
+                let response = response_object(model, &kept, self.usage);
+                RolloutRow::new(&self.task.row, response, reward, self.task.index, self.trial)
             }
         };
-        let mut row =
-            RolloutRow::new(&self.task.row, response, self.reward.unwrap_or(&unscored), self.task.index, self.trial);
         if let Some((_, why)) = discontiguous {
             row.insert("_parley_token_contiguity", json!(why));
         }
