@@ -97,12 +97,14 @@ fn extends(open: &str, prev_len: usize, prev_hash: u64) -> (bool, u64) {
 impl Deltas {
     /// Rewrites the turn's requests as deltas where it can, and remembers them for the next
     /// turn. `finished` forgets the session.
+    ///
+    /// The map is locked only to take a session's entry out and put the next one in: sessions
+    /// on other threads encode their own turns meanwhile.
     pub(crate) fn encode(&self, session: SessionId, turn: &mut TurnRecord, finished: bool) {
-        let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for record in &mut turn.messages {
             let Some(call) = &mut record.call else { continue };
             let key = (session, record.message.role);
-            let prev = last.remove(&key);
+            let prev = self.lock().remove(&key);
             let body = call.request.get();
             let Some((next, delta)) = prev
                 .as_ref()
@@ -111,18 +113,28 @@ impl Deltas {
             else {
                 continue;
             };
-            last.insert(key, next);
+            if !finished {
+                self.lock().insert(key, next);
+            }
             if let Some(Ok(delta)) = delta {
                 call.request = delta;
             }
         }
         if finished {
-            last.retain(|(s, _), _| *s != session);
+            self.forget(session);
         }
     }
 
+    /// Forgets the session's entries: one for each role that makes calls, found by key.
     pub(crate) fn forget(&self, session: SessionId) {
-        self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|(s, _), _| *s != session);
+        let mut last = self.lock();
+        for role in [Role::System, Role::User, Role::Assistant, Role::Tool] {
+            last.remove(&(session, role));
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(SessionId, Role), Last>> {
+        self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -356,6 +368,26 @@ mod tests {
         assert_eq!(stored[&4][DELTA_KEY]["base"], 2);
         let by_seq = |seq: u32| stored.get(&seq).cloned();
         assert_eq!(reconstruct(&stored[&4], &by_seq), Some(serde_json::from_str(second).unwrap()));
+    }
+
+    #[test]
+    fn a_finished_session_is_forgotten_and_others_kept() {
+        let request = |n: usize| json!({"model": "a", "messages": vec![json!({"role": "user", "content": "q"}); n]});
+        let deltas = Deltas::default();
+        for session in [1, 2] {
+            deltas.encode(session, &mut turn(2, Role::Assistant, request(1)), false);
+            deltas.encode(session, &mut turn(3, Role::User, request(1)), false);
+        }
+        assert_eq!(deltas.lock().len(), 4);
+        // The last turn is still written as a delta, and leaves nothing of its session behind,
+        // the user's entry included.
+        let mut last = turn(4, Role::Assistant, request(2));
+        deltas.encode(1, &mut last, true);
+        assert!(call_of(&last).contains(DELTA_KEY), "{}", call_of(&last));
+        let left: Vec<_> = deltas.lock().keys().copied().collect();
+        assert!(left.iter().all(|(s, _)| *s == 2) && left.len() == 2, "{left:?}");
+        deltas.forget(2);
+        assert!(deltas.lock().is_empty());
     }
 
     #[test]
