@@ -83,10 +83,10 @@ impl Serialize for Tools<'_> {
     }
 }
 
-/// [`parse_reply`] of a body's bytes. A reply of the usual shape, when no token ids are asked
-/// for, is read straight from the bytes; any other goes through a `Value` tree.
+/// [`parse_reply`] of a body's bytes. A reply of the usual shape is read straight from the
+/// bytes; any other goes through a `Value` tree.
 pub(crate) fn read_reply(body: &[u8], token_ids: bool) -> Result<(Message, Option<String>, Usage), String> {
-    if !token_ids && let Some(reply) = quick::reply(body) {
+    if let Some(reply) = quick::reply(body, token_ids) {
         return Ok(reply);
     }
     let body: Value = serde_json::from_slice(body)
@@ -403,7 +403,37 @@ mod tests {
         ]
     }
 
-    /// A chat completion whose fields are each [`field_value`].
+    /// A token field: mostly a list of ids or log-probs (of one of two lengths, so that some
+    /// agree), sometimes anything at all.
+    fn token_list() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => prop::collection::vec(0u32..9, 1..3).prop_map(|ids| json!(ids)),
+            2 => prop::collection::vec(-2.0f64..0.0, 1..3).prop_map(|lps| json!(lps)),
+            2 => Just(Value::Null),
+            1 => field_value(),
+        ]
+    }
+
+    /// `choices[0].logprobs`: entries written `token_id:<n>` or not, with or without their
+    /// log-prob, or anything at all.
+    fn logprobs_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let entry = prop_oneof![
+            4 => Just(json!({"token": "token_id:7", "logprob": -0.5, "top_logprobs": []})),
+            1 => Just(json!({"token": "hi", "logprob": -1})),
+            1 => Just(json!({"token": "token_id:7"})),
+            1 => field_value(),
+        ];
+        prop_oneof![
+            3 => prop::collection::vec(entry, 1..3).prop_map(|content| json!({"content": content})),
+            2 => Just(Value::Null),
+            1 => field_value(),
+        ]
+    }
+
+    /// A chat completion whose fields are each [`field_value`], with token fields in each of
+    /// their spellings.
     fn reply_value() -> impl proptest::strategy::Strategy<Value = Value> {
         use proptest::prelude::*;
         let call =
@@ -419,12 +449,29 @@ mod tests {
             2 => (any::<u32>(), field_value()).prop_map(|(p, c)| json!({"prompt_tokens": p, "completion_tokens": c})),
             1 => field_value(),
         ];
-        (field_value(), calls, field_value(), field_value(), field_value(), usage, 0..3usize).prop_map(
-            |(content, tool_calls, reasoning, reasoning_content, finish_reason, usage, choices)| {
-                let message = json!({"role": "assistant", "content": content, "tool_calls": tool_calls,
+        let tokens = (token_list(), token_list(), token_list(), token_list(), token_list(), logprobs_value());
+        (field_value(), calls, field_value(), field_value(), field_value(), usage, 0..3usize, tokens).prop_map(
+            |(content, tool_calls, reasoning, reasoning_content, finish_reason, usage, choices, tokens)| {
+                let (prompt, generation, log_probs, vllm_ids, vllm_prompt, logprobs) = tokens;
+                let mut message = json!({"role": "assistant", "content": content, "tool_calls": tool_calls,
                     "reasoning": reasoning, "reasoning_content": reasoning_content});
-                let choice = json!({"index": 0, "message": message, "finish_reason": finish_reason});
-                json!({"id": "c", "choices": vec![choice; choices], "usage": usage})
+                let mut choice = json!({"index": 0, "finish_reason": finish_reason});
+                let mut body = json!({"id": "c", "usage": usage});
+                // Each token field left out when null, else written where its spelling puts it.
+                let put = |object: &mut Value, key: &str, value: Value| {
+                    if !value.is_null() {
+                        object[key] = value;
+                    }
+                };
+                put(&mut message, "prompt_token_ids", prompt);
+                put(&mut message, "generation_token_ids", generation);
+                put(&mut message, "generation_log_probs", log_probs);
+                put(&mut choice, "token_ids", vllm_ids);
+                put(&mut choice, "logprobs", logprobs);
+                put(&mut body, "prompt_token_ids", vllm_prompt);
+                choice["message"] = message;
+                body["choices"] = json!(vec![choice; choices]);
+                body
             },
         )
     }
@@ -432,13 +479,66 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
 
-        /// A reply read straight from its bytes is the one the tree reads, or is left to it.
+        /// A reply read straight from its bytes is the one the tree reads, or is left to it,
+        /// with token ids asked for or not.
         #[test]
-        fn a_reply_read_straight_is_the_trees(body in reply_value()) {
+        fn a_reply_read_straight_is_the_trees(body in reply_value(), token_ids in proptest::prelude::any::<bool>()) {
             let bytes = serde_json::to_vec(&body).unwrap();
-            if let Some(straight) = quick::reply(&bytes) {
-                proptest::prop_assert_eq!(Ok(straight), parse_reply(&body, false));
+            if let Some(straight) = quick::reply(&bytes, token_ids) {
+                proptest::prop_assert_eq!(Ok(straight), parse_reply(&body, token_ids));
             }
+        }
+    }
+
+    #[test]
+    fn token_ids_are_read_straight_in_each_spelling_and_in_the_trees_order() {
+        let entries =
+            json!({"content": [{"token": "token_id:5", "logprob": -0.5}, {"token": "token_id:6", "logprob": -1}]});
+        fn merge(into: &mut Value, from: Value) {
+            into.as_object_mut().unwrap().extend(from.as_object().unwrap().clone());
+        }
+        let reply = |message: Value, choice: Value, top: Value| {
+            let mut m = json!({"content": "hi", "role": "assistant"});
+            merge(&mut m, message);
+            let mut c = json!({"logprobs": entries.clone(), "message": m});
+            merge(&mut c, choice);
+            let mut body = json!({"choices": [c]});
+            merge(&mut body, top);
+            serde_json::to_vec(&body).unwrap()
+        };
+        let three =
+            json!({"prompt_token_ids": [1, 2], "generation_token_ids": [7, 8], "generation_log_probs": [-0.1, -0.2]});
+        let cases = [
+            // The message's three fields win over vLLM's and the entries.
+            (
+                three.clone(),
+                json!({"token_ids": [9, 9]}),
+                json!({"prompt_token_ids": [3]}),
+                Some((vec![1, 2], vec![7, 8])),
+            ),
+            // vLLM's: ids on the choice, the prompt at the top, log-probs from the entries.
+            (json!({}), json!({"token_ids": [5, 6]}), json!({"prompt_token_ids": [3]}), Some((vec![3], vec![5, 6]))),
+            // The entries' ids, with the top-level prompt.
+            (json!({}), json!({}), json!({"prompt_token_ids": [3]}), Some((vec![3], vec![5, 6]))),
+        ];
+        for (message, choice, top, expected) in cases {
+            let body = reply(message, choice, top);
+            let straight = quick::reply(&body, true).expect("read straight");
+            let tokens = straight.0.tokens.as_deref().expect("token ids");
+            assert_eq!(Some((tokens.prompt.clone(), tokens.generation.clone())), expected);
+            assert_eq!(Ok(straight), parse_reply(&serde_json::from_slice(&body).unwrap(), true));
+            assert_eq!(quick::reply(&body, false).unwrap().0.tokens, None, "not asked for, not read");
+        }
+        // An entry without its log-prob, ids without a prompt, and ids without their log-probs:
+        // the tree refuses each, and the straight reading leaves each to it.
+        let no_logprob = json!({"choices": [{"message": {"content": "hi"}, "logprobs": {"content": [{"token": "token_id:5"}]}}],
+            "prompt_token_ids": [3]});
+        let no_prompt = json!({"choices": [{"message": {"content": "hi", "generation_token_ids": [7], "generation_log_probs": [-1]}}]});
+        let no_log_probs =
+            json!({"choices": [{"message": {"content": "hi", "prompt_token_ids": [1], "generation_token_ids": [7]}}]});
+        for body in [no_logprob, no_prompt, no_log_probs] {
+            assert!(quick::reply(&serde_json::to_vec(&body).unwrap(), true).is_none(), "{body}");
+            assert!(parse_reply(&body, true).is_err(), "{body}");
         }
     }
 
@@ -448,7 +548,7 @@ mod tests {
             "tool_calls": [{"id": "x", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
             "logprobs": null, "finish_reason": "tool_calls"}, {"index": 1}],
             "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}"#;
-        let (m, finish, usage) = quick::reply(usual).expect("the usual reply is read straight");
+        let (m, finish, usage) = quick::reply(usual, false).expect("the usual reply is read straight");
         assert_eq!(m.tool_calls[0].arguments, "{\"a\": 1}");
         assert_eq!((finish.as_deref(), usage), (Some("tool_calls"), Usage { prompt_tokens: 3, completion_tokens: 4 }));
         assert_eq!(read_reply(usual, false), parse_reply(&serde_json::from_slice(usual).unwrap(), false));
@@ -465,7 +565,7 @@ mod tests {
             b"{\"choices\": [{\"message\": {\"content\": \"hi\"}}], \"id\": \"\xff\"}",
         ];
         for body in odd {
-            assert!(quick::reply(body).is_none(), "{}", String::from_utf8_lossy(body));
+            assert!(quick::reply(body, false).is_none(), "{}", String::from_utf8_lossy(body));
             let tree =
                 serde_json::from_slice::<Value>(body).map_err(|e| e.to_string()).and_then(|v| parse_reply(&v, false));
             assert_eq!(read_reply(body, false).is_ok(), tree.is_ok(), "{}", String::from_utf8_lossy(body));
@@ -473,7 +573,7 @@ mod tests {
         // Escapes are read as the tree reads them; a name given twice keeps its last value.
         let twice =
             br#"{"choices": [{"message": {"content": "a\u00e9\n", "content": "b\"c"}, "finish_reason": "st\u006fp"}]}"#;
-        let (m, finish, _) = quick::reply(twice).unwrap();
+        let (m, finish, _) = quick::reply(twice, false).unwrap();
         assert_eq!((m.content.as_deref(), finish.as_deref()), (Some("b\"c"), Some("stop")));
         assert_eq!(read_reply(twice, false), parse_reply(&serde_json::from_slice(twice).unwrap(), false));
     }

@@ -1,7 +1,8 @@
 //! Replies of the usual shape read without a `Value` tree: each field straight from the body,
-//! strings borrowed where they hold no escapes. A reply of any other shape (content as a list
-//! of parts, a field of an unexpected type, a list where an object belongs) is declined, and the
-//! tree reads or refuses it as before, so both ways give the same reply.
+//! strings borrowed where they hold no escapes, token ids and log-probs straight into their
+//! lists. A reply of any other shape (content as a list of parts, a field of an unexpected type,
+//! a list where an object belongs, token ids that do not agree) is declined, and the tree reads
+//! or refuses it as before, so both ways give the same reply.
 //!
 //! Objects are read by name only: serde's derived readers would also take a JSON list for an
 //! object, field by field in order, and so accept replies the tree refuses.
@@ -10,16 +11,23 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
-use parley_core::{Message, Reasoning, ReasoningSpelling, Role, ToolCall, Usage};
+use std::sync::Arc;
+
+use parley_core::{Message, Reasoning, ReasoningSpelling, Role, TokenIds, ToolCall, Usage};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-/// The reply in `body` if it has the usual shape; `None` sends it to the tree.
-pub(super) fn reply(body: &[u8]) -> Option<(Message, Option<String>, Usage)> {
+/// The reply in `body` if it has the usual shape, with its token ids when `token_ids` (see
+/// [`token_ids_of`]); `None` sends it to the tree.
+pub(super) fn reply(body: &[u8], token_ids: bool) -> Option<(Message, Option<String>, Usage)> {
     // Skipped fields' strings are not checked for UTF-8; the tree checks every string.
     std::str::from_utf8(body).ok()?;
-    let Object(Reply { choice, usage }) = serde_json::from_slice(body).ok()?;
-    let Choice { message, finish_reason } = choice?;
-    let Fields { content, tool_calls, reasoning, reasoning_content } = message?;
+    let Object(Reply { choice, usage, prompt_token_ids }) = serde_json::from_slice(body).ok()?;
+    let Choice { message, finish_reason, token_ids: choice_ids, logprobs } = choice?;
+    let Fields { content, tool_calls, reasoning, reasoning_content, tokens } = message?;
+    let tokens = match token_ids {
+        true => token_ids_of(tokens, prompt_token_ids, choice_ids, logprobs)?.map(Arc::new),
+        false => None,
+    };
     let tool_calls = tool_calls
         .unwrap_or_default()
         .into_iter()
@@ -42,12 +50,50 @@ pub(super) fn reply(body: &[u8]) -> Option<(Message, Option<String>, Usage)> {
                 Some(Box::new(Reasoning { text: text.owned(), spelling, items: Vec::new() }))
             });
     let message =
-        Message { content: content.map(Text::owned), tool_calls, reasoning, ..Message::empty(Role::Assistant) };
+        Message { content: content.map(Text::owned), tool_calls, reasoning, tokens, ..Message::empty(Role::Assistant) };
     let usage = usage.map_or_else(Usage::default, |Object(u)| Usage {
         prompt_tokens: u.prompt_tokens.unwrap_or(0),
         completion_tokens: u.completion_tokens.unwrap_or(0),
     });
     Some((message, finish_reason.map(Text::owned), usage))
+}
+
+/// The tokens of a reply, read in the tree's order of spellings (`wire::token_ids_of`): the
+/// message's three fields first, then vLLM's `choices[0].token_ids` and top-level
+/// `prompt_token_ids`, then the log-prob entries' `token_id:<n>`. `Some(None)` for a reply with
+/// no token ids; `None` (declined) for ids the tree would refuse: a log-prob entry without its
+/// number, ids without a prompt or a prompt without ids, a log-prob missing for an id.
+fn token_ids_of(
+    message: MessageTokens,
+    top_prompt: Option<Vec<u32>>,
+    choice_ids: Option<Vec<u32>>,
+    logprobs: Option<Object<Logprobs>>,
+) -> Option<Option<TokenIds>> {
+    let entries = match logprobs.and_then(|Object(l)| l.content) {
+        Some(entries) => Some(
+            entries
+                .into_iter()
+                .map(|Object(e)| {
+                    let id = e.token.as_ref().and_then(|t| t.0.strip_prefix("token_id:")?.parse::<u32>().ok());
+                    Some((id, e.logprob?))
+                })
+                .collect::<Option<Vec<_>>>()?,
+        ),
+        None => None,
+    };
+    let prompt = message.prompt_token_ids.or(top_prompt);
+    let generation = message
+        .generation_token_ids
+        .or(choice_ids)
+        .or_else(|| entries.as_ref().and_then(|e| e.iter().map(|(id, _)| *id).collect()));
+    let log_probs = message.generation_log_probs.or_else(|| entries.map(|e| e.into_iter().map(|(_, lp)| lp).collect()));
+    let tokens = match (prompt, generation) {
+        (None, None) => return Some(None),
+        (Some(prompt), Some(generation)) => TokenIds { prompt, generation, log_probs: log_probs.unwrap_or_default() },
+        _ => return None,
+    };
+    tokens.check().ok()?;
+    Some(Some(tokens))
 }
 
 /// A string, borrowed from the body unless it had escapes.
@@ -133,6 +179,8 @@ struct Reply<'de> {
     /// `choices[0]`, when `choices` is a list that has one.
     choice: Option<Choice<'de>>,
     usage: Option<Object<Counts>>,
+    /// vLLM's spelling of the prompt's tokens.
+    prompt_token_ids: Option<Vec<u32>>,
 }
 
 impl<'de> Named<'de> for Reply<'de> {
@@ -140,6 +188,7 @@ impl<'de> Named<'de> for Reply<'de> {
         match name {
             "choices" => self.choice = map.next_value::<First<Object<Choice<'de>>>>()?.0.map(|o| o.0),
             "usage" => self.usage = map.next_value()?,
+            "prompt_token_ids" => self.prompt_token_ids = map.next_value()?,
             _ => drop(map.next_value::<IgnoredAny>()?),
         }
         Ok(())
@@ -151,6 +200,9 @@ struct Choice<'de> {
     /// `None` when absent; a `message` that is not an object is declined.
     message: Option<Fields<'de>>,
     finish_reason: Option<Text<'de>>,
+    /// vLLM's spelling of the generated tokens.
+    token_ids: Option<Vec<u32>>,
+    logprobs: Option<Object<Logprobs<'de>>>,
 }
 
 impl<'de> Named<'de> for Choice<'de> {
@@ -158,6 +210,8 @@ impl<'de> Named<'de> for Choice<'de> {
         match name {
             "message" => self.message = Some(map.next_value::<Object<Fields<'de>>>()?.0),
             "finish_reason" => self.finish_reason = map.next_value()?,
+            "token_ids" => self.token_ids = map.next_value()?,
+            "logprobs" => self.logprobs = map.next_value()?,
             _ => drop(map.next_value::<IgnoredAny>()?),
         }
         Ok(())
@@ -171,6 +225,15 @@ struct Fields<'de> {
     tool_calls: Option<Vec<Object<Call<'de>>>>,
     reasoning: Option<Text<'de>>,
     reasoning_content: Option<Text<'de>>,
+    tokens: MessageTokens,
+}
+
+/// The three token fields of `choices[0].message` (vLLM servers that serve RL trainers).
+#[derive(Default)]
+struct MessageTokens {
+    prompt_token_ids: Option<Vec<u32>>,
+    generation_token_ids: Option<Vec<u32>>,
+    generation_log_probs: Option<Vec<f64>>,
 }
 
 impl<'de> Named<'de> for Fields<'de> {
@@ -180,6 +243,9 @@ impl<'de> Named<'de> for Fields<'de> {
             "tool_calls" => self.tool_calls = map.next_value()?,
             "reasoning" => self.reasoning = map.next_value()?,
             "reasoning_content" => self.reasoning_content = map.next_value()?,
+            "prompt_token_ids" => self.tokens.prompt_token_ids = map.next_value()?,
+            "generation_token_ids" => self.tokens.generation_token_ids = map.next_value()?,
+            "generation_log_probs" => self.tokens.generation_log_probs = map.next_value()?,
             _ => drop(map.next_value::<IgnoredAny>()?),
         }
         Ok(())
@@ -234,6 +300,40 @@ impl<'de> Named<'de> for Counts {
         match name {
             "prompt_tokens" => self.prompt_tokens = map.next_value()?,
             "completion_tokens" => self.completion_tokens = map.next_value()?,
+            _ => drop(map.next_value::<IgnoredAny>()?),
+        }
+        Ok(())
+    }
+}
+
+/// `choices[0].logprobs`.
+#[derive(Default)]
+struct Logprobs<'de> {
+    content: Option<Vec<Object<Entry<'de>>>>,
+}
+
+impl<'de> Named<'de> for Logprobs<'de> {
+    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
+        match name {
+            "content" => self.content = map.next_value()?,
+            _ => drop(map.next_value::<IgnoredAny>()?),
+        }
+        Ok(())
+    }
+}
+
+/// A log-prob entry: the token (`token_id:<n>` when the server writes ids) and its log-prob.
+#[derive(Default)]
+struct Entry<'de> {
+    token: Option<Text<'de>>,
+    logprob: Option<f64>,
+}
+
+impl<'de> Named<'de> for Entry<'de> {
+    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
+        match name {
+            "token" => self.token = map.next_value()?,
+            "logprob" => self.logprob = map.next_value()?,
             _ => drop(map.next_value::<IgnoredAny>()?),
         }
         Ok(())
