@@ -244,10 +244,17 @@ impl Reasoning {
     /// the field), because that server reads `reasoning` back from assistant messages and, in
     /// some versions, ignores `reasoning_content` there.
     pub fn from_chat_message(message: &Value) -> Option<Reasoning> {
-        [("reasoning", ReasoningSpelling::Reasoning), ("reasoning_content", ReasoningSpelling::ReasoningContent)]
+        let text = |field: &str| message.get(field).and_then(Value::as_str);
+        Reasoning::from_chat_fields(text("reasoning"), text("reasoning_content"))
+    }
+
+    /// [`Reasoning::from_chat_message`] of the two fields' strings, as a reader that does not
+    /// build the message as a tree has them.
+    pub fn from_chat_fields(reasoning: Option<&str>, reasoning_content: Option<&str>) -> Option<Reasoning> {
+        [(reasoning, ReasoningSpelling::Reasoning), (reasoning_content, ReasoningSpelling::ReasoningContent)]
             .into_iter()
-            .find_map(|(field, spelling)| {
-                let text = message.get(field)?.as_str().filter(|t| !t.is_empty())?;
+            .find_map(|(text, spelling)| {
+                let text = text.filter(|t| !t.is_empty())?;
                 Some(Reasoning { text: text.to_owned(), spelling, items: Vec::new() })
             })
     }

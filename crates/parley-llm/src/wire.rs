@@ -186,7 +186,7 @@ fn token_ids_of(body: &Value, choice: &Value, message: &Value) -> Result<Option<
     let generation = match (message.get("generation_token_ids"), choice.get("token_ids")) {
         (Some(g), _) if !g.is_null() => Some(ids(g, "message.generation_token_ids")?),
         (_, Some(g)) if !g.is_null() => Some(ids(g, "choices[0].token_ids")?),
-        _ => entries.as_ref().and_then(|e| e.iter().map(|(id, _)| *id).collect::<Option<Vec<u32>>>()),
+        _ => None,
     };
     let log_probs = match message.get("generation_log_probs") {
         Some(Value::Array(list)) => Some(
@@ -195,8 +195,23 @@ fn token_ids_of(body: &Value, choice: &Value, message: &Value) -> Result<Option<
                 .collect::<Option<Vec<f64>>>()
                 .ok_or("`message.generation_log_probs` holds something that is not a number")?,
         ),
-        _ => entries.map(|e| e.into_iter().map(|(_, logprob)| logprob).collect()),
+        _ => None,
     };
+    paired(prompt, generation, log_probs, entries)
+}
+
+/// A reply's tokens from what its spellings gave: the generated ids and log-probs, when no
+/// field of their own held them, from the log-prob entries (as (token id if written
+/// `token_id:<n>`, log-prob)). `None` when the reply has no token ids; an error when it has
+/// generated ids without a prompt or a prompt without them, or a log-prob missing for an id.
+fn paired(
+    prompt: Option<Vec<u32>>,
+    generation: Option<Vec<u32>>,
+    log_probs: Option<Vec<f64>>,
+    entries: Option<Vec<(Option<u32>, f64)>>,
+) -> Result<Option<TokenIds>, String> {
+    let generation = generation.or_else(|| entries.as_ref().and_then(|e| e.iter().map(|(id, _)| *id).collect()));
+    let log_probs = log_probs.or_else(|| entries.map(|e| e.into_iter().map(|(_, logprob)| logprob).collect()));
     let (prompt, generation) = match (prompt, generation) {
         (None, None) => return Ok(None),
         (Some(prompt), Some(generation)) => (prompt, generation),

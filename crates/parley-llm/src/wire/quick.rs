@@ -10,10 +10,9 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
-
 use std::sync::Arc;
 
-use parley_core::{Message, Reasoning, ReasoningSpelling, Role, TokenIds, ToolCall, Usage};
+use parley_core::{Message, Reasoning, Role, TokenIds, ToolCall, Usage};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// The reply in `body` if it has the usual shape, with its token ids when `token_ids` (see
@@ -41,14 +40,9 @@ pub(super) fn reply(body: &[u8], token_ids: bool) -> Option<(Message, Option<Str
             })
         })
         .collect::<Option<Vec<_>>>()?;
-    // `reasoning` wins over `reasoning_content`; an empty one counts as none.
     let reasoning =
-        [(reasoning, ReasoningSpelling::Reasoning), (reasoning_content, ReasoningSpelling::ReasoningContent)]
-            .into_iter()
-            .find_map(|(text, spelling)| {
-                let text = text.filter(|t| !t.0.is_empty())?;
-                Some(Box::new(Reasoning { text: text.owned(), spelling, items: Vec::new() }))
-            });
+        Reasoning::from_chat_fields(reasoning.as_ref().map(Text::as_str), reasoning_content.as_ref().map(Text::as_str))
+            .map(Box::new);
     let message =
         Message { content: content.map(Text::owned), tool_calls, reasoning, tokens, ..Message::empty(Role::Assistant) };
     let usage = usage.map_or_else(Usage::default, |Object(u)| Usage {
@@ -58,11 +52,11 @@ pub(super) fn reply(body: &[u8], token_ids: bool) -> Option<(Message, Option<Str
     Some((message, finish_reason.map(Text::owned), usage))
 }
 
-/// The tokens of a reply, read in the tree's order of spellings (`wire::token_ids_of`): the
+/// The tokens of a reply, in the tree's order of spellings (see `wire::token_ids_of`): the
 /// message's three fields first, then vLLM's `choices[0].token_ids` and top-level
 /// `prompt_token_ids`, then the log-prob entries' `token_id:<n>`. `Some(None)` for a reply with
 /// no token ids; `None` (declined) for ids the tree would refuse: a log-prob entry without its
-/// number, ids without a prompt or a prompt without ids, a log-prob missing for an id.
+/// number, or what `wire::paired` refuses.
 fn token_ids_of(
     message: MessageTokens,
     top_prompt: Option<Vec<u32>>,
@@ -74,7 +68,7 @@ fn token_ids_of(
             entries
                 .into_iter()
                 .map(|Object(e)| {
-                    let id = e.token.as_ref().and_then(|t| t.0.strip_prefix("token_id:")?.parse::<u32>().ok());
+                    let id = e.token.as_ref().and_then(|t| t.as_str().strip_prefix("token_id:")?.parse::<u32>().ok());
                     Some((id, e.logprob?))
                 })
                 .collect::<Option<Vec<_>>>()?,
@@ -82,18 +76,8 @@ fn token_ids_of(
         None => None,
     };
     let prompt = message.prompt_token_ids.or(top_prompt);
-    let generation = message
-        .generation_token_ids
-        .or(choice_ids)
-        .or_else(|| entries.as_ref().and_then(|e| e.iter().map(|(id, _)| *id).collect()));
-    let log_probs = message.generation_log_probs.or_else(|| entries.map(|e| e.into_iter().map(|(_, lp)| lp).collect()));
-    let tokens = match (prompt, generation) {
-        (None, None) => return Some(None),
-        (Some(prompt), Some(generation)) => TokenIds { prompt, generation, log_probs: log_probs.unwrap_or_default() },
-        _ => return None,
-    };
-    tokens.check().ok()?;
-    Some(Some(tokens))
+    let generation = message.generation_token_ids.or(choice_ids);
+    super::paired(prompt, generation, message.generation_log_probs, entries).ok()
 }
 
 /// A string, borrowed from the body unless it had escapes.
@@ -102,6 +86,10 @@ struct Text<'de>(Cow<'de, str>);
 impl Text<'_> {
     fn owned(self) -> String {
         self.0.into_owned()
+    }
+
+    fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -218,7 +206,7 @@ impl<'de> Named<'de> for Choice<'de> {
     }
 }
 
-/// The fields of `choices[0].message` that a reply without token ids is read from.
+/// The fields of `choices[0].message` that a reply is read from.
 #[derive(Default)]
 struct Fields<'de> {
     content: Option<Text<'de>>,
