@@ -435,6 +435,17 @@ impl<'a> RolloutRow<'a> {
         task_index: usize,
         rollout_index: u32,
     ) -> RolloutRow<'a> {
+        RolloutRow::with(task, Some(response), reward, task_index, rollout_index)
+    }
+
+    /// The row's fields but, when `response` is `None`, its response.
+    fn with(
+        task: &'a TaskRow,
+        response: Option<Value>,
+        reward: &crate::reward::Reward,
+        task_index: usize,
+        rollout_index: u32,
+    ) -> RolloutRow<'a> {
         let mut added = Map::new();
         // Defaults, where the task row has none of its own.
         for (key, default) in
@@ -444,7 +455,9 @@ impl<'a> RolloutRow<'a> {
                 added.insert(key.into(), default);
             }
         }
-        added.insert("response".into(), response);
+        if let Some(response) = response {
+            added.insert("response".into(), response);
+        }
         added.insert("reward".into(), json!(reward.value));
         for (k, v) in &reward.breakdown {
             added.insert(k.clone(), v.clone());
@@ -466,11 +479,10 @@ impl<'a> RolloutRow<'a> {
         rollout_index: u32,
     ) -> RolloutRow<'a> {
         let straight = ResponseObject::of(model, produced, usage);
-        let response = straight.map_or_else(|| response_object(model, produced, usage), |_| Value::Null);
-        let mut row = RolloutRow::new(task, response, reward, task_index, rollout_index);
+        let tree = straight.is_none().then(|| response_object(model, produced, usage));
+        let mut row = RolloutRow::with(task, tree, reward, task_index, rollout_index);
         // A reward field named `response` takes the response's place, as it does in the tree.
-        if straight.is_some() && !reward.breakdown.contains_key("response") {
-            row.added.remove("response");
+        if !row.added.contains_key("response") {
             row.response = straight;
         }
         row
