@@ -24,6 +24,9 @@ pub enum Role {
 }
 
 impl Role {
+    /// Every role, for code that must visit each one.
+    pub const ALL: [Role; 4] = [Role::System, Role::User, Role::Assistant, Role::Tool];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Role::System => "system",
@@ -183,5 +186,22 @@ impl ToolSpec {
             parameters: function.get("parameters").cloned().unwrap_or_else(empty_object_schema),
             strict: function.get("strict").and_then(Value::as_bool).unwrap_or(false),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_lists_every_role_once() {
+        for role in Role::ALL {
+            // No wildcard: a new role stops this from compiling until it is listed in `Role::ALL`.
+            match role {
+                Role::System | Role::User | Role::Assistant | Role::Tool => {}
+            }
+        }
+        let names: std::collections::HashSet<_> = Role::ALL.map(Role::as_str).into_iter().collect();
+        assert_eq!(names.len(), Role::ALL.len());
     }
 }

@@ -128,7 +128,7 @@ impl Deltas {
     /// Forgets the session's entries: one for each role that makes calls, found by key.
     pub(crate) fn forget(&self, session: SessionId) {
         let mut last = self.lock();
-        for role in [Role::System, Role::User, Role::Assistant, Role::Tool] {
+        for role in Role::ALL {
             last.remove(&(session, role));
         }
     }
@@ -335,9 +335,8 @@ mod tests {
         for (seq, request) in &requests {
             let mut t = turn(*seq, Role::Assistant, request.clone());
             deltas.encode(3, &mut t, false);
-            let last = deltas.last.lock().unwrap();
             assert!(
-                last[&(3, Role::Assistant)].template.is_none(),
+                deltas.lock()[&(3, Role::Assistant)].template.is_none(),
                 "{} bytes of other fields kept",
                 instructions.len()
             );

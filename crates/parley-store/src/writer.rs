@@ -1,8 +1,8 @@
 //! The single writer: it drains every session's pending turns (after letting the sessions ready
 //! to send theirs do so, when turns are coming in from many: [`gather`]), has them committed in
 //! one transaction by the committing thread (`commit`: its own connection, a whole batch at a
-//! time), and acknowledges each turn after the commit. Its rows are the ones PostgreSQL's writer writes
-//! (`turn_rows`).
+//! time), and acknowledges each turn after the commit. Its rows are the ones PostgreSQL's writer
+//! writes (`turn_rows`).
 //!
 //! The WAL is checkpointed beside the writer, not in its way: every
 //! [`CHECKPOINT_BYTES`] or so the writer wakes a checkpointer, a task with a connection of its
