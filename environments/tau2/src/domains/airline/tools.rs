@@ -11,7 +11,7 @@ use super::model::{
 };
 use crate::args::{Args, Num, py_type};
 use crate::domains::model;
-use crate::fold::fold_for_match;
+use crate::fold::{fold_for_match, folds_to};
 use crate::ordered_map::OrderedMap;
 use crate::toolkit::{Out, ToolError, ToolResult};
 
@@ -86,7 +86,7 @@ fn resolve<V>(map: &OrderedMap<V>, key: &str) -> Option<String> {
         return Some(stripped.to_owned());
     }
     let folded = fold_for_match(stripped);
-    map.keys().find(|k| fold_for_match(k) == folded).cloned()
+    map.keys().find(|k| folds_to(k, &folded)).cloned()
 }
 
 fn flight_instance<'a>(db: &'a FlightDb, number: &str, date: &str) -> Result<&'a FlightDateStatus, ToolError> {

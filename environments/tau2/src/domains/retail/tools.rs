@@ -5,7 +5,7 @@
 use super::model::{Order, OrderPayment, PaymentMethod, RetailDb, User, UserAddress, Variant};
 use crate::args::{Args, Num};
 use crate::domains::model;
-use crate::fold::fold_for_match;
+use crate::fold::{fold_for_match, folds_to};
 use crate::pyjson::{Py, round2};
 use crate::toolkit::{Out, ToolError, ToolResult};
 
@@ -21,9 +21,7 @@ pub fn call(db: &mut RetailDb, name: &str, args: &Args) -> Option<ToolResult> {
             db.users
                 .iter()
                 .find(|(_, u)| {
-                    fold_for_match(&u.name.first_name) == first
-                        && fold_for_match(&u.name.last_name) == last
-                        && u.address.zip == zip
+                    folds_to(&u.name.first_name, &first) && folds_to(&u.name.last_name, &last) && u.address.zip == zip
                 })
                 .map(|(id, _)| Out::Str(id.clone()))
                 .ok_or_else(|| ToolError::new("User not found"))
@@ -32,7 +30,7 @@ pub fn call(db: &mut RetailDb, name: &str, args: &Args) -> Option<ToolResult> {
             let wanted = fold_for_match(&args.str("email")?);
             db.users
                 .iter()
-                .find(|(_, u)| fold_for_match(&u.email) == wanted)
+                .find(|(_, u)| folds_to(&u.email, &wanted))
                 .map(|(id, _)| Out::Str(id.clone()))
                 .ok_or_else(|| ToolError::new("User not found"))
         })(),

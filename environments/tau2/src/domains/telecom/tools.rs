@@ -6,7 +6,7 @@
 use super::model::{Bill, Customer, Line, LineItem, Plan, TelecomDb};
 use crate::args::{Args, Num};
 use crate::domains::model;
-use crate::fold::fold_for_match;
+use crate::fold::{fold_for_match, folds_to};
 use crate::pyjson::{Py, float_repr};
 use crate::toolkit::{Out, ToolError, ToolResult};
 
@@ -19,11 +19,8 @@ pub fn call(db: &mut TelecomDb, name: &str, args: &Args) -> Option<ToolResult> {
         "get_customer_by_name" => (|| {
             let name = fold_for_match(&args.str("full_name")?);
             let dob = args.str("dob")?;
-            let found: Vec<&Customer> = db
-                .customers
-                .iter()
-                .filter(|c| fold_for_match(&c.full_name) == name && c.date_of_birth == dob)
-                .collect();
+            let found: Vec<&Customer> =
+                db.customers.iter().filter(|c| folds_to(&c.full_name, &name) && c.date_of_birth == dob).collect();
             Ok(model(&found))
         })(),
         "get_details_by_id" => args.str("id").and_then(|id| details(db, &id)),
