@@ -41,8 +41,8 @@ pub use model::{
 pub use reward::Reward;
 pub use session::{FailureClass, Limits, Termination};
 pub use store::{
-    Claim, Claimed, Fence, MessageRecord, Owner, Player, RunId, RunSpec, RunStatus, SessionId, SessionOutcome,
-    SessionSpec, SessionStatus, SessionStore, StoreError, ToolCallRecord, TurnRecord, Unusable,
+    Claim, Fence, MessageRecord, Owner, Player, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
+    SessionStatus, SessionStore, StoreError, ToolCallRecord, TurnRecord, Unusable,
 };
 pub use task::{Task, ToolLists, stable_seed};
 pub use task_row::TaskRow;

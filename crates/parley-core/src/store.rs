@@ -274,15 +274,6 @@ impl Owner {
     }
 }
 
-/// What a claim of a run's sessions found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Claimed {
-    /// The sessions now driven by the owner that asked, in id order.
-    pub claims: Vec<Claim>,
-    /// Unfinished sessions left alone because another owner's lease on them is still live.
-    pub held_elsewhere: u64,
-}
-
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("database: {0}")]
@@ -356,9 +347,9 @@ pub trait SessionStore: Send + Sync {
     ) -> Result<(RunId, Vec<Claim>), StoreError>;
 
     /// Claims up to `limit` unfinished sessions of a run whose claim is absent or expired, for
-    /// `owner`, raising each one's fence. Sessions another owner holds under a live lease are
-    /// left to it and counted.
-    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError>;
+    /// `owner`, raising each one's fence; the claims, in id order. Sessions another owner holds
+    /// under a live lease are left to it.
+    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Vec<Claim>, StoreError>;
 
     /// Extends the lease of every unfinished session `owner` still holds, in one write; returns
     /// how many it holds.

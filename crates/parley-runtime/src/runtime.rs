@@ -535,7 +535,7 @@ impl JobCursor {
                 None => {
                     self.mark = self.leases.mark();
                     let claimed = self.store.claim_sessions(self.run, &self.owner, self.claim).await?;
-                    let ids: Vec<i64> = claimed.claims.iter().map(|c| c.session).collect();
+                    let ids: Vec<i64> = claimed.iter().map(|c| c.session).collect();
                     let rows = self.store.sessions_by_id(&ids).await?;
                     // Read under this page's claims: no other owner writes these sessions'
                     // turns while they hold, and a page whose claims lapse is checked below.
@@ -543,7 +543,7 @@ impl JobCursor {
                         self.stored = self.store.sessions_with_turns(&ids).await?;
                     }
                     self.elsewhere = self.store.played_elsewhere(&ids).await?;
-                    let fences = claimed.claims.iter().map(|c| c.fence);
+                    let fences = claimed.iter().map(|c| c.fence);
                     self.page = rows.into_iter().zip(fences).collect::<Vec<_>>().into_iter();
                     match self.page.next() {
                         Some(next) => next,

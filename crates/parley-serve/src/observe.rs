@@ -8,9 +8,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 use parley_core::review::UserFault;
 use parley_core::{
-    Agent, AgentFailure, AgentTurn, AgentView, Claim, Claimed, Message, Owner, RunId, RunSpec, SessionId,
-    SessionOutcome, SessionSpec, SessionStore, StoreError, Task, ToolSpec, TurnRecord, UserFailure, UserSimulator,
-    UserTurn, UserView,
+    Agent, AgentFailure, AgentTurn, AgentView, Claim, Message, Owner, RunId, RunSpec, SessionId, SessionOutcome,
+    SessionSpec, SessionStore, StoreError, Task, ToolSpec, TurnRecord, UserFailure, UserSimulator, UserTurn, UserView,
 };
 use parley_engine::Parties;
 
@@ -123,7 +122,7 @@ impl SessionStore for ObservedStore {
         self.inner.create_claimed_run(spec, tasks, sessions, owner).await
     }
 
-    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
+    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Vec<Claim>, StoreError> {
         self.inner.claim_sessions(run, owner, limit).await
     }
 

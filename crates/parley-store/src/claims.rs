@@ -14,9 +14,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use parley_core::{
-    Claim, Claimed, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, SessionStatus, StoreError, Task,
-};
+use parley_core::{Claim, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, SessionStatus, StoreError, Task};
 use sqlx::{PgConnection, QueryBuilder, SqliteConnection};
 
 use crate::dialect::{Dialect, both_stores, literal};
@@ -129,8 +127,10 @@ both_stores! {
     }
 
     /// Claims at most `limit` of the run's pending sessions that nobody holds (or whose lease
-    /// ended), lowest ids first, raising each one's fence; says how many others hold.
-    pub(crate) async fn claim(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
+    /// ended), lowest ids first, raising each one's fence. Nothing else is read: how many
+    /// sessions others hold is [`owners`](Self::owners)'s to say, once a run, where counting them
+    /// on each claim read every pending session of the run a page at a time.
+    pub(crate) async fn claim(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Vec<Claim>, StoreError> {
         let (id, lease) = (owner.id.clone(), lease_ms(owner));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let what = format!("claiming sessions of run {run} for {id} (table `sessions`)");
@@ -147,14 +147,9 @@ both_stores! {
                 pick.push(", lease_until = ").push(Self::NOW_MS).push(" + ").push_bind(lease);
                 pick.push(", fence = fence + 1 WHERE id IN (SELECT id FROM picked) RETURNING id, fence");
                 let mut claimed: Vec<(i64, i64)> = pick.build_query_as().fetch_all(&mut *conn).await?;
-                let mut count = QueryBuilder::new("SELECT COUNT(*) FROM sessions WHERE run_id = ");
-                count.push_bind(run).push(" AND status = ").push(pending()).push(" AND owner IS NOT NULL AND owner <> ");
-                count.push_bind(&id).push(" AND lease_until >= ").push(Self::NOW_MS);
-                let (held_elsewhere,): (i64,) = count.build_query_as().fetch_one(&mut *conn).await?;
                 // RETURNING gives no order.
                 claimed.sort_unstable();
-                let claims = claimed.into_iter().map(|(session, fence)| Claim { session, fence: Fence(fence) });
-                Ok(Ok(Claimed { claims: claims.collect(), held_elsewhere: held_elsewhere as u64 }))
+                Ok(Ok(claimed.into_iter().map(|(session, fence)| Claim { session, fence: Fence(fence) }).collect()))
             })
         })
         .await

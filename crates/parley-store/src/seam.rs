@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Claimed, Owner, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
-    Task, TurnRecord,
+    Claim, Owner, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError, Task,
+    TurnRecord,
 };
 
 use crate::{PgStore, SqliteStore};
@@ -36,7 +36,7 @@ macro_rules! session_store {
                 self.insert_sessions(Err(spec), tasks, sessions, Some(owner)).await
             }
 
-            async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
+            async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Vec<Claim>, StoreError> {
                 self.claim(run, owner, limit).await
             }
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Claimed, Owner, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
-    SessionStore, StoreError, Task, TaskRow, TurnRecord,
+    Claim, Owner, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec, SessionStore,
+    StoreError, Task, TaskRow, TurnRecord,
 };
 use serde_json::Value;
 
@@ -205,7 +205,7 @@ impl SessionStore for Store {
         self.seam().create_claimed_run(spec, tasks, sessions, owner).await
     }
 
-    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Claimed, StoreError> {
+    async fn claim_sessions(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Vec<Claim>, StoreError> {
         self.seam().claim_sessions(run, owner, limit).await
     }
 

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parley_core::{
-    Agent, AgentFailure, AgentTurn, AgentView, Claim, Claimed, EnvError, EnvSession, Environment, Fence, Message,
-    ModelCall, ModelFailure, ModelFailureKind, Owner, Party, Reward, RunId, RunSpec, SessionId, SessionOutcome,
-    SessionSpec, SessionStore, StoreError, Task, Termination, ToolCall, ToolOutput, ToolSpec, TurnRecord, UserFailure,
+    Agent, AgentFailure, AgentTurn, AgentView, Claim, EnvError, EnvSession, Environment, Fence, Message, ModelCall,
+    ModelFailure, ModelFailureKind, Owner, Party, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec,
+    SessionStore, StoreError, Task, Termination, ToolCall, ToolOutput, ToolSpec, TurnRecord, UserFailure,
     UserSimulator, UserTurn, UserView,
 };
 use serde_json::{Value, json};
@@ -211,8 +211,8 @@ impl SessionStore for MemoryStore {
         Ok((1, (1..=sessions.len() as i64).map(|session| Claim { session, fence: Fence(1) }).collect()))
     }
 
-    async fn claim_sessions(&self, _run: RunId, _owner: &Owner, _limit: usize) -> Result<Claimed, StoreError> {
-        Ok(Claimed::default())
+    async fn claim_sessions(&self, _run: RunId, _owner: &Owner, _limit: usize) -> Result<Vec<Claim>, StoreError> {
+        Ok(Vec::new())
     }
 
     async fn renew_claims(&self, _owner: &Owner) -> Result<u64, StoreError> {

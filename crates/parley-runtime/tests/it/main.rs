@@ -94,7 +94,7 @@ async fn a_page_claimed_before_the_claims_may_have_run_out_gives_only_the_sessio
     // The page's leases run out, and another owner claims the first two sessions of the run.
     runtime.store.expire_owner(run, &runtime.owner.id).await.unwrap();
     let other = parley_core::Owner::new(std::time::Duration::from_secs(30));
-    let taken = runtime.store.claim_sessions(run, &other, 2).await.unwrap().claims;
+    let taken = runtime.store.claim_sessions(run, &other, 2).await.unwrap();
     let taken: Vec<i64> = taken.iter().map(|c| c.session).collect();
     assert_eq!(taken, [first.id, first.id + 1]);
     // This process renews what it still holds, as its renewal does once it runs again.
