@@ -534,17 +534,16 @@ impl JobCursor {
                 Some(next) => next,
                 None => {
                     self.mark = self.leases.mark();
-                    let claimed = self.store.claim_sessions(self.run, &self.owner, self.claim).await?;
-                    let ids: Vec<i64> = claimed.iter().map(|c| c.session).collect();
-                    let rows = self.store.sessions_by_id(&ids).await?;
+                    let claimed = self.store.claim_page(self.run, &self.owner, self.claim).await?;
                     // Read under this page's claims: no other owner writes these sessions'
                     // turns while they hold, and a page whose claims lapse is checked below.
                     if self.resumed {
+                        let ids: Vec<i64> = claimed.iter().map(|c| c.row.id).collect();
                         self.stored = self.store.sessions_with_turns(&ids).await?;
                     }
-                    self.elsewhere = self.store.played_elsewhere(&ids).await?;
-                    let fences = claimed.iter().map(|c| c.fence);
-                    self.page = rows.into_iter().zip(fences).collect::<Vec<_>>().into_iter();
+                    let elsewhere = claimed.iter().filter(|c| c.player != Player::Run);
+                    self.elsewhere = elsewhere.map(|c| (c.row.id, c.player)).collect();
+                    self.page = claimed.into_iter().map(|c| (c.row, c.fence)).collect::<Vec<_>>().into_iter();
                     match self.page.next() {
                         Some(next) => next,
                         None => return Ok(None),

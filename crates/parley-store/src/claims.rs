@@ -14,13 +14,25 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use parley_core::{Claim, Fence, Owner, RunId, RunSpec, RunStatus, SessionSpec, SessionStatus, StoreError, Task};
+use parley_core::{
+    Claim, Fence, Owner, Player, RunId, RunSpec, RunStatus, SessionSpec, SessionStatus, StoreError, Task,
+};
 use sqlx::{PgConnection, QueryBuilder, SqliteConnection};
 
 use crate::dialect::{Dialect, both_stores, literal};
 use crate::pg::pg_now_ms;
+use crate::read::SessionRow;
+use crate::row::{self, Columns, session_columns};
 use crate::shared::{STORE_TOOL_LIST, StoredRow};
 use crate::{PgStore, SqliteStore};
+
+/// A session a claim took: its row as claimed, the fence its writes carry, and who plays it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedSession {
+    pub row: SessionRow,
+    pub fence: Fence,
+    pub player: Player,
+}
 
 /// Now, in milliseconds since the Unix epoch, by the database's clock: every owner measures
 /// leases with the same clock, whatever its own says. A macro, so that statements stay literals.
@@ -126,15 +138,22 @@ both_stores! {
         Ok(())
     }
 
+    /// [`claim_page`](Self::claim_page)'s claims alone.
+    pub(crate) async fn claim(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Vec<Claim>, StoreError> {
+        let page = self.claim_page(run, owner, limit).await?;
+        Ok(page.iter().map(|c| Claim { session: c.row.id, fence: c.fence }).collect())
+    }
+
     /// Claims at most `limit` of the run's pending sessions that nobody holds (or whose lease
-    /// ended), lowest ids first, raising each one's fence. Nothing else is read: how many
+    /// ended), lowest ids first, raising each one's fence; gives each one's row and who plays
+    /// it, in id order, from the one statement that claims them. Nothing else is read: how many
     /// sessions others hold is [`owners`](Self::owners)'s to say, once a run, where counting them
     /// on each claim read every pending session of the run a page at a time.
-    pub(crate) async fn claim(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Vec<Claim>, StoreError> {
+    pub async fn claim_page(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Vec<ClaimedSession>, StoreError> {
         let (id, lease) = (owner.id.clone(), lease_ms(owner));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let what = format!("claiming sessions of run {run} for {id} (table `sessions`)");
-        self.transact(&what, move |conn| {
+        let rows = self.transact(&what, move |conn| {
             Box::pin(async move {
                 // The rows are picked in a CTE (run once: on PostgreSQL it locks them, passing
                 // over rows another claimer or a writer holds); the update then raises each
@@ -145,14 +164,24 @@ both_stores! {
                 pick.push(") ORDER BY id LIMIT ").push_bind(limit).push(Self::SKIP_LOCKED);
                 pick.push(") UPDATE sessions SET owner = ").push_bind(&id);
                 pick.push(", lease_until = ").push(Self::NOW_MS).push(" + ").push_bind(lease);
-                pick.push(", fence = fence + 1 WHERE id IN (SELECT id FROM picked) RETURNING id, fence");
-                let mut claimed: Vec<(i64, i64)> = pick.build_query_as().fetch_all(&mut *conn).await?;
-                // RETURNING gives no order.
-                claimed.sort_unstable();
-                Ok(Ok(claimed.into_iter().map(|(session, fence)| Claim { session, fence: Fence(fence) }).collect()))
+                pick.push(", fence = fence + 1 WHERE id IN (SELECT id FROM picked) RETURNING fence, player, ");
+                pick.push(session_columns!());
+                Ok(Ok(pick.build().fetch_all(&mut *conn).await?))
             })
         })
-        .await
+        .await?;
+        let mut page = rows
+            .iter()
+            .map(|r| {
+                let row = row::session_row(self, r)?;
+                let c = Columns::new(self, r, "sessions", format!("session {}", row.id));
+                let player = Player::from_stored(c.get::<Option<String>>("player")?.as_deref());
+                Ok(ClaimedSession { row, fence: Fence(c.get("fence")?), player })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        // RETURNING gives no order.
+        page.sort_unstable_by_key(|c| c.row.id);
+        Ok(page)
     }
 
     /// The owners holding live leases on the run's unfinished sessions, with how many each holds.

@@ -3,9 +3,9 @@
 //! training metrics' session shapes. Only a checked page differs: a SQLite file can be damaged
 //! one page at a time, and is read past the damage.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use parley_core::{FailureClass, Player, Reward, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable};
+use parley_core::{FailureClass, Reward, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable};
 use sqlx::QueryBuilder;
 use sqlx::sqlite::SqliteRow;
 
@@ -242,19 +242,6 @@ both_stores! {
             .await
             .map_err(|e| self.read_error(e, &format!("which of {} sessions have turns (table `messages`)", ids.len())))?;
         Ok(ids.into_iter().collect())
-    }
-
-    /// Those of these sessions a policy other than the run's own plays, with who plays them.
-    pub async fn played_elsewhere(&self, ids: &[i64]) -> Result<HashMap<SessionId, Player>, StoreError> {
-        let mut query = QueryBuilder::new("SELECT id, player FROM sessions WHERE id");
-        Self::push_in_ids(&mut query, ids);
-        query.push(" AND player IS NOT NULL");
-        let rows: Vec<(i64, String)> = query
-            .build_query_as()
-            .fetch_all(self.pool())
-            .await
-            .map_err(|e| self.read_error(e, &format!("who plays {} sessions (table `sessions`)", ids.len())))?;
-        Ok(rows.into_iter().map(|(id, player)| (id, Player::from_stored(Some(&player)))).collect())
     }
 
     /// How many sessions the run has, and how many of them are finished.

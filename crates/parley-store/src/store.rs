@@ -1,19 +1,20 @@
 //! [`Store`]: the store a `--db` names, SQLite or PostgreSQL, as one type for every front end.
 //! Each method is the backend's own, delegated; both give the same types back.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_core::{
-    Claim, Owner, Player, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec, SessionStore,
-    StoreError, Task, TaskRow, TurnRecord,
+    Claim, Owner, Reward, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec, SessionStore, StoreError,
+    Task, TaskRow, TurnRecord,
 };
 use serde_json::Value;
 
 use crate::{
-    CallTotals, DbLocation, PageAt, PgStore, RunCounts, RunOutcomes, RunRecord, ScoreVersion, SessionFilter,
-    SessionInfo, SessionRead, SessionRow, SessionScore, SessionShape, SqliteStore, StoreOptions, Transcript,
+    CallTotals, ClaimedSession, DbLocation, PageAt, PgStore, RunCounts, RunOutcomes, RunRecord, ScoreVersion,
+    SessionFilter, SessionInfo, SessionRead, SessionRow, SessionScore, SessionShape, SqliteStore, StoreOptions,
+    Transcript,
 };
 
 /// A store on SQLite or on PostgreSQL.
@@ -86,8 +87,6 @@ impl Store {
         /// Those of these sessions with anything committed (a message, a tool call or a model
         /// call): the others have no transcript to read.
         fn sessions_with_turns(&self, ids: &[i64]) -> Result<HashSet<SessionId>, StoreError>;
-        /// Those of these sessions a policy other than the run's own plays, with who plays them.
-        fn played_elsewhere(&self, ids: &[i64]) -> Result<HashMap<SessionId, Player>, StoreError>;
         /// How many sessions the run has, and how many of them are finished.
         fn session_counts(&self, run: RunId) -> Result<(u64, u64), StoreError>;
         /// The run's sessions as its metrics see them.
@@ -106,6 +105,9 @@ impl Store {
         fn session_shapes(&self, run: RunId, after: i64, limit: usize) -> Result<Vec<SessionShape>, StoreError>;
         /// The owners holding live leases on the run's unfinished sessions.
         fn owners(&self, run: RunId) -> Result<Vec<(String, u64)>, StoreError>;
+        /// Claims a page of the run's sessions nobody holds for `owner`, with their rows and who
+        /// plays them, in id order.
+        fn claim_page(&self, run: RunId, owner: &Owner, limit: usize) -> Result<Vec<ClaimedSession>, StoreError>;
         /// Ends a gone owner's leases on the run's sessions now.
         fn expire_owner(&self, run: RunId, owner: &str) -> Result<u64, StoreError>;
         /// Makes the run's sessions that failed outside the agent pending again.

@@ -270,9 +270,13 @@ pub async fn who_plays_each_session_is_kept(db: &Db) {
     let more = store.extend_run(run, &[], &specs[2..], None).await.unwrap();
     let mut all = ids.clone();
     all.extend(more.iter().map(|c| c.session));
-    let played = store.played_elsewhere(&all).await.unwrap();
-    let expected = std::collections::HashMap::from([(all[1], Player::Trainer), (all[2], Player::RowPolicy)]);
-    assert_eq!(played, expected, "the run's own sessions are not listed");
+    let claimed = store.claim_page(run, &Owner::new(Duration::from_secs(30)), usize::MAX).await.unwrap();
+    let played: Vec<(i64, Player)> = claimed.iter().map(|c| (c.row.id, c.player)).collect();
+    let expected = [(all[0], Player::Run), (all[1], Player::Trainer), (all[2], Player::RowPolicy)];
+    assert_eq!(played, expected, "a claim says who plays each session it takes");
+    let rows = store.sessions_by_id(&all).await.unwrap();
+    let fenced: Vec<_> = rows.into_iter().zip(claimed).map(|(row, c)| (c.row == row, c.fence)).collect();
+    assert_eq!(fenced, [(true, Fence(1)); 3], "with its row as it is now, and its fence");
     store.close().await.unwrap();
 }
 
