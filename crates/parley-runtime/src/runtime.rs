@@ -23,7 +23,7 @@
 //! [`Runtime::spawn`] drives one session on a task of its own (a served row, an OpenEnv
 //! episode, a fork). Those two are the only ways a session is started.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +37,7 @@ use parley_core::{
 };
 use parley_engine::{Job, Leases, Parties, Prior, Renewal, Scheduler, SessionResult, Stop};
 use parley_llm::{ChatClient, EndpointConfig};
-use parley_store::{Store, Transcript};
+use parley_store::{ClaimedSession, Store, Transcript};
 use tokio_util::sync::CancellationToken;
 
 use crate::environment::Environments;
@@ -392,7 +392,6 @@ impl Runtime {
             claim: (2 * settings.concurrency).clamp(CLAIM_PAGE.0, CLAIM_PAGE.1),
             page: Vec::new().into_iter(),
             stored: HashSet::new(),
-            elsewhere: HashMap::new(),
             closed: Arc::clone(&closed),
             leases: self.parties.leases.clone(),
             mark: 0,
@@ -499,13 +498,13 @@ struct JobCursor {
     resumed: bool,
     /// Sessions claimed at once.
     claim: usize,
-    page: std::vec::IntoIter<(parley_store::SessionRow, parley_core::Fence)>,
+    /// The page claimed last, each session with its fence and who plays it: one another policy
+    /// plays is closed, never continued by this run's agent.
+    page: std::vec::IntoIter<ClaimedSession>,
     /// The page's sessions with committed turns (read only when `resumed`): the others start
     /// afresh without reading a transcript.
     stored: HashSet<SessionId>,
-    /// The page's sessions another policy plays: closed, never continued by this run's agent.
-    elsewhere: HashMap<SessionId, Player>,
-    /// How many of those this cursor closed.
+    /// How many sessions another policy plays this cursor closed.
     closed: Arc<AtomicU64>,
     /// What the process knows of its claims, and its [`Leases::mark`] when the page was claimed.
     leases: Leases,
@@ -530,7 +529,7 @@ impl JobCursor {
     /// The next session of this owner's: from the page it claimed last, or from a new claim.
     async fn job(&mut self) -> anyhow::Result<Option<Job>> {
         let (session, fence) = loop {
-            let (session, fence) = match self.page.next() {
+            let ClaimedSession { row: session, fence, player } = match self.page.next() {
                 Some(next) => next,
                 None => {
                     self.mark = self.leases.mark();
@@ -541,16 +540,14 @@ impl JobCursor {
                         let ids: Vec<i64> = claimed.iter().map(|c| c.row.id).collect();
                         self.stored = self.store.sessions_with_turns(&ids).await?;
                     }
-                    let elsewhere = claimed.iter().filter(|c| c.player != Player::Run);
-                    self.elsewhere = elsewhere.map(|c| (c.row.id, c.player)).collect();
-                    self.page = claimed.into_iter().map(|c| (c.row, c.fence)).collect::<Vec<_>>().into_iter();
+                    self.page = claimed.into_iter();
                     match self.page.next() {
                         Some(next) => next,
                         None => return Ok(None),
                     }
                 }
             };
-            if let Some(&player) = self.elsewhere.get(&session.id) {
+            if player != Player::Run {
                 self.close(Claim { session: session.id, fence }, player).await?;
                 continue;
             }

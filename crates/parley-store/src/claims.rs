@@ -22,7 +22,7 @@ use sqlx::{PgConnection, QueryBuilder, SqliteConnection};
 use crate::dialect::{Dialect, both_stores, literal};
 use crate::pg::pg_now_ms;
 use crate::read::SessionRow;
-use crate::row::{self, Columns, session_columns};
+use crate::row::{self, session_columns};
 use crate::shared::{STORE_TOOL_LIST, StoredRow};
 use crate::{PgStore, SqliteStore};
 
@@ -170,15 +170,7 @@ both_stores! {
             })
         })
         .await?;
-        let mut page = rows
-            .iter()
-            .map(|r| {
-                let row = row::session_row(self, r)?;
-                let c = Columns::new(self, r, "sessions", format!("session {}", row.id));
-                let player = Player::from_stored(c.get::<Option<String>>("player")?.as_deref());
-                Ok(ClaimedSession { row, fence: Fence(c.get("fence")?), player })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let mut page = rows.iter().map(|r| row::claimed_session(self, r)).collect::<Result<Vec<_>, StoreError>>()?;
         // RETURNING gives no order.
         page.sort_unstable_by_key(|c| c.row.id);
         Ok(page)

@@ -7,14 +7,14 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use parley_core::{
-    FailureClass, Message, Party, Role, RunStatus, SessionId, SessionStatus, StoreError, Termination, ToolCallRecord,
-    Usage,
+    FailureClass, Fence, Message, Party, Player, Role, RunStatus, SessionId, SessionStatus, StoreError, Termination,
+    ToolCallRecord, Usage,
 };
 use serde::de::DeserializeOwned;
 use sqlx::postgres::{PgRow, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteRow};
 
-use crate::{CallFigures, RunRecord, SessionInfo, SessionRow, SessionShape};
+use crate::{CallFigures, ClaimedSession, RunRecord, SessionInfo, SessionRow, SessionShape};
 
 /// A column type both stores decode.
 pub(crate) trait Value:
@@ -162,6 +162,17 @@ pub(crate) fn session_info(store: &dyn Unreadable, row: &impl StoredRow) -> Resu
         forked_from: c.get("forked_from")?,
         fork_at: c.get("fork_at")?,
         finished_at: c.get("finished_at")?,
+        row: row_of,
+    })
+}
+
+/// A row of `fence, player` and [`session_columns!`] (a claim's) as a [`ClaimedSession`].
+pub(crate) fn claimed_session(store: &dyn Unreadable, row: &impl StoredRow) -> Result<ClaimedSession, StoreError> {
+    let row_of = session_row(store, row)?;
+    let c = Columns::new(store, row, "sessions", format!("session {}", row_of.id));
+    Ok(ClaimedSession {
+        fence: Fence(c.get("fence")?),
+        player: Player::from_stored(c.get::<Option<String>>("player")?.as_deref()),
         row: row_of,
     })
 }
