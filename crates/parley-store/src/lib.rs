@@ -386,9 +386,11 @@ impl SqliteStore {
         // The writer's connection is the only one that writes, migrations included. It
         // checkpoints the WAL itself, outside its commits (see `writer`), and it is the connection
         // that starts the log over, so it is the one that cuts a grown log file back to the limit
-        // (SQLite does so at the first commit after a restart).
+        // (SQLite does so at the first commit after a restart). A claim's page of sessions comes
+        // back through it (`RETURNING`), so it reads ahead as the read pool does (see below).
         let writing = connect
             .clone()
+            .row_buffer_size(READ_AHEAD_ROWS)
             .pragma("wal_autocheckpoint", "0")
             .pragma("journal_size_limit", options.wal_limit.min(i64::MAX as u64).to_string());
         let mut conn = SqliteConnection::connect_with(&writing).await.map_err(refused)?;
