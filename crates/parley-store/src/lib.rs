@@ -82,10 +82,11 @@ pub struct StoreOptions {
     pub wal_limit: u64,
 }
 
-/// The default [`StoreOptions::wal_limit`]: 128 MiB. Smaller means more, shorter pauses of the
+/// The default [`StoreOptions::wal_limit`]: 32 MiB. Smaller means more, shorter pauses of the
 /// writer (each finishes the copy of the log into the database that the checkpointer began);
-/// larger, more disk beside the database.
-pub const WAL_LIMIT: u64 = 128 << 20;
+/// larger, more disk beside the database and more of the log written as new pages of its file,
+/// which cost the kernel three times a page written over (see `writer`).
+pub const WAL_LIMIT: u64 = 32 << 20;
 
 impl Default for StoreOptions {
     fn default() -> StoreOptions {
