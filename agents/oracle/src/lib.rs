@@ -106,6 +106,7 @@ impl Agent for Oracle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parley_core::ToolList;
     use serde_json::json;
 
     fn task() -> Task {
@@ -142,14 +143,14 @@ mod tests {
         let task = task();
         let mut messages = vec![Message::user("hi")];
         for expected in ["enable_roaming", "refuel"] {
-            let view = AgentView { task: &task, messages: &messages, tools: &[], seed: 0, session: 0 };
+            let view = AgentView { task: &task, messages: &messages, tools: ToolList::none(), seed: 0, session: 0 };
             let turn = Oracle.act(view).await.unwrap();
             assert_eq!(turn.message.tool_calls[0].name, expected);
             let id = turn.message.tool_calls[0].id.clone();
             messages.push(turn.message);
             messages.push(Message::tool_result(id, "ok"));
         }
-        let view = AgentView { task: &task, messages: &messages, tools: &[], seed: 0, session: 0 };
+        let view = AgentView { task: &task, messages: &messages, tools: ToolList::none(), seed: 0, session: 0 };
         let turn = Oracle.act(view).await.unwrap();
         assert!(turn.message.tool_calls.is_empty());
         assert_eq!(turn.message.content.as_deref(), Some("one\ntwo"));

@@ -9,7 +9,7 @@ pub mod json_mode;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_core::{Agent, AgentFailure, AgentTurn, AgentView, ChatRequest, ModelClient, Role, Sampling};
+use parley_core::{Agent, AgentFailure, AgentTurn, AgentView, ChatRequest, ModelClient, Role, Sampling, ToolList};
 
 /// How the agent is set up.
 #[derive(Debug, Clone, Default)]
@@ -68,7 +68,7 @@ impl Agent for ToolCallingAgent {
             let request = ChatRequest {
                 model: &self.config.model,
                 messages: &messages,
-                tools: &[],
+                tools: ToolList::none(),
                 sampling: &sampling,
                 response_format: Some(&format),
                 session: Some(view.session),

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use crate::message::{Message, ToolSpec};
+use crate::message::{Message, ToolList};
 use crate::model::{ModelCall, ModelFailure};
 
 /// What the agent sees when it is asked for its next turn.
@@ -12,7 +12,7 @@ pub struct AgentView<'a> {
     pub task: &'a crate::task::Task,
     /// The transcript as the agent sees it: system prompt, user turns, its own turns, tool results.
     pub messages: &'a [Message],
-    pub tools: &'a [ToolSpec],
+    pub tools: &'a ToolList,
     /// Derived per task and trial, so that a rerun asks the endpoint the same questions.
     pub seed: u64,
     /// The session being driven (its id in the store), the same for every turn of it.

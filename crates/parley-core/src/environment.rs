@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::message::{Message, ToolSpec};
+use crate::message::{Message, ToolList};
 use crate::reward::Reward;
 use crate::session::Termination;
 use crate::task::Task;
@@ -72,11 +72,11 @@ pub trait Environment: Send + Sync {
 #[async_trait]
 pub trait EnvSession: Send {
     /// The tools the agent may call in this session.
-    fn tools(&self) -> &[ToolSpec];
+    fn tools(&self) -> &ToolList;
 
     /// The tools the user may call (dual control). Most environments have none.
-    fn user_tools(&self) -> &[ToolSpec] {
-        &[]
+    fn user_tools(&self) -> &ToolList {
+        ToolList::none()
     }
 
     /// Whether this environment answers calls to unknown tools and arguments that break a tool's

@@ -34,7 +34,7 @@ pub use agent::{Agent, AgentFailure, AgentTurn, AgentView};
 pub use content::{Part, Reasoning, ReasoningReplay, ReasoningSpelling};
 pub use deadline::Deadline;
 pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
-pub use message::{ChatForm, Message, ReasoningField, Role, ToolCall, ToolSpec};
+pub use message::{ChatForm, Message, ReasoningField, Role, ToolCall, ToolList, ToolSpec};
 pub use model::{
     ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Ready, Sampling, Usage,
 };

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::message::{Message, ToolSpec};
+use crate::message::{Message, ToolList};
 
 /// Sampling settings sent with every call. `None` leaves the endpoint's default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -23,7 +23,7 @@ pub struct Sampling {
 pub struct ChatRequest<'a> {
     pub model: &'a str,
     pub messages: &'a [Message],
-    pub tools: &'a [ToolSpec],
+    pub tools: &'a ToolList,
     pub sampling: &'a Sampling,
     /// An OpenAI `response_format`, for endpoints that constrain output by a JSON schema.
     pub response_format: Option<&'a Value>,

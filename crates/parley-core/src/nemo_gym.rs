@@ -1,14 +1,12 @@
 //! NeMo Gym's row and rollout formats: task rows in (`responses_create_params` plus task fields)
 //! and the OpenAI Responses objects that its verifiers and tools read.
 
-use std::sync::Arc;
-
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use crate::content::{Part, Reasoning};
-use crate::message::{Message, Role, ToolCall, ToolSpec};
+use crate::message::{Message, Role, ToolCall, ToolList, ToolSpec};
 use crate::task::Task;
 use crate::task_row::{Field, TaskRow};
 
@@ -40,7 +38,7 @@ pub fn task_from_row(index: usize, row: impl Into<TaskRow>) -> Result<Task, RowE
         }
     }
     let tools = match row.tools() {
-        None | Some(Value::Null) => Arc::from([]),
+        None | Some(Value::Null) => ToolList::default(),
         Some(Value::Array(tools)) => tools
             .iter()
             .enumerate()

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::message::{Message, ToolSpec};
+use crate::message::{Message, ToolList};
 use crate::task_row::TaskRow;
 
 /// One task of a run. Trials of the same task share it.
@@ -17,7 +17,7 @@ pub struct Task {
     /// The opening messages (system prompt, first user message, or a whole prior conversation).
     pub messages: Vec<Message>,
     /// The tools offered to the agent; tasks with the same tools share one list (see [`ToolLists`]).
-    pub tools: Arc<[ToolSpec]>,
+    pub tools: ToolList,
     /// The task row as it was read, with every ground-truth field the scorer needs; its tool
     /// list shared with the tasks that have the same one (see [`ToolLists`]).
     pub row: TaskRow,
@@ -28,7 +28,7 @@ pub struct Task {
 /// environments hand to their sessions without copying it. The rows share theirs too, as read.
 #[derive(Debug, Default)]
 pub struct ToolLists {
-    last: Option<Arc<[ToolSpec]>>,
+    last: Option<ToolList>,
     /// The last row's list, as the row has it.
     last_row: Option<Arc<Value>>,
 }
@@ -37,8 +37,8 @@ impl ToolLists {
     /// The task, its tools now the list of the task before when the two are the same.
     pub fn share(&mut self, mut task: Task) -> Task {
         match &self.last {
-            Some(last) if **last == *task.tools => task.tools = Arc::clone(last),
-            _ => self.last = Some(Arc::clone(&task.tools)),
+            Some(last) if *last == task.tools => task.tools = last.clone(),
+            _ => self.last = Some(task.tools.clone()),
         }
         let shared = self.last_row.as_ref().is_some_and(|list| task.row.share_tools(list));
         if !shared && let Some(own) = task.row.own_tools() {
@@ -75,6 +75,7 @@ mod tests {
 
     #[test]
     fn tasks_with_the_same_tools_share_one_list() {
+        use crate::message::ToolSpec;
         let tool = |name: &str| ToolSpec {
             name: name.into(),
             description: String::new(),
@@ -89,9 +90,9 @@ mod tests {
         let mut lists = ToolLists::default();
         let tasks = [task(vec![tool("a")]), task(vec![tool("a")]), task(vec![tool("b")]), task(vec![tool("b")])]
             .map(|t| lists.share(t));
-        assert!(Arc::ptr_eq(&tasks[0].tools, &tasks[1].tools));
-        assert!(Arc::ptr_eq(&tasks[2].tools, &tasks[3].tools));
-        assert!(!Arc::ptr_eq(&tasks[1].tools, &tasks[2].tools), "different tools stay apart");
+        assert!(ToolList::ptr_eq(&tasks[0].tools, &tasks[1].tools));
+        assert!(ToolList::ptr_eq(&tasks[2].tools, &tasks[3].tools));
+        assert!(!ToolList::ptr_eq(&tasks[1].tools, &tasks[2].tools), "different tools stay apart");
         assert_eq!(tasks[2].tools[0].name, "b");
         let row_list = |t: &Task| t.row.own_tools().unwrap();
         assert!(Arc::ptr_eq(&row_list(&tasks[0]), &row_list(&tasks[1])), "the rows share theirs too");

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use crate::message::{Message, Role, ToolSpec};
+use crate::message::{Message, Role, ToolList, ToolSpec};
 use crate::model::{ModelCall, ModelFailure};
 use crate::task::Task;
 
@@ -45,7 +45,7 @@ pub struct UserView<'a> {
     /// tool calls, never the agent's system prompt.
     pub messages: &'a [Message],
     /// Tools the user may call (dual control); empty for most environments.
-    pub tools: &'a [ToolSpec],
+    pub tools: &'a ToolList,
     /// Derived per task and trial, so that a rerun asks the same questions.
     pub seed: u64,
 }

@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use parley_core::{
-    ChatForm, ChatRequest, Message, Part, RawJson, Reasoning, Role, TokenIds, ToolCall, ToolSpec, Usage,
-};
+use parley_core::{ChatForm, ChatRequest, Message, Part, RawJson, Reasoning, Role, TokenIds, ToolCall, Usage};
 use serde::Serialize;
 use serde::ser::Serializer;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 mod quick;
 
@@ -32,7 +31,8 @@ pub(crate) fn request_body(request: &ChatRequest<'_>, form: ChatForm) -> RawJson
         return_tokens_as_token_ids: tokens,
         seed: sampling.seed,
         temperature: sampling.temperature,
-        tools: (!request.tools.is_empty()).then_some(Tools(request.tools)),
+        // Written once for every request that sends the list (see `ToolList`).
+        tools: (!request.tools.is_empty()).then(|| request.tools.chat_json()),
         // Only the chosen token's log-prob: a server computes none without a number here.
         top_logprobs: form.tokens.then_some(0),
         top_p: sampling.top_p,
@@ -58,7 +58,7 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<Tools<'a>>,
+    tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_logprobs: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -71,15 +71,6 @@ struct Messages<'a>(&'a [Message], ChatForm);
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(self.0.iter().map(|m| m.chat(self.1)))
-    }
-}
-
-/// The tools in their Chat Completions form.
-struct Tools<'a>(&'a [ToolSpec]);
-
-impl Serialize for Tools<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(ToolSpec::chat))
     }
 }
 
@@ -227,6 +218,7 @@ fn paired(
 mod tests {
     use super::*;
     use parley_core::{ReasoningField, ReasoningReplay, Sampling};
+    use parley_core::{ToolList, ToolSpec};
     use serde_json::{Map, json};
 
     /// The request as a `Value` tree, the way it was built before bodies were serialized once:
@@ -289,7 +281,7 @@ mod tests {
             Message::tool_result("c", "out"),
             Message::assistant_calls(None, vec![ToolCall { id: "d".into(), name: "g".into(), arguments: "".into() }]),
         ];
-        let tools = [
+        let tools = ToolList::from(vec![
             ToolSpec {
                 name: "f".into(),
                 description: "d".into(),
@@ -297,11 +289,11 @@ mod tests {
                 strict: false,
             },
             ToolSpec { name: "g".into(), description: String::new(), parameters: json!({}), strict: true },
-        ];
+        ]);
         let format = json!({"type": "json_schema", "json_schema": {"schema": {"type": "object"}}});
         let full = Sampling { temperature: Some(0.7), top_p: Some(0.95), max_tokens: Some(64), seed: Some(u64::MAX) };
         for (sampling, tools, format) in
-            [(Sampling::default(), &tools[..], None), (full.clone(), &tools[..], Some(&format)), (full, &[][..], None)]
+            [(Sampling::default(), &tools, None), (full.clone(), &tools, Some(&format)), (full, ToolList::none(), None)]
         {
             let request = ChatRequest {
                 model: "m",
@@ -323,7 +315,12 @@ mod tests {
             Message::assistant_calls(None, vec![ToolCall { id: "c".into(), name: "f".into(), arguments: "{}".into() }]),
             Message::tool_result("c", "out"),
         ];
-        let tools = [ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}), strict: false }];
+        let tools = ToolList::from(vec![ToolSpec {
+            name: "f".into(),
+            description: "d".into(),
+            parameters: json!({}),
+            strict: false,
+        }]);
         let sampling = Sampling { temperature: Some(0.5), seed: Some(9), ..Sampling::default() };
         let body = request_body(
             &ChatRequest {
@@ -604,7 +601,7 @@ mod tests {
             let request = ChatRequest {
                 model: "m",
                 messages: &messages,
-                tools: &[],
+                tools: ToolList::none(),
                 sampling: &sampling,
                 response_format: None,
                 session: None,
@@ -639,7 +636,7 @@ mod tests {
         let request = ChatRequest {
             model: "m",
             messages: &messages,
-            tools: &[],
+            tools: ToolList::none(),
             sampling: &sampling,
             response_format: None,
             session: None,
@@ -709,7 +706,7 @@ mod tests {
         let request = ChatRequest {
             model: "m",
             messages: &messages,
-            tools: &[],
+            tools: ToolList::none(),
             sampling: &sampling,
             response_format: None,
             session: None,

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use parley_core::{
-    EnvError, EnvSession, Environment, Message, Party, Reward, Role, Task, Termination, ToolOutput, ToolSpec,
+    EnvError, EnvSession, Environment, Message, Party, Reward, Role, Task, Termination, ToolList, ToolOutput, ToolSpec,
 };
 use serde_json::{Map, Value, json};
 
@@ -49,7 +49,7 @@ pub struct GymnasiumEnvironment {
     server: HttpServer,
     model_name: String,
     steps: Arc<AtomicU64>,
-    user_tools: Arc<[ToolSpec]>,
+    user_tools: ToolList,
 }
 
 impl GymnasiumEnvironment {
@@ -59,7 +59,7 @@ impl GymnasiumEnvironment {
             server: HttpServer::new(name, base_url, options)?,
             model_name: DEFAULT_MODEL_NAME.to_owned(),
             steps: Arc::default(),
-            user_tools: Arc::new([step_tool()]),
+            user_tools: ToolList::from(vec![step_tool()]),
         })
     }
 
@@ -136,7 +136,7 @@ struct GymnasiumSession {
     task: Task,
     model_name: String,
     steps: Arc<AtomicU64>,
-    user_tools: Arc<[ToolSpec]>,
+    user_tools: ToolList,
     /// An observation not yet spoken to the agent (from `/reset` or a tool step).
     pending_observation: Option<String>,
     explicit_close: bool,
@@ -203,11 +203,11 @@ impl GymnasiumSession {
 
 #[async_trait]
 impl EnvSession for GymnasiumSession {
-    fn tools(&self) -> &[ToolSpec] {
+    fn tools(&self) -> &ToolList {
         &self.task.tools
     }
 
-    fn user_tools(&self) -> &[ToolSpec] {
+    fn user_tools(&self) -> &ToolList {
         &self.user_tools
     }
 

@@ -15,7 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec};
+use parley_core::{
+    EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolList, ToolOutput, ToolSpec,
+};
 use serde_json::Value;
 
 use crate::error::RemoteError;
@@ -176,14 +178,14 @@ impl Environment for McpEnvironment {
             }
         }
         let routes = routes(&connections)?;
-        let tools = connections.iter().flat_map(|c| c.tools().iter().cloned()).collect();
+        let tools = connections.iter().flat_map(|c| c.tools().iter().cloned()).collect::<ToolList>();
         Ok(Box::new(McpSession { task: task.clone(), tools, routes, own, scorer: self.scorer.clone() }))
     }
 }
 
 struct McpSession {
     task: Task,
-    tools: Vec<ToolSpec>,
+    tools: ToolList,
     routes: HashMap<String, Arc<Connection>>,
     /// Per-session servers, stopped at close.
     own: Vec<Arc<Connection>>,
@@ -192,7 +194,7 @@ struct McpSession {
 
 #[async_trait]
 impl EnvSession for McpSession {
-    fn tools(&self) -> &[ToolSpec] {
+    fn tools(&self) -> &ToolList {
         &self.tools
     }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use parley_core::nemo_gym::response_object;
 use parley_core::{
-    EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec, Usage,
+    EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolList, ToolOutput, Usage,
 };
 use serde_json::{Value, json};
 
@@ -101,7 +101,7 @@ struct NemoGymSession {
 
 #[async_trait]
 impl EnvSession for NemoGymSession {
-    fn tools(&self) -> &[ToolSpec] {
+    fn tools(&self) -> &ToolList {
         &self.task.tools
     }
 

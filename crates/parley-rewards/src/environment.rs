@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec};
+use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolList, ToolOutput};
 use serde_json::Value;
 
 use crate::{Composite, Context};
@@ -51,11 +51,11 @@ struct RewardedSession {
 
 #[async_trait]
 impl EnvSession for RewardedSession {
-    fn tools(&self) -> &[ToolSpec] {
+    fn tools(&self) -> &ToolList {
         self.inner.tools()
     }
 
-    fn user_tools(&self) -> &[ToolSpec] {
+    fn user_tools(&self) -> &ToolList {
         self.inner.user_tools()
     }
 
@@ -99,8 +99,8 @@ impl Environment for TasksOnly {
 
 #[async_trait]
 impl EnvSession for TasksOnlySession {
-    fn tools(&self) -> &[ToolSpec] {
-        &[]
+    fn tools(&self) -> &ToolList {
+        ToolList::none()
     }
 
     async fn call(&mut self, _party: Party, name: &str, _arguments: &Value) -> Result<ToolOutput, EnvError> {
@@ -138,8 +138,8 @@ mod tests {
 
     #[async_trait]
     impl EnvSession for VerifiedSession {
-        fn tools(&self) -> &[ToolSpec] {
-            &[]
+        fn tools(&self) -> &ToolList {
+            ToolList::none()
         }
 
         async fn call(&mut self, _: Party, _: &str, _: &Value) -> Result<ToolOutput, EnvError> {

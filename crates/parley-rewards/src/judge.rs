@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_core::{ChatRequest, Message, ModelClient, Role, Sampling};
+use parley_core::{ChatRequest, Message, ModelClient, Role, Sampling, ToolList};
 use regex::Regex;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -93,7 +93,7 @@ impl Judge {
         let request = ChatRequest {
             model: &self.model,
             messages: &messages,
-            tools: &[],
+            tools: ToolList::none(),
             sampling: &sampling,
             response_format: None,
             session: None,

@@ -176,7 +176,7 @@ pub(crate) mod test_support {
             index: 0,
             id: "t".into(),
             messages: vec![Message::user("question?")],
-            tools: Arc::from([]),
+            tools: parley_core::ToolList::default(),
             row: row.clone().into(),
         };
         Owned { transcript: vec![Message::user("question?"), Message::assistant(answer)], task }

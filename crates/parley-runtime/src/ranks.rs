@@ -46,6 +46,7 @@ impl ModelClient for Ranked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parley_core::ToolList;
     use parley_core::{Message, Sampling};
 
     /// A rank that is only chosen, never called.
@@ -71,7 +72,7 @@ mod tests {
         let request = |session| ChatRequest {
             model: "m",
             messages: &opening,
-            tools: &[],
+            tools: ToolList::none(),
             sampling: &sampling,
             response_format: None,
             session: Some(session),

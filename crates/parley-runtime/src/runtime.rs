@@ -213,7 +213,7 @@ impl Runtime {
             into.extend(from);
         }
         let messages = if sent.messages.is_empty() { own.messages.clone() } else { sent.messages };
-        let tools = if sent.tools.is_empty() { Arc::clone(&own.tools) } else { sent.tools };
+        let tools = if sent.tools.is_empty() { own.tools.clone() } else { sent.tools };
         parley_core::Task { index: sent.index, id: sent.id, messages, tools, row: row.into() }
     }
 

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec};
+use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolList, ToolOutput};
 use serde_json::Value;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Semaphore;
@@ -62,11 +62,11 @@ impl Environment for Offloaded {
 
 #[async_trait]
 impl EnvSession for OffloadedSession {
-    fn tools(&self) -> &[ToolSpec] {
+    fn tools(&self) -> &ToolList {
         self.inner.tools()
     }
 
-    fn user_tools(&self) -> &[ToolSpec] {
+    fn user_tools(&self) -> &ToolList {
         self.inner.user_tools()
     }
 

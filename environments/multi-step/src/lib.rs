@@ -11,10 +11,12 @@
 mod generate;
 mod verify;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use async_trait::async_trait;
-use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec};
+use parley_core::{
+    EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolList, ToolOutput, ToolSpec,
+};
 use serde_json::{Value, json};
 
 pub use generate::generate;
@@ -64,25 +66,25 @@ impl Environment for MultiStep {
 
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
         let tools = match task.tools.is_empty() {
-            true => Arc::clone(DEFAULT_TOOLS.get_or_init(|| tools().into())),
-            false => Arc::clone(&task.tools),
+            true => DEFAULT_TOOLS.get_or_init(|| tools().into()).clone(),
+            false => task.tools.clone(),
         };
         Ok(Box::new(Session { tools, scored: verify::Scored::of(task.row.fields()) }))
     }
 }
 
 /// The tools of rows that name none, made once.
-static DEFAULT_TOOLS: OnceLock<Arc<[ToolSpec]>> = OnceLock::new();
+static DEFAULT_TOOLS: OnceLock<ToolList> = OnceLock::new();
 
 struct Session {
-    tools: Arc<[ToolSpec]>,
+    tools: ToolList,
     /// What scoring reads of the task row.
     scored: verify::Scored,
 }
 
 #[async_trait]
 impl EnvSession for Session {
-    fn tools(&self) -> &[ToolSpec] {
+    fn tools(&self) -> &ToolList {
         &self.tools
     }
 

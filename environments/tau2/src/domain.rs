@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
 
-use parley_core::{Environment, Message, ModelClient, Task, ToolSpec};
+use parley_core::{Environment, Message, ModelClient, Task, ToolList, ToolSpec};
 use serde_json::Value;
 
 use crate::catalog::Catalog;
@@ -64,6 +64,10 @@ pub(crate) struct Shared {
     pub specs: HashMap<String, Arc<TaskSpec>>,
     pub solo: bool,
     pub judge: Option<Judge>,
+    /// The agent's tools, for a task that offers none of its own, and the user's (none in solo
+    /// mode): one list each for every session of the domain.
+    pub agent_tools: ToolList,
+    pub user_tools: ToolList,
     /// The canonical texts of the base's records, written on the first hash of a session's
     /// databases: every later hash writes only the records its session changed.
     pub base_texts: OnceLock<Known>,
@@ -124,7 +128,7 @@ pub fn load(data: &Data, name: &str, options: DomainOptions) -> Result<Domain, T
         });
     }
     // One list for every task of the domain.
-    let agent_tools: Arc<[ToolSpec]> = agent_tools.into();
+    let agent_tools = ToolList::from(agent_tools);
     let mut tasks = Vec::new();
     let mut specs = HashMap::new();
     for (index, row) in rows.iter().enumerate() {
@@ -142,13 +146,7 @@ pub fn load(data: &Data, name: &str, options: DomainOptions) -> Result<Domain, T
         } else {
             spec.history.clone()
         };
-        tasks.push(Task {
-            index,
-            id: spec.id.clone(),
-            messages,
-            tools: Arc::clone(&agent_tools),
-            row: row.clone().into(),
-        });
+        tasks.push(Task { index, id: spec.id.clone(), messages, tools: agent_tools.clone(), row: row.clone().into() });
         specs.insert(spec.id.clone(), Arc::new(spec));
     }
 
@@ -166,8 +164,20 @@ pub fn load(data: &Data, name: &str, options: DomainOptions) -> Result<Domain, T
         client,
         model: options.judge_model.clone().unwrap_or_else(|| DEFAULT_JUDGE_MODEL.to_owned()),
     });
-    let shared =
-        Shared { name: name.to_owned(), base, catalog, specs, solo: options.solo, judge, base_texts: OnceLock::new() };
+    let shared = Shared {
+        name: name.to_owned(),
+        base,
+        agent_tools: catalog.specs(Requestor::Assistant).into(),
+        user_tools: match options.solo {
+            true => ToolList::default(),
+            false => catalog.specs(Requestor::User).into(),
+        },
+        catalog,
+        specs,
+        solo: options.solo,
+        judge,
+        base_texts: OnceLock::new(),
+    };
     Ok(Domain {
         name: name.to_owned(),
         tasks,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolOutput, ToolSpec};
+use parley_core::{EnvError, EnvSession, Environment, Message, Party, Reward, Task, Termination, ToolList, ToolOutput};
 use serde_json::{Value, json};
 
 use crate::domain::Shared;
@@ -40,10 +40,10 @@ impl Tau2Environment {
         };
         let mut world = World::new(self.shared.base.clone_box(), self.shared.catalog.clone(), self.shared.solo);
         world.set_state(&spec, &spec.history).map_err(|e| EnvError::new(format!("task {}: {e}", spec.id)))?;
-        let user_tools = if self.shared.solo { Vec::new() } else { self.shared.catalog.specs(Requestor::User) };
+        let user_tools = self.shared.user_tools.clone();
         let tools = match task.tools.is_empty() {
-            true => self.shared.catalog.specs(Requestor::Assistant).into(),
-            false => Arc::clone(&task.tools),
+            true => self.shared.agent_tools.clone(),
+            false => task.tools.clone(),
         };
         Ok(Tau2Session { world, tools, user_tools, spec, shared: self.shared.clone() })
     }
@@ -51,8 +51,8 @@ impl Tau2Environment {
 
 pub struct Tau2Session {
     world: World,
-    tools: Arc<[ToolSpec]>,
-    user_tools: Vec<ToolSpec>,
+    tools: ToolList,
+    user_tools: ToolList,
     spec: Arc<TaskSpec>,
     shared: Arc<Shared>,
 }
@@ -73,11 +73,11 @@ impl Tau2Session {
 
 #[async_trait]
 impl EnvSession for Tau2Session {
-    fn tools(&self) -> &[ToolSpec] {
+    fn tools(&self) -> &ToolList {
         &self.tools
     }
 
-    fn user_tools(&self) -> &[ToolSpec] {
+    fn user_tools(&self) -> &ToolList {
         &self.user_tools
     }
 

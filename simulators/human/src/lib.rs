@@ -77,6 +77,7 @@ impl UserSimulator for Human {
 mod tests {
     use super::*;
     use parley_core::Task;
+    use parley_core::ToolList;
 
     #[tokio::test]
     async fn reads_one_line_per_turn_from_a_pipe() {
@@ -88,7 +89,7 @@ mod tests {
         let task =
             Task { index: 0, id: "r1".into(), messages: vec![], tools: Default::default(), row: Default::default() };
         let conversation = vec![Message::assistant("Hi! How can I help you today?")];
-        let view = UserView { task: &task, trial: 0, messages: &conversation, tools: &[], seed: 0 };
+        let view = UserView { task: &task, trial: 0, messages: &conversation, tools: ToolList::none(), seed: 0 };
         let first = human.respond(view).await.unwrap();
         assert_eq!(first.message, Message::user("I want a refund"));
         assert_eq!(first.stop, None);

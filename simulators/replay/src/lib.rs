@@ -54,6 +54,7 @@ impl UserSimulator for Replay {
 mod tests {
     use super::*;
     use parley_core::Task;
+    use parley_core::ToolList;
 
     #[tokio::test]
     async fn replays_the_recorded_user_turns_in_order() {
@@ -74,20 +75,20 @@ mod tests {
         let replay = Replay::new([((3, 0), recorded, 1)]);
         let mut conversation = vec![Message::user("hi"), Message::assistant("hello (new agent)")];
         let turn = replay
-            .respond(UserView { task: &task, trial: 0, messages: &conversation, tools: &[], seed: 0 })
+            .respond(UserView { task: &task, trial: 0, messages: &conversation, tools: ToolList::none(), seed: 0 })
             .await
             .unwrap();
         assert_eq!(turn.message, Message::user("cancel my order"));
         conversation.extend([turn.message, Message::assistant("ok")]);
         let turn = replay
-            .respond(UserView { task: &task, trial: 0, messages: &conversation, tools: &[], seed: 0 })
+            .respond(UserView { task: &task, trial: 0, messages: &conversation, tools: ToolList::none(), seed: 0 })
             .await
             .unwrap();
         assert_eq!(turn.stop, Some(UserStop::Stop));
         let other = Task { index: 9, ..task.clone() };
         assert!(
             replay
-                .respond(UserView { task: &other, trial: 0, messages: &conversation, tools: &[], seed: 0 })
+                .respond(UserView { task: &other, trial: 0, messages: &conversation, tools: ToolList::none(), seed: 0 })
                 .await
                 .is_err()
         );

@@ -88,6 +88,7 @@ impl UserSimulator for Scripted {
 mod tests {
     use super::*;
     use parley_core::Task;
+    use parley_core::ToolList;
     use serde_json::json;
 
     fn task() -> Task {
@@ -101,7 +102,7 @@ mod tests {
     }
 
     async fn say(task: &Task, messages: &[Message]) -> UserTurn {
-        Scripted.respond(UserView { task, trial: 0, messages, tools: &[], seed: 0 }).await.unwrap()
+        Scripted.respond(UserView { task, trial: 0, messages, tools: ToolList::none(), seed: 0 }).await.unwrap()
     }
 
     #[tokio::test]

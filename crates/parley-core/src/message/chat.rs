@@ -163,6 +163,15 @@ impl Serialize for Calls<'_> {
     }
 }
 
+/// A list of tools in their Chat Completions form; see [`crate::message::ToolList::chat_json`].
+pub(super) struct ChatTools<'a>(pub(super) &'a [ToolSpec]);
+
+impl Serialize for ChatTools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(ToolSpec::chat))
+    }
+}
+
 impl Serialize for ChatTool<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(serde::Serialize)]

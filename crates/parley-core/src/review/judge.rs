@@ -11,7 +11,7 @@
 
 use super::{Rule, UserFault};
 use crate::Sampling;
-use crate::message::{Message, Role};
+use crate::message::{Message, Role, ToolList};
 use crate::model::{ChatRequest, ModelClient, ModelFailure};
 
 /// The judge's prompt. `{instructions}` and `{conversation}` are filled in.
@@ -44,7 +44,7 @@ pub async fn review(
     let request = ChatRequest {
         model,
         messages: &messages,
-        tools: &[],
+        tools: ToolList::none(),
         sampling: &sampling,
         response_format: None,
         session: None,

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use parley_core::{
     Agent, AgentFailure, AgentTurn, AgentView, Claim, EnvError, EnvSession, Environment, Fence, Message, ModelCall,
     ModelFailure, ModelFailureKind, Owner, Party, Reward, RunId, RunSpec, SessionId, SessionOutcome, SessionSpec,
-    SessionStore, StoreError, Task, Termination, ToolCall, ToolOutput, ToolSpec, TurnRecord, UserFailure,
+    SessionStore, StoreError, Task, Termination, ToolCall, ToolList, ToolOutput, ToolSpec, TurnRecord, UserFailure,
     UserSimulator, UserTurn, UserView,
 };
 use serde_json::{Value, json};
@@ -128,24 +128,29 @@ impl Environment for Counter {
         if self.fail_open {
             return Err(EnvError::new("the counter server is down"));
         }
-        Ok(Box::new(CounterSession { tools: counter_tools(), user_tools: user_tools(), total: 0, switch: false }))
+        Ok(Box::new(CounterSession {
+            tools: counter_tools().into(),
+            user_tools: user_tools().into(),
+            total: 0,
+            switch: false,
+        }))
     }
 }
 
 struct CounterSession {
-    tools: Vec<ToolSpec>,
-    user_tools: Vec<ToolSpec>,
+    tools: ToolList,
+    user_tools: ToolList,
     total: i64,
     switch: bool,
 }
 
 #[async_trait]
 impl EnvSession for CounterSession {
-    fn tools(&self) -> &[ToolSpec] {
+    fn tools(&self) -> &ToolList {
         &self.tools
     }
 
-    fn user_tools(&self) -> &[ToolSpec] {
+    fn user_tools(&self) -> &ToolList {
         &self.user_tools
     }
 

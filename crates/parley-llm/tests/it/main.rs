@@ -18,13 +18,13 @@ fn client(base_url: String, max_retries: u32, timeout: Duration) -> ChatClient {
     ChatClient::new(&EndpointConfig { base_url, max_retries, timeout, ..EndpointConfig::default() }).unwrap()
 }
 
-fn tools() -> Vec<ToolSpec> {
-    vec![ToolSpec {
+fn tools() -> parley_core::ToolList {
+    parley_core::ToolList::from(vec![ToolSpec {
         name: "lookup".into(),
         description: "look up".into(),
         parameters: json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
         strict: false,
-    }]
+    }])
 }
 
 async fn ask(client: &ChatClient) -> Result<parley_core::ChatReply, parley_core::ModelFailure> {

@@ -154,7 +154,7 @@ pub fn parse_reply(response: &Value) -> Result<(Message, Option<String>, Usage),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parley_core::{Sampling, ToolSpec};
+    use parley_core::{Sampling, ToolList, ToolSpec};
 
     #[test]
     fn round_trips_a_tool_turn() {
@@ -165,7 +165,12 @@ mod tests {
             Message::assistant_calls(None, vec![call]),
             Message::tool_result("c1", "ok"),
         ];
-        let tools = [ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}), strict: true }];
+        let tools = ToolList::from(vec![ToolSpec {
+            name: "f".into(),
+            description: "d".into(),
+            parameters: json!({}),
+            strict: true,
+        }]);
         let sampling = Sampling { temperature: Some(0.0), ..Sampling::default() };
         let request = ChatRequest {
             model: "m",

@@ -3,20 +3,20 @@
 
 use std::time::Duration;
 
-use parley_core::{ChatRequest, Message, ModelClient, ModelFailureKind, Sampling, ToolSpec};
+use parley_core::{ChatRequest, Message, ModelClient, ModelFailureKind, Sampling, ToolList, ToolSpec};
 use parley_remote::{ResponsesClient, ResponsesConfig};
 use parley_stub::{Faults, StubConfig};
 use serde_json::json;
 
 use crate::peers;
 
-fn tools() -> Vec<ToolSpec> {
-    vec![ToolSpec {
+fn tools() -> ToolList {
+    ToolList::from(vec![ToolSpec {
         name: "get_synonym_value".into(),
         description: String::new(),
         parameters: json!({"type": "object", "properties": {"synonym": {"type": "string"}}, "required": ["synonym"]}),
         strict: true,
-    }]
+    }])
 }
 
 #[tokio::test]
@@ -121,7 +121,7 @@ async fn rate_limits_are_retried_and_failures_are_bounded() {
         let request = ChatRequest {
             model: "stub",
             messages: &messages,
-            tools: &[],
+            tools: ToolList::none(),
             sampling: &sampling,
             response_format: None,
             session: None,
@@ -140,7 +140,7 @@ async fn rate_limits_are_retried_and_failures_are_bounded() {
     let request = ChatRequest {
         model: "stub",
         messages: &messages,
-        tools: &[],
+        tools: ToolList::none(),
         sampling: &sampling,
         response_format: None,
         session: None,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parley_core::{
     ChatReply, ChatRequest, Claim, Message, ModelCall, ModelClient, ModelFailure, Reward, SessionOutcome, SessionStore,
-    Termination, TurnRecord, Usage,
+    Termination, ToolList, TurnRecord, Usage,
 };
 use parley_store::{SqliteStore, StoreOptions, VerdictCache, request_hash};
 
@@ -107,7 +107,7 @@ async fn a_verdict_is_asked_once_and_answered_from_the_store_after() {
     let request = ChatRequest {
         model: "judge",
         messages: &messages,
-        tools: &[],
+        tools: ToolList::none(),
         sampling: &sampling,
         response_format: None,
         session: None,

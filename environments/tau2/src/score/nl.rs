@@ -4,7 +4,7 @@
 //! The reward is 1 when every returned result is met. Without a judge, assertions in the basis
 //! fail with a diagnostic; they are never silently passed.
 
-use parley_core::{ChatRequest, EnvError, Message, Role, Sampling};
+use parley_core::{ChatRequest, EnvError, Message, Role, Sampling, ToolList};
 use serde_json::{Value, json};
 
 use super::{Component, Judge, single};
@@ -87,7 +87,7 @@ pub async fn evaluate(
     let request = ChatRequest {
         model: &judge.model,
         messages: &messages,
-        tools: &[],
+        tools: ToolList::none(),
         sampling: &sampling,
         response_format: None,
         session: None,

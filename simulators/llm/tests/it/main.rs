@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use parley_core::{
-    ChatReply, ChatRequest, Message, ModelCall, ModelClient, ModelFailure, Role, Task, ToolCall, UserSimulator,
-    UserStop, UserView, stable_seed,
+    ChatReply, ChatRequest, Message, ModelCall, ModelClient, ModelFailure, Role, Task, ToolCall, ToolList,
+    UserSimulator, UserStop, UserView, stable_seed,
 };
 use serde_json::json;
 use simulator_llm::{LlmUser, LlmUserConfig, Prompt};
@@ -64,7 +64,8 @@ async fn roles_are_flipped_and_the_agents_calls_are_hidden() {
     ];
     let view = parley_core::user_view(&transcript);
     let seed = stable_seed(&task.id, 2);
-    let turn = user.respond(UserView { task: &task, trial: 2, messages: &view, tools: &[], seed }).await.unwrap();
+    let turn =
+        user.respond(UserView { task: &task, trial: 2, messages: &view, tools: ToolList::none(), seed }).await.unwrap();
     assert_eq!(turn.message, Message::user("I want to cancel order #W1."));
     assert_eq!(turn.stop, None);
     let seen = recorder.seen.lock().unwrap();
@@ -84,8 +85,10 @@ async fn stop_markers_end_the_conversation() {
     let task = task();
     let view = [Message::assistant("Done.")];
     for expected in [UserStop::Stop, UserStop::Transfer, UserStop::OutOfScope] {
-        let turn =
-            user.respond(UserView { task: &task, trial: 0, messages: &view, tools: &[], seed: 1 }).await.unwrap();
+        let turn = user
+            .respond(UserView { task: &task, trial: 0, messages: &view, tools: ToolList::none(), seed: 1 })
+            .await
+            .unwrap();
         assert_eq!(turn.stop, Some(expected));
     }
 }
@@ -99,7 +102,7 @@ async fn seeds_are_stable_across_runs() {
         let (user, recorder) = user(vec!["hi"]);
         let view = [Message::assistant("Hello?")];
         let seed = stable_seed(&task.id, 1);
-        user.respond(UserView { task: &task, trial: 1, messages: &view, tools: &[], seed }).await.unwrap();
+        user.respond(UserView { task: &task, trial: 1, messages: &view, tools: ToolList::none(), seed }).await.unwrap();
         asked.push(recorder.seen.lock().unwrap()[0].clone());
     }
     assert_eq!(asked[0], asked[1]);
@@ -110,6 +113,9 @@ async fn seeds_are_stable_across_runs() {
 async fn an_empty_answer_is_a_user_error() {
     let (user, _) = user(vec!["   "]);
     let task = task();
-    let err = user.respond(UserView { task: &task, trial: 0, messages: &[], tools: &[], seed: 0 }).await.unwrap_err();
+    let err = user
+        .respond(UserView { task: &task, trial: 0, messages: &[], tools: ToolList::none(), seed: 0 })
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("empty"));
 }

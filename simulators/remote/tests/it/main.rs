@@ -11,7 +11,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use parley_core::review::Rule;
 use parley_core::{
-    Message, ModelFailureKind, Task, ToolCall, ToolSpec, UserFailure, UserSimulator, UserStop, UserView, user_view,
+    Message, ModelFailureKind, Task, ToolCall, ToolList, ToolSpec, UserFailure, UserSimulator, UserStop, UserView,
+    user_view,
 };
 use parley_http::client::Limits;
 use serde_json::{Value, json};
@@ -78,7 +79,7 @@ fn task() -> Task {
         index: 4,
         id: "no_signal".into(),
         messages: vec![],
-        tools: Arc::from(vec![]),
+        tools: ToolList::default(),
         row: json!({"id": "no_signal", "user_scenario": {"persona": "Terse.", "instructions": SCENARIO}}).into(),
     }
 }
@@ -106,7 +107,8 @@ async fn respond(
 ) -> Result<parley_core::UserTurn, UserFailure> {
     let task = task();
     let view = user_view(messages);
-    user.respond(UserView { task: &task, trial: 1, messages: &view, tools, seed: 77 }).await
+    let tools = ToolList::from(tools.to_vec());
+    user.respond(UserView { task: &task, trial: 1, messages: &view, tools: &tools, seed: 77 }).await
 }
 
 #[tokio::test]
