@@ -217,8 +217,7 @@ fn paired(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parley_core::{ReasoningField, ReasoningReplay, Sampling};
-    use parley_core::{ToolList, ToolSpec};
+    use parley_core::{ReasoningField, ReasoningReplay, Sampling, ToolList, ToolSpec};
     use serde_json::{Map, json};
 
     /// The request as a `Value` tree, the way it was built before bodies were serialized once:

@@ -46,8 +46,7 @@ impl ModelClient for Ranked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parley_core::ToolList;
-    use parley_core::{Message, Sampling};
+    use parley_core::{Message, Sampling, ToolList};
 
     /// A rank that is only chosen, never called.
     struct Unused;

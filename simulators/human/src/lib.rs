@@ -76,8 +76,7 @@ impl UserSimulator for Human {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parley_core::Task;
-    use parley_core::ToolList;
+    use parley_core::{Task, ToolList};
 
     #[tokio::test]
     async fn reads_one_line_per_turn_from_a_pipe() {

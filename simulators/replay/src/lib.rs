@@ -53,8 +53,7 @@ impl UserSimulator for Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parley_core::Task;
-    use parley_core::ToolList;
+    use parley_core::{Task, ToolList};
 
     #[tokio::test]
     async fn replays_the_recorded_user_turns_in_order() {

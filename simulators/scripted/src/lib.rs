@@ -87,8 +87,7 @@ impl UserSimulator for Scripted {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parley_core::Task;
-    use parley_core::ToolList;
+    use parley_core::{Task, ToolList};
     use serde_json::json;
 
     fn task() -> Task {
