@@ -39,6 +39,7 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::StoreError;
@@ -111,6 +112,10 @@ pub(crate) struct Writer {
     wal: PathBuf,
     /// An estimate of what was written to the WAL since its size was last looked at.
     unlooked: u64,
+    /// Held by the checkpointer while it copies, and by the writer's own checkpoints: SQLite
+    /// runs one checkpoint at a time, and a `RESTART` that found the checkpointer copying gave
+    /// up at once, so that under load the log grew to ten times its limit.
+    copying: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Writer {
@@ -127,12 +132,14 @@ impl Writer {
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = WriterHandle::new(tx, &options, turns);
         let (checkpoints, woken) = mpsc::channel(1);
+        let copying = Arc::new(tokio::sync::Mutex::new(()));
         let span = tracing::info_span!("store_checkpointer", db = %path.display());
-        tokio::spawn(checkpoint_when_woken(checkpointer, woken).instrument(span));
+        tokio::spawn(checkpoint_when_woken(checkpointer, woken, Arc::clone(&copying)).instrument(span));
         let span = tracing::info_span!("store_writer", db = %path.display());
         let mut wal = path.clone().into_os_string();
         wal.push("-wal");
-        let writer = Writer { conn, committer, options, unchecked: 0, checkpoints, wal: wal.into(), unlooked: 0 };
+        let writer =
+            Writer { conn, committer, options, unchecked: 0, checkpoints, wal: wal.into(), unlooked: 0, copying };
         tokio::spawn(writer.run(rx).instrument(span));
         handle
     }
@@ -203,6 +210,7 @@ impl Writer {
     /// Copies the WAL's committed pages into the database file and empties the WAL file, waiting
     /// for readers (and the checkpointer) up to the busy timeout: the store is closing.
     async fn checkpoint(&mut self, pragma: &'static str) {
+        let _copying = self.copying.lock().await;
         match sqlx::query(pragma).execute(&mut self.conn).await {
             Ok(_) => self.unchecked = 0,
             // Not fatal: every commit is in the WAL, and the next checkpoint tries again.
@@ -217,11 +225,14 @@ impl Writer {
         if size <= self.options.wal_limit {
             return;
         }
+        // The checkpointer's copy, if one is under way, is finished first: it leaves this one less
+        // to copy.
+        let _copying = self.copying.lock().await;
         // Only a number goes into the text.
         let wait = |d: Duration| sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", d.as_millis()));
         let _ = sqlx::query(wait(RESTART_WAIT)).execute(&mut self.conn).await;
-        // A row of (busy, frames in the log, frames copied); busy when a reader (or the
-        // checkpointer, copying) held on past the wait.
+        // A row of (busy, frames in the log, frames copied); busy when a reader held on past
+        // the wait.
         let restarted =
             sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)").fetch_one(&mut self.conn).await;
         let _ = sqlx::query(wait(crate::busy_timeout())).execute(&mut self.conn).await;
@@ -252,9 +263,15 @@ async fn gather(previous_batch: usize) {
 /// Runs a `PASSIVE` checkpoint each time the writer asks, on a connection of its own: it copies
 /// the WAL's committed pages into the database file while the writer goes on appending to the
 /// WAL, never waits, and leaves the pages a reader (`parley show` in another process) may still
-/// need for the next checkpoint. Ends with the writer.
-async fn checkpoint_when_woken(mut conn: SqliteConnection, mut woken: mpsc::Receiver<()>) {
+/// need for the next checkpoint. It holds `copying` while it copies (see [`Writer`]). Ends with
+/// the writer.
+async fn checkpoint_when_woken(
+    mut conn: SqliteConnection,
+    mut woken: mpsc::Receiver<()>,
+    copying: Arc<tokio::sync::Mutex<()>>,
+) {
     while woken.recv().await.is_some() {
+        let _copying = copying.lock().await;
         if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
             // Not fatal: every commit is in the WAL, and the next checkpoint tries again.
             tracing::warn!(error = %e, "the store could not checkpoint its WAL");
