@@ -10,8 +10,8 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use parley_core::message::{ChatMessage, ChatTool};
-use parley_core::{ChatForm, Message, ReasoningField, Role, RunId, StoreError, Termination, ToolSpec};
+use parley_core::message::ChatMessage;
+use parley_core::{ChatForm, Message, ReasoningField, Role, RunId, StoreError, Termination};
 use parley_runtime::{Failure, Rollout, RunSettings, StoredTasks};
 use parley_store::{DbLocation, Store};
 use serde::Serialize;
@@ -163,8 +163,7 @@ pub async fn export(
                 }
                 Rows::OpenaiChat(w) => {
                     let messages = transcript.messages.iter().map(|m| m.chat(CHAT_ROW)).collect();
-                    let tools = task.tools.iter().map(ToolSpec::chat).collect();
-                    write_line(*w, &ChatRow { messages, tools })?;
+                    write_line(*w, &ChatRow { messages, tools: task.tools.chat_json() })?;
                 }
                 Rows::Tau2(writer) => {
                     let messages: Vec<Message> =
@@ -201,7 +200,8 @@ const CHAT_ROW: ChatForm = ChatForm { reasoning: ReasoningField::Template, token
 #[derive(Serialize)]
 struct ChatRow<'a> {
     messages: Vec<ChatMessage<'a>>,
-    tools: Vec<ChatTool<'a>>,
+    /// The task's tools in their Chat Completions form, as its list wrote them once.
+    tools: &'a serde_json::value::RawValue,
 }
 
 fn write_line(w: &mut dyn Write, row: &impl Serialize) -> Result<(), ExportError> {

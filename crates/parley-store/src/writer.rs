@@ -174,9 +174,9 @@ impl Writer {
             previous_batch = batch.len();
             if !batch.is_empty() {
                 let raw = self.options.raw_model_calls;
-                let bytes = COMMIT_BYTES + batch.iter().map(|w| wal_bytes(w, raw)).sum::<usize>();
-                self.unchecked += bytes as u64;
-                self.unlooked += bytes as u64;
+                let bytes = (COMMIT_BYTES + batch.iter().map(|w| wal_bytes(w, raw)).sum::<usize>()) as u64;
+                self.unchecked += bytes;
+                self.unlooked += bytes;
                 let answers;
                 (batch, answers) = self.committer.commit(std::mem::take(&mut batch)).await;
                 handle::answer(batch.drain(..), answers);
