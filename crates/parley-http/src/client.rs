@@ -4,7 +4,8 @@
 //! ([`RetryPolicy`], which honours the session's deadline), a timeout on each attempt, and the
 //! bounded whole-body read
 //! ([`WholeBodyLayer`], which redacts every registered key). Every attempt is a [`JsonPost`] sent
-//! on its endpoint's pool ([`Endpoint::pool`], hyper's pooled client, TLS by rustls): the model
+//! on its endpoint's pool ([`Endpoint::pool`]: Parley's own HTTP/1.1 client, [`Plain`], for an
+//! `http://` endpoint; hyper's pooled client over rustls for an `https://` one): the model
 //! client's (`parley-llm`) and [`Client`]'s, for every other call: NeMo Gym and Gymnasium servers
 //! and the Responses client (`parley-remote`), and the reward model (`parley-rewards`).
 //! [`Failure`] says what a failed call's error was, for each caller to report in its own error
@@ -19,13 +20,16 @@
 //! sessions.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use http::{Method, Uri};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -34,6 +38,7 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 use crate::body::{Answer, TooLarge, WholeBodyLayer};
+use crate::plain::Plain;
 use crate::retry::{Attempt, GaveUp, Retry, RetryPolicy, Unaccepted, backoff};
 use crate::{error_chain, secrets};
 
@@ -89,8 +94,8 @@ pub type Stack<A> = BoxCloneSyncService<A, Answer, BoxError>;
 /// starts, so a session queued behind the bound keeps its whole per-attempt budget.
 pub fn stack<A, S, B>(limits: &Limits, send: S) -> Stack<A>
 where
-    A: Attempt + Send + 'static,
-    S: Service<A::Request, Response = http::Response<B>> + Clone + Send + Sync + 'static,
+    A: Attempt<Request = http::Request<Bytes>> + Send + 'static,
+    S: Service<http::Request<Bytes>, Response = http::Response<B>> + Clone + Send + Sync + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
     B: http_body::Body + Send + Unpin + 'static,
@@ -111,8 +116,44 @@ where
 #[derive(Clone)]
 pub struct Endpoint(Arc<Shared>);
 
+/// The connections of one endpoint, the service that sends one attempt: Parley's own HTTP/1.1
+/// client ([`Plain`]) for an `http://` endpoint, hyper's pooled client over rustls for an
+/// `https://` one.
+#[derive(Clone)]
+pub enum Pool {
+    Plain(Arc<Plain>),
+    Tls(Arc<TlsPool>),
+}
+
 /// hyper's pooled client, over TCP or TLS as each URL says.
-pub type Pool = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type TlsPool = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// An answer's body as a [`Pool`] gives it: whole from [`Plain`], streamed from hyper.
+pub type PoolBody = Either<Full<Bytes>, hyper::body::Incoming>;
+
+impl Service<http::Request<Bytes>> for Pool {
+    type Response = http::Response<PoolBody>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<http::Response<PoolBody>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Neither waits for room: the endpoint's slots bound the calls.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
+        match self {
+            Pool::Plain(plain) => {
+                let plain = plain.clone();
+                Box::pin(async move { Ok(plain.send(request).await?.map(|body| Either::Left(Full::new(body)))) })
+            }
+            Pool::Tls(client) => {
+                let answer = client.request(request.map(Full::new));
+                Box::pin(async move { Ok(answer.await?.map(Either::Right)) })
+            }
+        }
+    }
+}
 
 struct Shared {
     /// The connection pool. Keys travel in request headers, never in the pool, so sharing it
@@ -181,7 +222,12 @@ pub fn endpoint(base: &str, max_concurrency: usize) -> Result<Endpoint, ClientEr
         return Ok(Endpoint(shared));
     }
     let bound = max_concurrency.max(1);
-    let shared = Arc::new(Shared { pool: pool(bound)?, calls: Arc::new(Semaphore::new(bound)), bound });
+    let pool = if base.starts_with("http://") {
+        Pool::Plain(Arc::new(Plain::new(bound)))
+    } else {
+        Pool::Tls(Arc::new(tls(bound)?))
+    };
+    let shared = Arc::new(Shared { pool, calls: Arc::new(Semaphore::new(bound)), bound });
     // The endpoints no client holds any more go as a new one comes.
     endpoints.retain(|_, held| held.strong_count() > 0);
     endpoints.insert(base.to_owned(), Arc::downgrade(&shared));
@@ -190,7 +236,7 @@ pub fn endpoint(base: &str, max_concurrency: usize) -> Result<Endpoint, ClientEr
 
 /// A pool keeping at most `idle` connections open between calls, each for up to 90 s, whose
 /// `https` URLs are checked against the platform's roots (as a browser on the machine would).
-fn pool(idle: usize) -> Result<Pool, ClientError> {
+fn tls(idle: usize) -> Result<TlsPool, ClientError> {
     use rustls_platform_verifier::BuilderVerifierExt;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
@@ -231,8 +277,8 @@ impl JsonPost {
     }
 
     /// The request to send.
-    pub fn request(self) -> http::Request<Full<Bytes>> {
-        let mut request = http::Request::new(Full::new(self.body));
+    pub fn request(self) -> http::Request<Bytes> {
+        let mut request = http::Request::new(self.body);
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.uri;
         *request.headers_mut() = self.headers;
@@ -269,9 +315,9 @@ pub struct Post {
 }
 
 impl Attempt for Post {
-    type Request = http::Request<Full<Bytes>>;
+    type Request = http::Request<Bytes>;
 
-    fn into_request(self) -> http::Request<Full<Bytes>> {
+    fn into_request(self) -> http::Request<Bytes> {
         self.post.request()
     }
 
@@ -361,13 +407,13 @@ impl Client {
     /// Whether the server answers `GET path` with a 2xx (one attempt, for readiness polls).
     pub async fn is_up(&self, path: &str) -> bool {
         let Ok(uri) = uri(&self.base, path) else { return false };
-        let mut request = http::Request::new(Full::default());
+        let mut request = http::Request::new(Bytes::new());
         *request.uri_mut() = uri;
         if let Some(bearer) = &self.bearer {
             request.headers_mut().insert(AUTHORIZATION, bearer.clone());
         }
         matches!(
-            tokio::time::timeout(Duration::from_secs(2), self.endpoint.pool().request(request)).await,
+            tokio::time::timeout(Duration::from_secs(2), self.endpoint.pool().clone().oneshot(request)).await,
             Ok(Ok(response)) if response.status().is_success()
         )
     }
@@ -515,11 +561,9 @@ mod tests {
 
     /// Ten times as many sessions as the endpoint's bound, each calling it through two clients
     /// in turn (as an agent and a simulated user on the same endpoint do): every call completes,
-    /// and the server never sees more calls in flight than the bound. A finished call's
-    /// connection goes back to the pool on a task of hyper's, a moment after the call's slot is
-    /// free, so a new call may open another meanwhile; the pool keeps at most the bound idle, so
-    /// the connections stay under twice the bound. (With a bound per client, the two clients'
-    /// calls in flight reach twice the bound.)
+    /// and the server never sees more calls in flight, or connections open, than the bound: a
+    /// call gives its connection back before its slot. (With a bound per client, the two
+    /// clients' calls in flight reach twice the bound.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn every_client_of_an_endpoint_shares_one_bound() {
         const BOUND: usize = 8;
@@ -548,7 +592,7 @@ mod tests {
         let most_calls = peaks.most_calls.load(Ordering::SeqCst);
         let most_connections = peaks.most_connections.load(Ordering::SeqCst);
         assert!(most_calls <= BOUND, "{most_calls} calls in flight at once, over the bound of {BOUND}");
-        assert!(most_connections < 2 * BOUND, "{most_connections} connections open at once, for a bound of {BOUND}");
+        assert!(most_connections <= BOUND, "{most_connections} connections open at once, for a bound of {BOUND}");
     }
 
     /// A server that answers with a redirect gets that as the answer: the request, and the key

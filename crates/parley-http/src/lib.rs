@@ -23,6 +23,7 @@ mod body;
 pub mod client;
 mod excerpt;
 pub mod guard;
+pub mod plain;
 mod retry;
 pub mod secrets;
 pub mod server;

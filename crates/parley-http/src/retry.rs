@@ -177,7 +177,10 @@ pub fn class_of_error(error: &BoxError) -> FailureClass {
 
 /// Whether the request certainly never reached the server.
 pub(crate) fn is_unsent(error: &BoxError) -> bool {
-    error.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(hyper_util::client::legacy::Error::is_connect)
+    error.downcast_ref::<crate::plain::PlainError>().is_some_and(crate::plain::PlainError::is_unsent)
+        || error
+            .downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(hyper_util::client::legacy::Error::is_connect)
 }
 
 /// One logical call under way: its attempts, and its registration with the session's deadline.

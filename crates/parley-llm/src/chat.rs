@@ -11,7 +11,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use http::Uri;
 use http::header::{AUTHORIZATION, HeaderMap};
-use http_body_util::Full;
 use parley_core::deadline::{Deadline, OpenCall};
 use parley_core::{
     ChatForm, ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Ready,
@@ -240,9 +239,9 @@ impl ModelClient for ChatClient {
 struct Completion(JsonPost, bool);
 
 impl Attempt for Completion {
-    type Request = http::Request<Full<Bytes>>;
+    type Request = http::Request<Bytes>;
 
-    fn into_request(self) -> http::Request<Full<Bytes>> {
+    fn into_request(self) -> http::Request<Bytes> {
         self.0.request()
     }
 
