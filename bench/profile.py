@@ -37,7 +37,7 @@ PARTS = [
     ("store: writer (batches, binding, fences, acks)", ("parley_store::",)),
     ("SQL clients (sqlx, rusqlite: statements, rows, channels)", ("sqlx_core::", "sqlx_sqlite::", "flume::", "rusqlite::")),
     ("JSON (serde_json)", ("serde_json::",)),
-    ("HTTP client (hyper)", ("hyper::", "hyper_util::", "hyper_rustls::", "reqwest::", "http::", "h2::")),
+    ("HTTP client (parley_http::plain; hyper for https)", ("parley_http::plain", "httparse::", "hyper::", "hyper_util::", "hyper_rustls::", "reqwest::", "http::", "h2::")),
     ("HTTP stack (tower, retries, bodies)", ("parley_http::", "tower::")),
     ("model client (requests, replies)", ("parley_llm::",)),
     ("environment (tools)", ("environment_multi_step::",)),
