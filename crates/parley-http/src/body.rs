@@ -17,8 +17,6 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use tower::{BoxError, Layer, Service};
 
-use crate::plain::BodyLimit;
-
 /// A whole answer: its status, headers and body, with every registered key redacted.
 #[derive(Debug, Clone, Default)]
 pub struct Answer {
@@ -75,9 +73,9 @@ pub struct WholeBody<S> {
     limit: usize,
 }
 
-impl<S, T, B> Service<http::Request<T>> for WholeBody<S>
+impl<S, R, B> Service<R> for WholeBody<S>
 where
-    S: Service<http::Request<T>, Response = http::Response<B>>,
+    S: Service<R, Response = http::Response<B>>,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
     B: Body + Send + Unpin + 'static,
@@ -92,9 +90,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, mut request: http::Request<T>) -> Self::Future {
-        // For a client that reads the body itself ([`Plain`](crate::plain::Plain)).
-        request.extensions_mut().insert(BodyLimit(self.limit));
+    fn call(&mut self, request: R) -> Self::Future {
         let answer = self.inner.call(request);
         let limit = self.limit;
         Box::pin(async move { read_whole(answer.await.map_err(Into::into)?, limit).await })

@@ -3,9 +3,9 @@
 //! [`stack`] puts the service that sends one attempt behind, outside in: the one retry policy
 //! ([`RetryPolicy`], which honours the session's deadline), a timeout on each attempt, and the
 //! bounded whole-body read
-//! ([`WholeBodyLayer`], which redacts every registered key). Every attempt is a [`JsonPost`] sent
-//! on its endpoint's pool ([`Endpoint::pool`]: Parley's own HTTP/1.1 client, [`Plain`], for an
-//! `http://` endpoint; hyper's pooled client over rustls for an `https://` one): the model
+//! ([`WholeBodyLayer`], which redacts every registered key). Every attempt is a [`Request`] sent
+//! on its endpoint's connections ([`Endpoint::sender`]: Parley's own HTTP/1.1 client, [`Plain`],
+//! for an `http://` endpoint; hyper's pooled client over rustls for an `https://` one): the model
 //! client's (`parley-llm`) and [`Client`]'s, for every other call: NeMo Gym and Gymnasium servers
 //! and the Responses client (`parley-remote`), and the reward model (`parley-rewards`).
 //! [`Failure`] says what a failed call's error was, for each caller to report in its own error
@@ -89,25 +89,20 @@ impl Limits {
 /// A stack of [`stack`]: attempts of type `A` in, whole answers out.
 pub type Stack<A> = BoxCloneSyncService<A, Answer, BoxError>;
 
-/// The one stack (see the module's docs) around `send`, which sends one attempt. Its caller
-/// holds a [`Slot`] of the endpoint for the whole call, taken before the attempt's timeout
-/// starts, so a session queued behind the bound keeps its whole per-attempt budget.
-pub fn stack<A, S, B>(limits: &Limits, send: S) -> Stack<A>
+/// The one stack (see the module's docs) around `endpoint`'s connections, which send each
+/// attempt. Its caller holds a [`Slot`] of the endpoint for the whole call, taken before the
+/// attempt's timeout starts, so a session queued behind the bound keeps its whole per-attempt
+/// budget.
+pub fn stack<A>(limits: &Limits, endpoint: &Endpoint) -> Stack<A>
 where
-    A: Attempt<Request = http::Request<Bytes>> + Send + 'static,
-    S: Service<http::Request<Bytes>, Response = http::Response<B>> + Clone + Send + Sync + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + Unpin + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+    A: Attempt<Request = Request> + Send + 'static,
 {
     let service = ServiceBuilder::new()
         .retry(limits.retry_policy())
         .map_request(A::into_request)
         .timeout(limits.timeout)
         .layer(WholeBodyLayer { limit: limits.max_response_bytes })
-        .service(send);
+        .service(endpoint.sender(limits.max_response_bytes));
     BoxCloneSyncService::new(service)
 }
 
@@ -116,39 +111,47 @@ where
 #[derive(Clone)]
 pub struct Endpoint(Arc<Shared>);
 
-/// The connections of one endpoint, the service that sends one attempt: Parley's own HTTP/1.1
-/// client ([`Plain`]) for an `http://` endpoint, hyper's pooled client over rustls for an
-/// `https://` one.
+/// The connections of one endpoint: Parley's own HTTP/1.1 client ([`Plain`]) for an `http://`
+/// endpoint, hyper's pooled client over rustls for an `https://` one.
 #[derive(Clone)]
-pub enum Pool {
+enum Pool {
     Plain(Arc<Plain>),
     Tls(Arc<TlsPool>),
 }
 
-/// hyper's pooled client, over TCP or TLS as each URL says.
-pub type TlsPool = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+/// hyper's pooled client, over TLS (or TCP, for a URL it is handed that asks for it).
+type TlsPool = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// An answer's body as a [`Pool`] gives it: whole from [`Plain`], streamed from hyper.
-pub type PoolBody = Either<Full<Bytes>, hyper::body::Incoming>;
+/// An answer's body as a [`Sender`] gives it: whole from [`Plain`], streamed from hyper.
+pub type SentBody = Either<Full<Bytes>, hyper::body::Incoming>;
 
-impl Service<http::Request<Bytes>> for Pool {
-    type Response = http::Response<PoolBody>;
+/// The service that sends one attempt on an endpoint's connections ([`Endpoint::sender`]).
+#[derive(Clone)]
+pub struct Sender {
+    pool: Pool,
+    /// The most bytes of body [`Plain`] reads of an answer (hyper's are counted by the
+    /// [`WholeBodyLayer`] as they come).
+    limit: usize,
+}
+
+impl Service<Request> for Sender {
+    type Response = http::Response<SentBody>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<http::Response<PoolBody>, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<http::Response<SentBody>, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         // Neither waits for room: the endpoint's slots bound the calls.
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
-        match self {
+    fn call(&mut self, request: Request) -> Self::Future {
+        match &self.pool {
             Pool::Plain(plain) => {
-                let plain = plain.clone();
-                Box::pin(async move { Ok(plain.send(request).await?.map(|body| Either::Left(Full::new(body)))) })
+                let (plain, limit) = (plain.clone(), self.limit);
+                Box::pin(async move { Ok(plain.send(request, limit).await?.map(|body| Either::Left(Full::new(body)))) })
             }
             Pool::Tls(client) => {
-                let answer = client.request(request.map(Full::new));
+                let answer = client.request(request.into_http());
                 Box::pin(async move { Ok(answer.await?.map(Either::Right)) })
             }
         }
@@ -166,9 +169,10 @@ struct Shared {
 }
 
 impl Endpoint {
-    /// The connection pool, the service that sends one attempt.
-    pub fn pool(&self) -> &Pool {
-        &self.0.pool
+    /// The service that sends one attempt on the endpoint's connections, reading at most `limit`
+    /// bytes of an answer's body.
+    pub fn sender(&self, limit: usize) -> Sender {
+        Sender { pool: self.0.pool.clone(), limit }
     }
 
     /// The most calls in flight to the endpoint at once.
@@ -260,30 +264,44 @@ fn tls(idle: usize) -> Result<TlsPool, ClientError> {
         .build(connector))
 }
 
-/// One POST of a JSON body, kept whole so that a retry sends it again as it was: a copy shares
-/// the body's bytes and the URL's.
+/// One request of the stack, kept whole so that a retry sends it again as it was: a copy shares
+/// the URL's, the headers' and the body's bytes. Its headers are usually its client's, the same
+/// for every call (the key's and the content type: [`json_headers`]).
 #[derive(Debug, Clone)]
-pub struct JsonPost {
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+pub struct Request {
+    pub(crate) method: Method,
+    pub(crate) uri: Uri,
+    pub(crate) headers: Arc<HeaderMap>,
+    pub(crate) body: Bytes,
 }
 
-impl JsonPost {
-    /// A POST of `body` to `uri` (absolute), with `headers` beside its content type.
-    pub fn new(uri: Uri, mut headers: HeaderMap, body: Bytes) -> JsonPost {
-        headers.entry(CONTENT_TYPE).or_insert(HeaderValue::from_static("application/json"));
-        JsonPost { uri, headers, body }
+impl Request {
+    /// A POST of the JSON text `body` to `uri` (absolute), with `headers`, which say it is JSON
+    /// ([`json_headers`]).
+    pub fn post(uri: Uri, headers: Arc<HeaderMap>, body: Bytes) -> Request {
+        Request { method: Method::POST, uri, headers, body }
     }
 
-    /// The request to send.
-    pub fn request(self) -> http::Request<Bytes> {
-        let mut request = http::Request::new(self.body);
-        *request.method_mut() = Method::POST;
+    /// A GET of `uri` (absolute), with `headers`.
+    pub fn get(uri: Uri, headers: Arc<HeaderMap>) -> Request {
+        Request { method: Method::GET, uri, headers, body: Bytes::new() }
+    }
+
+    /// The request as hyper sends it.
+    fn into_http(self) -> http::Request<Full<Bytes>> {
+        let mut request = http::Request::new(Full::new(self.body));
+        *request.method_mut() = self.method;
         *request.uri_mut() = self.uri;
-        *request.headers_mut() = self.headers;
+        *request.headers_mut() = Arc::unwrap_or_clone(self.headers);
         request
     }
+}
+
+/// `headers` with the JSON content type, for [`Request::post`]: made once by a client, shared
+/// by all of its calls.
+pub fn json_headers(mut headers: HeaderMap) -> Arc<HeaderMap> {
+    headers.entry(CONTENT_TYPE).or_insert(HeaderValue::from_static("application/json"));
+    Arc::new(headers)
 }
 
 /// `base` (`http(s)://host:port`, any path prefix) and `path` as one absolute URI, or why not.
@@ -309,16 +327,16 @@ pub type Accept = fn(&[u8]) -> Result<(), String>;
 /// accepts.
 #[derive(Debug, Clone)]
 pub struct Post {
-    post: JsonPost,
+    request: Request,
     retry: Retry,
     accept: Option<Accept>,
 }
 
 impl Attempt for Post {
-    type Request = http::Request<Bytes>;
+    type Request = Request;
 
-    fn into_request(self) -> http::Request<Bytes> {
-        self.post.request()
+    fn into_request(self) -> Request {
+        self.request
     }
 
     fn resend(&self) -> Option<Post> {
@@ -341,6 +359,8 @@ pub struct Client {
     base: Arc<str>,
     endpoint: Endpoint,
     bearer: Option<HeaderValue>,
+    /// The headers of a call that adds none: the JSON content type and the key's.
+    headers: Arc<HeaderMap>,
     service: Stack<Post>,
     limits: Limits,
 }
@@ -363,8 +383,9 @@ impl Client {
         }
         let bearer = key.filter(|k| !k.is_empty()).map(bearer).transpose()?;
         let endpoint = endpoint(base, limits.max_concurrency)?;
-        let service = stack(limits, endpoint.pool().clone());
-        Ok(Client { base: base.into(), endpoint, bearer, service, limits: limits.clone() })
+        let service = stack(limits, &endpoint);
+        let headers = json_headers(HeaderMap::from_iter(bearer.clone().map(|b| (AUTHORIZATION, b))));
+        Ok(Client { base: base.into(), endpoint, bearer, headers, service, limits: limits.clone() })
     }
 
     pub fn base_url(&self) -> &str {
@@ -391,14 +412,17 @@ impl Client {
             Ok(uri) => uri,
             Err(e) => return (Err(Failure::Unsendable(format!("could not build the request: {e}"))), 0),
         };
-        let mut headers = headers;
-        if let Some(bearer) = &self.bearer {
-            headers.insert(AUTHORIZATION, bearer.clone());
-        }
-        let post = JsonPost::new(uri, headers, Bytes::from(body));
+        let headers = if headers.is_empty() {
+            self.headers.clone()
+        } else {
+            let mut headers = headers;
+            headers.extend(self.headers.iter().map(|(name, value)| (name.clone(), value.clone())));
+            Arc::new(headers)
+        };
+        let request = Request::post(uri, headers, Bytes::from(body));
         let call = async {
             let _slot = self.endpoint.slot().await;
-            self.service.clone().oneshot(Post { post, retry, accept }).await
+            self.service.clone().oneshot(Post { request, retry, accept }).await
         };
         let (result, attempts) = crate::track(call).await;
         (result.map_err(Failure::of), attempts)
@@ -407,13 +431,11 @@ impl Client {
     /// Whether the server answers `GET path` with a 2xx (one attempt, for readiness polls).
     pub async fn is_up(&self, path: &str) -> bool {
         let Ok(uri) = uri(&self.base, path) else { return false };
-        let mut request = http::Request::new(Bytes::new());
-        *request.uri_mut() = uri;
-        if let Some(bearer) = &self.bearer {
-            request.headers_mut().insert(AUTHORIZATION, bearer.clone());
-        }
+        let headers = HeaderMap::from_iter(self.bearer.clone().map(|bearer| (AUTHORIZATION, bearer)));
+        let request = Request::get(uri, Arc::new(headers));
+        let sent = self.endpoint.sender(self.limits.max_response_bytes).oneshot(request);
         matches!(
-            tokio::time::timeout(Duration::from_secs(2), self.endpoint.pool().clone().oneshot(request)).await,
+            tokio::time::timeout(Duration::from_secs(2), sent).await,
             Ok(Ok(response)) if response.status().is_success()
         )
     }

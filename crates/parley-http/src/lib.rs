@@ -29,6 +29,6 @@ pub mod secrets;
 pub mod server;
 
 pub use body::{Answer, TooLarge, WholeBody, WholeBodyLayer};
-pub use client::{Accept, Client, ClientError, Failure, JsonPost};
+pub use client::{Accept, Client, ClientError, Failure, Request, json_headers};
 pub use excerpt::{error_chain, excerpt, excerpt_bytes};
 pub use retry::{Attempt, GaveUp, Retry, RetryPolicy, Unaccepted, backoff, class_of_error, track};

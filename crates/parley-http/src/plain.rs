@@ -12,8 +12,7 @@
 //!
 //! What it reads: a status line and headers (`httparse`), then a body framed by
 //! `Transfer-Encoding: chunked`, by `Content-Length`, or by the connection's close; `1xx`
-//! answers before the final one are skipped. A body past the call's limit ([`BodyLimit`]) fails
-//! the attempt as [`TooLarge`] as soon as its length is known or its bytes pass the limit, and is
+//! answers before the final one are skipped. A body past the call's limit fails the attempt as [`TooLarge`] as soon as its length is known or its bytes pass the limit, and is
 //! never buffered whole. A connection is kept for the next call only when the answer allows it
 //! (HTTP/1.1, no `Connection: close`, a framed body, nothing after it).
 //!
@@ -30,12 +29,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes};
 use http::header::{CONNECTION, CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, TRANSFER_ENCODING};
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Response, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tower::BoxError;
 
 use crate::body::TooLarge;
+use crate::client::Request;
 
 /// How long an idle connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -47,15 +47,6 @@ const MAX_HEADERS: usize = 100;
 const MAX_HEAD: usize = 64 << 10;
 /// The buffer an answer is first read into; a body that declares a larger length gets its size.
 const FIRST_READ: usize = 8 << 10;
-
-/// The most bytes of an answer's body its caller will take, set on the request by
-/// [`WholeBodyLayer`](crate::WholeBodyLayer); a request without one takes [`BodyLimit::DEFAULT`].
-#[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
-
-impl BodyLimit {
-    pub const DEFAULT: BodyLimit = BodyLimit(16 << 20);
-}
 
 /// Why a call on a plain connection failed.
 #[derive(Debug, thiserror::Error)]
@@ -107,26 +98,24 @@ impl Plain {
         Plain { idle: Mutex::new(Vec::new()), max_idle: max_idle.max(1) }
     }
 
-    /// Sends `request` and reads its answer whole, on an idle connection to its host when there
-    /// is a live one, or on a new one.
-    pub async fn send(&self, request: Request<Bytes>) -> Result<Response<Bytes>, BoxError> {
-        self.exchange(request).await.map_err(|error| match error {
+    /// Sends `request` and reads its answer whole, a body of `limit` bytes at most, on an idle
+    /// connection to its host when there is a live one, or on a new one.
+    pub async fn send(&self, request: Request, limit: usize) -> Result<Response<Bytes>, BoxError> {
+        self.exchange(&request, limit).await.map_err(|error| match error {
             // What the stack's callers look for, as the body layer raises it.
             PlainError::TooLarge(too_large) => Box::new(too_large) as BoxError,
             error => Box::new(error),
         })
     }
 
-    async fn exchange(&self, request: Request<Bytes>) -> Result<Response<Bytes>, PlainError> {
-        let limit = request.extensions().get::<BodyLimit>().copied().unwrap_or(BodyLimit::DEFAULT).0;
-        let (parts, body) = request.into_parts();
-        let authority = match parts.uri.authority() {
+    async fn exchange(&self, request: &Request, limit: usize) -> Result<Response<Bytes>, PlainError> {
+        let authority = match request.uri.authority() {
             Some(authority) if authority.port().is_some() => authority.as_str().to_owned(),
             Some(authority) => format!("{}:80", authority.host()),
-            None => return Err(PlainError::NoHost(parts.uri.to_string())),
+            None => return Err(PlainError::NoHost(request.uri.to_string())),
         };
-        let message = message(&parts, &body);
-        let head_only = parts.method == Method::HEAD;
+        let message = message(request);
+        let head_only = request.method == Method::HEAD;
         loop {
             let (mut stream, reused) = match self.take(&authority) {
                 Some(stream) => (stream, true),
@@ -204,14 +193,15 @@ fn is_closed(error: &io::Error) -> bool {
 }
 
 /// The request's bytes: its head and its body, to be written at once.
-fn message(parts: &http::request::Parts, body: &Bytes) -> Vec<u8> {
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let host = parts.uri.authority().map_or("", |a| a.as_str());
-    let mut message = Vec::with_capacity(128 + path.len() + parts.headers.len() * 48 + body.len());
-    for piece in [parts.method.as_str(), " ", path, " HTTP/1.1\r\nhost: ", host, "\r\n"] {
+fn message(request: &Request) -> Vec<u8> {
+    let Request { method, uri, headers, body } = request;
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let host = uri.authority().map_or("", |a| a.as_str());
+    let mut message = Vec::with_capacity(128 + path.len() + headers.len() * 48 + body.len());
+    for piece in [method.as_str(), " ", path, " HTTP/1.1\r\nhost: ", host, "\r\n"] {
         message.extend_from_slice(piece.as_bytes());
     }
-    for (name, value) in &parts.headers {
+    for (name, value) in headers.iter() {
         if name == CONTENT_LENGTH || name == http::header::HOST || name == TRANSFER_ENCODING {
             continue;
         }
@@ -220,7 +210,7 @@ fn message(parts: &http::request::Parts, body: &Bytes) -> Vec<u8> {
         message.extend_from_slice(value.as_bytes());
         message.extend_from_slice(b"\r\n");
     }
-    if !body.is_empty() || parts.method == Method::POST || parts.method == Method::PUT {
+    if !body.is_empty() || method == Method::POST || method == Method::PUT {
         message.extend_from_slice(b"content-length: ");
         message.extend_from_slice(body.len().to_string().as_bytes());
         message.extend_from_slice(b"\r\n");
@@ -509,16 +499,13 @@ mod tests {
         (base, connections)
     }
 
-    fn post(base: &str, limit: usize) -> Request<Bytes> {
-        let mut request = Request::new(Bytes::from_static(b"{\"q\":1}"));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = format!("{base}/v1/call").parse().unwrap();
-        request.extensions_mut().insert(BodyLimit(limit));
-        request
+    fn post(base: &str) -> Request {
+        let uri = format!("{base}/v1/call").parse().unwrap();
+        Request::post(uri, crate::json_headers(HeaderMap::new()), Bytes::from_static(b"{\"q\":1}"))
     }
 
     async fn call(plain: &Plain, base: &str) -> Result<Response<Bytes>, PlainError> {
-        plain.exchange(post(base, 1 << 20)).await
+        plain.exchange(&post(base), 1 << 20).await
     }
 
     #[tokio::test]
@@ -597,11 +584,11 @@ mod tests {
         for (answer, then) in [(length, Then::KeepOpen), (chunked, Then::KeepOpen), (closed, Then::Close)] {
             let (base, _) = scripted(vec![answer], then).await;
             let plain = Plain::new(4);
-            let error = plain.exchange(post(&base, 1000)).await.unwrap_err();
+            let error = plain.exchange(&post(&base), 1000).await.unwrap_err();
             assert!(matches!(error, PlainError::TooLarge(TooLarge { limit: 1000 })), "{error}");
-            let error = plain.send(post(&base, 1000)).await.unwrap_err();
+            let error = plain.send(post(&base), 1000).await.unwrap_err();
             assert!(error.is::<TooLarge>(), "the stack's callers see the body layer's error: {error}");
-            assert_eq!(plain.exchange(post(&base, 4096)).await.unwrap().body().len(), 4096);
+            assert_eq!(plain.exchange(&post(&base), 4096).await.unwrap().body().len(), 4096);
         }
     }
 
@@ -637,11 +624,8 @@ mod tests {
     /// length and the body.
     #[test]
     fn a_request_is_written_as_http_1_1() {
-        let mut request = post("http://10.0.0.7:8000", 10);
-        request.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let (parts, body) = request.into_parts();
         assert_eq!(
-            String::from_utf8(message(&parts, &body)).unwrap(),
+            String::from_utf8(message(&post("http://10.0.0.7:8000"))).unwrap(),
             "POST /v1/call HTTP/1.1\r\nhost: 10.0.0.7:8000\r\ncontent-type: application/json\r\n\
              content-length: 7\r\n\r\n{\"q\":1}"
         );

@@ -17,7 +17,7 @@ use parley_core::{
     ReasoningField, ReasoningReplay,
 };
 use parley_http::client::{Endpoint, Limits, Slot, Stack, bearer, endpoint, stack, uri};
-use parley_http::{Answer, Attempt, Failure, JsonPost, excerpt};
+use parley_http::{Answer, Attempt, Failure, Request, excerpt, json_headers};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -99,8 +99,8 @@ pub enum ClientConfigError {
 pub struct ChatClient {
     /// `<base>/chat/completions`, parsed once.
     completions: Uri,
-    /// The headers of every call: the key's, when the endpoint has one.
-    headers: HeaderMap,
+    /// The headers of every call: the JSON content type, and the key's when the endpoint has one.
+    headers: Arc<HeaderMap>,
     service: Stack<Completion>,
     endpoint: Arc<str>,
     slots: Endpoint,
@@ -129,8 +129,9 @@ impl ChatClient {
                 headers.insert(AUTHORIZATION, bearer(&key).map_err(|e| ClientConfigError::Http(e.to_string()))?);
             }
         }
+        let headers = json_headers(headers);
         let slots = endpoint(base, config.max_concurrency).map_err(|e| ClientConfigError::Http(e.to_string()))?;
-        let service = stack(&config.limits(), slots.pool().clone());
+        let service = stack(&config.limits(), &slots);
         let form = ChatForm { reasoning: ReasoningField::replayed(config.reasoning), tokens: config.token_ids };
         Ok(ChatClient { completions, headers, service, endpoint: base.into(), slots, form })
     }
@@ -139,12 +140,12 @@ impl ChatClient {
     /// is a completion (so that one that is not is retried) and keeps what it read of it, and
     /// the body is stored as it came.
     async fn post(&self, body: &RawJson) -> Result<Answer, Failure> {
-        let post = JsonPost::new(
+        let request = Request::post(
             self.completions.clone(),
             self.headers.clone(),
             Bytes::copy_from_slice(body.get().as_bytes()),
         );
-        self.service.clone().oneshot(Completion(post, self.form.tokens)).await.map_err(Failure::of)
+        self.service.clone().oneshot(Completion(request, self.form.tokens)).await.map_err(Failure::of)
     }
 }
 
@@ -236,13 +237,13 @@ impl ModelClient for ChatClient {
 /// A request of this client: every call posts a chat completion, so a 2xx is accepted only when
 /// its body is one (with readable token ids, when the client asks for them).
 #[derive(Clone)]
-struct Completion(JsonPost, bool);
+struct Completion(Request, bool);
 
 impl Attempt for Completion {
-    type Request = http::Request<Bytes>;
+    type Request = Request;
 
-    fn into_request(self) -> http::Request<Bytes> {
-        self.0.request()
+    fn into_request(self) -> Request {
+        self.0
     }
 
     fn resend(&self) -> Option<Completion> {
