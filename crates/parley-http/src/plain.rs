@@ -142,8 +142,9 @@ impl Plain {
         loop {
             let idle = {
                 let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                // The newest first; the list stays oldest first (see `put`).
                 let at = idle.iter().rposition(|i| i.authority == authority)?;
-                idle.swap_remove(at)
+                idle.remove(at)
             };
             let waited = now.saturating_duration_since(idle.since);
             if waited > IDLE_TIMEOUT {
