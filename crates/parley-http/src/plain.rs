@@ -52,8 +52,8 @@ const FIRST_READ: usize = 8 << 10;
 #[derive(Debug, thiserror::Error)]
 pub enum PlainError {
     /// No connection could be opened: the request never left.
-    #[error("could not connect to {authority}: {source}")]
-    Connect { authority: String, source: io::Error },
+    #[error("could not connect to {address}: {source}")]
+    Connect { address: String, source: io::Error },
     /// The URL has no host to connect to.
     #[error("`{0}` has no host")]
     NoHost(String),
@@ -87,7 +87,8 @@ pub struct Plain {
 
 #[derive(Debug)]
 struct Idle {
-    authority: String,
+    /// Where it is connected to (`host:port`).
+    address: String,
     stream: TcpStream,
     since: Instant,
 }
@@ -109,17 +110,18 @@ impl Plain {
     }
 
     async fn exchange(&self, request: &Request, limit: usize) -> Result<Response<Bytes>, PlainError> {
-        let authority = match request.uri.authority() {
-            Some(authority) if authority.port().is_some() => authority.as_str().to_owned(),
-            Some(authority) => format!("{}:80", authority.host()),
-            None => return Err(PlainError::NoHost(request.uri.to_string())),
+        // The host and port only: a URL's user and password (`http://user:secret@host`) are
+        // neither sent nor quoted.
+        let address = match request.uri.authority() {
+            Some(authority) => format!("{}:{}", authority.host(), authority.port_u16().unwrap_or(80)),
+            None => return Err(PlainError::NoHost(request.uri.path().to_owned())),
         };
         let message = message(request);
         let head_only = request.method == Method::HEAD;
         loop {
-            let (mut stream, reused) = match self.take(&authority) {
+            let (mut stream, reused) = match self.take(&address) {
                 Some(stream) => (stream, true),
-                None => (connect(&authority).await?, false),
+                None => (connect(&address).await?, false),
             };
             if let Err(error) = stream.write_all(&message).await {
                 // A reused connection the server had closed: it never read the request.
@@ -130,20 +132,20 @@ impl Plain {
             }
             let (response, keep) = read_answer(&mut stream, limit, head_only).await?;
             if keep {
-                self.put(authority, stream);
+                self.put(address, stream);
             }
             return Ok(response);
         }
     }
 
-    /// The most recently used idle connection to `authority` that is still open, if any.
-    fn take(&self, authority: &str) -> Option<TcpStream> {
+    /// The most recently used idle connection to `address` that is still open, if any.
+    fn take(&self, address: &str) -> Option<TcpStream> {
         let now = Instant::now();
         loop {
             let idle = {
                 let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
                 // The newest first; the list stays oldest first (see `put`).
-                let at = idle.iter().rposition(|i| i.authority == authority)?;
+                let at = idle.iter().rposition(|i| i.address == address)?;
                 idle.remove(at)
             };
             let waited = now.saturating_duration_since(idle.since);
@@ -159,7 +161,7 @@ impl Plain {
 
     /// Keeps `stream` for the next call, dropping the connections idle past the timeout, and the
     /// longest idle one when the pool is full.
-    fn put(&self, authority: String, stream: TcpStream) {
+    fn put(&self, address: String, stream: TcpStream) {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.first().is_some_and(|oldest| now.saturating_duration_since(oldest.since) > IDLE_TIMEOUT) {
@@ -168,13 +170,13 @@ impl Plain {
         if idle.len() >= self.max_idle {
             idle.remove(0);
         }
-        idle.push(Idle { authority, stream, since: now });
+        idle.push(Idle { address, stream, since: now });
     }
 }
 
-async fn connect(authority: &str) -> Result<TcpStream, PlainError> {
-    let failed = |source| PlainError::Connect { authority: authority.to_owned(), source };
-    let stream = TcpStream::connect(authority).await.map_err(failed)?;
+async fn connect(address: &str) -> Result<TcpStream, PlainError> {
+    let failed = |source| PlainError::Connect { address: address.to_owned(), source };
+    let stream = TcpStream::connect(address).await.map_err(failed)?;
     stream.set_nodelay(true).map_err(failed)?;
     Ok(stream)
 }
@@ -197,7 +199,8 @@ fn is_closed(error: &io::Error) -> bool {
 fn message(request: &Request) -> Vec<u8> {
     let Request { method, uri, headers, body } = request;
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let host = uri.authority().map_or("", |a| a.as_str());
+    // As the URL names it, less any user and password.
+    let host = uri.authority().map_or("", |a| a.as_str().rsplit('@').next().unwrap_or_default());
     let mut message = Vec::with_capacity(128 + path.len() + headers.len() * 48 + body.len());
     for piece in [method.as_str(), " ", path, " HTTP/1.1\r\nhost: ", host, "\r\n"] {
         message.extend_from_slice(piece.as_bytes());
@@ -612,13 +615,17 @@ mod tests {
         }
     }
 
+    /// A refused connection is an unsent request, and its error names the host and port, never
+    /// a password in the URL.
     #[tokio::test]
     async fn a_refused_connection_is_unsent() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
+        let address = listener.local_addr().unwrap();
         drop(listener);
-        let error = call(&Plain::new(1), &base).await.unwrap_err();
+        let error = call(&Plain::new(1), &format!("http://user:hunter2@{address}")).await.unwrap_err();
         assert!(error.is_unsent() && matches!(error, PlainError::Connect { .. }), "{error}");
+        let said = error.to_string();
+        assert!(said.contains(&address.to_string()) && !said.contains("hunter2"), "{said}");
     }
 
     /// The request on the wire: the URL's path and host, the caller's headers, the body's
@@ -626,7 +633,7 @@ mod tests {
     #[test]
     fn a_request_is_written_as_http_1_1() {
         assert_eq!(
-            String::from_utf8(message(&post("http://10.0.0.7:8000"))).unwrap(),
+            String::from_utf8(message(&post("http://user:secret@10.0.0.7:8000"))).unwrap(),
             "POST /v1/call HTTP/1.1\r\nhost: 10.0.0.7:8000\r\ncontent-type: application/json\r\n\
              content-length: 7\r\n\r\n{\"q\":1}"
         );
