@@ -412,12 +412,16 @@ impl Client {
             Ok(uri) => uri,
             Err(e) => return (Err(Failure::Unsendable(format!("could not build the request: {e}"))), 0),
         };
+        // A call's own headers (a session's cookies) are added to the client's: the key's replaces
+        // any of the caller's, the content type is the caller's when it gave one.
         let headers = if headers.is_empty() {
             self.headers.clone()
         } else {
             let mut headers = headers;
-            headers.extend(self.headers.iter().map(|(name, value)| (name.clone(), value.clone())));
-            Arc::new(headers)
+            if let Some(bearer) = &self.bearer {
+                headers.insert(AUTHORIZATION, bearer.clone());
+            }
+            json_headers(headers)
         };
         let request = Request::post(uri, headers, Bytes::from(body));
         let call = async {
@@ -615,6 +619,39 @@ mod tests {
         let most_connections = peaks.most_connections.load(Ordering::SeqCst);
         assert!(most_calls <= BOUND, "{most_calls} calls in flight at once, over the bound of {BOUND}");
         assert!(most_connections <= BOUND, "{most_connections} connections open at once, for a bound of {BOUND}");
+    }
+
+    /// A call's own headers go beside the client's: its cookie is sent, its own key is replaced by
+    /// the client's (one `authorization` header), and its content type is kept.
+    #[tokio::test]
+    async fn a_calls_headers_go_beside_the_clients() {
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", server.local_addr().unwrap());
+        let (seen, heard) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut socket, _) = server.accept().await.unwrap();
+            let mut request = Vec::new();
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                let mut chunk = [0u8; 4096];
+                let n = socket.read(&mut chunk).await.unwrap();
+                request.extend_from_slice(&chunk[..n]);
+            }
+            socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await.unwrap();
+            let _ = seen.send(String::from_utf8_lossy(&request).to_lowercase());
+        });
+        let client = Client::new(&base, &Limits::default(), Some("headers-test-key")).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::COOKIE, HeaderValue::from_static("session=7"));
+        headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer the-callers"));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+        let (answer, _) = client.post_json("/run", b"{}".to_vec(), headers, Retry::Unsent, None).await;
+        assert_eq!(answer.expect("an answer").status, 200);
+        let request = heard.await.unwrap();
+        let lines: Vec<&str> = request.lines().collect();
+        assert!(lines.contains(&"cookie: session=7"), "{request}");
+        assert!(lines.contains(&"content-type: application/x-ndjson"), "{request}");
+        let keys: Vec<&&str> = lines.iter().filter(|l| l.starts_with("authorization:")).collect();
+        assert_eq!(keys, [&"authorization: bearer headers-test-key"], "{request}");
     }
 
     /// A server that answers with a redirect gets that as the answer: the request, and the key
