@@ -544,30 +544,7 @@ mod tests {
                 raise(&peaks.connections, &peaks.most_connections);
                 tokio::spawn(async move {
                     let mut buffer = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    'connection: loop {
-                        // One request: its head, then `content-length` bytes of body.
-                        let (head_end, length) = loop {
-                            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                                let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
-                                let length = head
-                                    .lines()
-                                    .find_map(|l| l.strip_prefix("content-length:"))
-                                    .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-                                break (end + 4, length);
-                            }
-                            match socket.read(&mut chunk).await {
-                                Ok(0) | Err(_) => break 'connection,
-                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                            }
-                        };
-                        while buffer.len() < head_end + length {
-                            match socket.read(&mut chunk).await {
-                                Ok(0) | Err(_) => break 'connection,
-                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                            }
-                        }
-                        buffer.drain(..head_end + length);
+                    while crate::testing::read_request(&mut socket, &mut buffer).await {
                         raise(&peaks.calls, &peaks.most_calls);
                         tokio::time::sleep(Duration::from_millis(2)).await;
                         peaks.calls.fetch_sub(1, Ordering::SeqCst);

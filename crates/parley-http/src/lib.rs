@@ -27,6 +27,8 @@ pub mod plain;
 mod retry;
 pub mod secrets;
 pub mod server;
+#[cfg(test)]
+mod testing;
 
 pub use body::{Answer, TooLarge, WholeBody, WholeBodyLayer};
 pub use client::{Accept, Client, ClientError, Failure, Request, json_headers};

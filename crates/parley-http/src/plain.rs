@@ -470,27 +470,7 @@ mod tests {
                 let (answers, served) = (answers.clone(), served.clone());
                 tokio::spawn(async move {
                     let mut buffer = Vec::new();
-                    loop {
-                        // One request: its head, then `content-length` bytes of body.
-                        let (head, length) = loop {
-                            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                                let text = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
-                                let length = text
-                                    .lines()
-                                    .find_map(|l| l.strip_prefix("content-length:"))
-                                    .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-                                break (end + 4, length);
-                            }
-                            if socket.read_buf(&mut buffer).await.unwrap_or(0) == 0 {
-                                return;
-                            }
-                        };
-                        while buffer.len() < head + length {
-                            if socket.read_buf(&mut buffer).await.unwrap_or(0) == 0 {
-                                return;
-                            }
-                        }
-                        buffer.drain(..head + length);
+                    while crate::testing::read_request(&mut socket, &mut buffer).await {
                         let n = served.fetch_add(1, Ordering::SeqCst);
                         let answer = answers[n.min(answers.len() - 1)];
                         if socket.write_all(answer).await.is_err() || then == Then::Close {
