@@ -33,16 +33,26 @@ impl<T> Value for T where
 /// A row of either store.
 pub(crate) trait StoredRow {
     fn value<T: Value>(&self, column: &str) -> Result<T, sqlx::Error>;
+    /// A text column, borrowed from the row.
+    fn text(&self, column: &str) -> Result<Option<&str>, sqlx::Error>;
 }
 
 impl StoredRow for SqliteRow {
     fn value<T: Value>(&self, column: &str) -> Result<T, sqlx::Error> {
         sqlx::Row::try_get(self, column)
     }
+
+    fn text(&self, column: &str) -> Result<Option<&str>, sqlx::Error> {
+        sqlx::Row::try_get(self, column)
+    }
 }
 
 impl StoredRow for PgRow {
     fn value<T: Value>(&self, column: &str) -> Result<T, sqlx::Error> {
+        sqlx::Row::try_get(self, column)
+    }
+
+    fn text(&self, column: &str) -> Result<Option<&str>, sqlx::Error> {
         sqlx::Row::try_get(self, column)
     }
 }
@@ -53,16 +63,39 @@ pub(crate) trait Unreadable {
     fn unreadable(&self, what: &str, error: &dyn Display) -> StoreError;
 }
 
-/// One row of `table`, belonging to `of` ("session 4", "run 2"), read column by column.
+/// What a row belongs to, as an error names it ("session 4", "run 2"): written only when a
+/// column cannot be read, where a `String` made for every row read cost an allocation each.
+#[derive(Clone, Copy)]
+pub(crate) enum Of {
+    /// A row whose own id is not read yet.
+    A(&'static str),
+    Session(SessionId),
+    /// A session's row at a seq (a message).
+    SessionAt(SessionId, i64),
+    Run(i64),
+}
+
+impl Display for Of {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Of::A(what) => write!(f, "a {what}"),
+            Of::Session(id) => write!(f, "session {id}"),
+            Of::SessionAt(id, seq) => write!(f, "session {id} (seq {seq})"),
+            Of::Run(id) => write!(f, "run {id}"),
+        }
+    }
+}
+
+/// One row of `table`, belonging to `of`, read column by column.
 pub(crate) struct Columns<'a, R> {
     pub row: &'a R,
     pub table: &'a str,
-    pub of: String,
+    pub of: Of,
     pub store: &'a dyn Unreadable,
 }
 
 impl<'a, R: StoredRow> Columns<'a, R> {
-    pub fn new(store: &'a dyn Unreadable, row: &'a R, table: &'a str, of: String) -> Columns<'a, R> {
+    pub fn new(store: &'a dyn Unreadable, row: &'a R, table: &'a str, of: Of) -> Columns<'a, R> {
         Columns { row, table, of, store }
     }
 
@@ -92,8 +125,8 @@ impl<'a, R: StoredRow> Columns<'a, R> {
     /// A column holding one of a closed set of names, `None` when NULL; a name this build does
     /// not know is an error of the column.
     pub fn named<T>(&self, column: &str, parse: fn(&str) -> Option<T>) -> Result<Option<T>, StoreError> {
-        match self.get::<Option<String>>(column)? {
-            Some(name) => match parse(&name) {
+        match self.row.text(column).map_err(|e| self.unreadable(column, &e))? {
+            Some(name) => match parse(name) {
                 Some(value) => Ok(Some(value)),
                 None => Err(self.unreadable(column, &format!("unknown {column} {name:?}"))),
             },
@@ -118,7 +151,7 @@ pub(crate) use session_columns;
 
 /// The id of a row of [`session_columns!`].
 pub(crate) fn session_id(store: &dyn Unreadable, row: &impl StoredRow) -> Result<i64, StoreError> {
-    Columns::new(store, row, "sessions", "a session".into()).get("id")
+    Columns::new(store, row, "sessions", Of::A("session")).get("id")
 }
 
 /// A row of [`session_columns!`] as a [`SessionRow`].
@@ -129,7 +162,7 @@ pub(crate) fn session_row(store: &dyn Unreadable, row: &impl StoredRow) -> Resul
 /// A row of [`session_columns!`] whose id is known as a [`SessionRow`]: a column that cannot be
 /// read is named with the session.
 pub(crate) fn session_fields(store: &dyn Unreadable, row: &impl StoredRow, id: i64) -> Result<SessionRow, StoreError> {
-    let c = Columns::new(store, row, "sessions", format!("session {id}"));
+    let c = Columns::new(store, row, "sessions", Of::Session(id));
     Ok(SessionRow {
         id,
         task_index: c.get("task_index")?,
@@ -156,7 +189,7 @@ pub(crate) fn faults_text(faults: &[parley_core::review::UserFault]) -> Option<S
 /// [`SessionInfo`].
 pub(crate) fn session_info(store: &dyn Unreadable, row: &impl StoredRow) -> Result<SessionInfo, StoreError> {
     let row_of = session_row(store, row)?;
-    let c = Columns::new(store, row, "sessions", format!("session {}", row_of.id));
+    let c = Columns::new(store, row, "sessions", Of::Session(row_of.id));
     Ok(SessionInfo {
         run: c.get("run_id")?,
         forked_from: c.get("forked_from")?,
@@ -169,7 +202,7 @@ pub(crate) fn session_info(store: &dyn Unreadable, row: &impl StoredRow) -> Resu
 /// A row of `fence, player` and [`session_columns!`] (a claim's) as a [`ClaimedSession`].
 pub(crate) fn claimed_session(store: &dyn Unreadable, row: &impl StoredRow) -> Result<ClaimedSession, StoreError> {
     let row_of = session_row(store, row)?;
-    let c = Columns::new(store, row, "sessions", format!("session {}", row_of.id));
+    let c = Columns::new(store, row, "sessions", Of::Session(row_of.id));
     Ok(ClaimedSession {
         fence: Fence(c.get("fence")?),
         player: Player::from_stored(c.get::<Option<String>>("player")?.as_deref()),
@@ -187,8 +220,8 @@ pub(crate) use run_columns;
 
 /// A row of [`run_columns!`] as a [`RunRecord`].
 pub(crate) fn run_record(store: &dyn Unreadable, row: &impl StoredRow) -> Result<RunRecord, StoreError> {
-    let id = Columns::new(store, row, "runs", "a run".into()).get("id")?;
-    let c = Columns::new(store, row, "runs", format!("run {id}"));
+    let id = Columns::new(store, row, "runs", Of::A("run")).get("id")?;
+    let c = Columns::new(store, row, "runs", Of::Run(id));
     Ok(RunRecord {
         id,
         created_at: c.get("created_at")?,
@@ -203,7 +236,7 @@ pub(crate) fn run_record(store: &dyn Unreadable, row: &impl StoredRow) -> Result
 /// breakdown`) as a [`SessionShape`].
 pub(crate) fn session_shape(store: &dyn Unreadable, row: &impl StoredRow) -> Result<SessionShape, StoreError> {
     let id = session_id(store, row)?;
-    let c = Columns::new(store, row, "sessions", format!("session {id}"));
+    let c = Columns::new(store, row, "sessions", Of::Session(id));
     Ok(SessionShape {
         id,
         task_index: c.get("task_index")?,
@@ -255,11 +288,11 @@ pub(crate) fn messages(
 ) -> Result<Vec<Message>, StoreError> {
     let mut messages = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
-        let seq: i64 = Columns::new(store, row, "messages", format!("session {session}")).get("seq")?;
+        let seq: i64 = Columns::new(store, row, "messages", Of::Session(session)).get("seq")?;
         if seq != i as i64 {
             return Err(StoreError::Database(format!("session {session} has a gap in its messages at {i}")));
         }
-        let c = Columns::new(store, row, "messages", format!("session {session} (seq {seq})"));
+        let c = Columns::new(store, row, "messages", Of::SessionAt(session, seq));
         messages.push(Message {
             role: c.required("role", Role::parse)?,
             content: c.get("content")?,
@@ -294,7 +327,7 @@ pub(crate) fn tool_call(
     row: &impl StoredRow,
     session: SessionId,
 ) -> Result<ToolCallRecord, StoreError> {
-    let c = Columns::new(store, row, "tool_calls", format!("session {session}"));
+    let c = Columns::new(store, row, "tool_calls", Of::Session(session));
     Ok(ToolCallRecord {
         seq: c.number("seq")?,
         // A party this build does not know is the agent's, as calls stored before parties were.
@@ -317,7 +350,7 @@ pub(crate) fn call_figures(
     row: &impl StoredRow,
     session: SessionId,
 ) -> Result<CallFigures, StoreError> {
-    let c = Columns::new(store, row, "model_calls", format!("session {session}"));
+    let c = Columns::new(store, row, "model_calls", Of::Session(session));
     Ok(CallFigures {
         seq: c.number("seq")?,
         usage: Usage { prompt_tokens: c.number("prompt_tokens")?, completion_tokens: c.number("completion_tokens")? },

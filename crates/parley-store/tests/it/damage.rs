@@ -98,6 +98,22 @@ async fn text_that_is_not_utf8_is_named_by_table_session_and_column() {
     let message = store.run(1).await.unwrap_err().to_string();
     assert!(message.contains("column `config` of table `runs` for run 1"), "{message}");
     store.close().await.unwrap();
+
+    // A column of names (read borrowed from the row) says which name it does not know, or that
+    // its bytes are not text, for the session it belongs to.
+    tamper(&path, "UPDATE sessions SET status = 'finished', termination = 'gone_fishing' WHERE id = 1").await;
+    tamper(&path, "UPDATE sessions SET status = 'finished', failure = CAST(X'FF' AS TEXT) WHERE id = 3").await;
+    let store = SqliteStore::open(&path, StoreOptions::default()).await.unwrap();
+    let page = store.sessions_page_checked(1, 0, 100).await.unwrap();
+    let message = page[0].row.as_ref().unwrap_err().to_string();
+    assert!(
+        message.contains("column `termination` of table `sessions` for session 1")
+            && message.contains(r#"unknown termination "gone_fishing""#),
+        "{message}"
+    );
+    let message = page[2].row.as_ref().unwrap_err().to_string();
+    assert!(message.contains("column `failure` of table `sessions` for session 3"), "{message}");
+    store.close().await.unwrap();
 }
 
 #[tokio::test]
