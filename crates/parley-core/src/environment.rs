@@ -66,6 +66,16 @@ pub trait Environment: Send + Sync {
     }
 
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError>;
+
+    /// Whether opening or scoring a session computes on this process's CPU for long: tau2
+    /// builds a task's databases, and to score replays the trajectory against them and hashes
+    /// them (milliseconds to seconds). A service runs such calls off the workers that answer its
+    /// connections, one per core at a time. The default, `false`, is for an environment that
+    /// does little or awaits another process (a resources server, an MCP server): its calls
+    /// run in place, as any other await does, however many at once.
+    fn computes(&self) -> bool {
+        false
+    }
 }
 
 /// The environment's side of one session: its state, its tools and its scorer.

@@ -41,6 +41,11 @@ impl Environment for RewardedEnvironment {
         let inner = self.inner.open(task).await?;
         Ok(Box::new(RewardedSession { inner, composite: self.composite.clone(), task: task.clone() }))
     }
+
+    /// As its environment: the rewards weigh a transcript's text, or await a judge.
+    fn computes(&self) -> bool {
+        self.inner.computes()
+    }
 }
 
 struct RewardedSession {

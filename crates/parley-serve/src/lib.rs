@@ -88,8 +88,8 @@ pub struct ServeOptions {
 
 /// The service: the runtime and its service run, and what admits requests to it.
 pub struct Service {
-    /// The runtime whose parties are observed for the metrics, the environment's scoring kept
-    /// off the I/O workers.
+    /// The runtime whose parties are observed for the metrics, the scoring of an environment
+    /// that computes kept off the I/O workers.
     runtime: Arc<Runtime>,
     run: RunId,
     /// The service run's tasks: one per prompt group, or per request without one.
@@ -119,7 +119,7 @@ impl Service {
     pub fn new(mut runtime: Runtime, run: RunId, tasks: usize, options: ServeOptions) -> Service {
         let metrics = Arc::new(Metrics::default());
         let mut parties = runtime.parties.clone();
-        parties.environment = Arc::new(offload::Offloaded::new(parties.environment));
+        parties.environment = offload::offloaded(parties.environment);
         runtime.parties = observe::observed(&parties, &metrics);
         let runtime = Arc::new(runtime);
         let recorder = recorder::Recorder::spawn(Arc::clone(&runtime), run);

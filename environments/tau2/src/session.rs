@@ -29,6 +29,11 @@ impl Environment for Tau2Environment {
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
         Ok(Box::new(self.open_session(task)?))
     }
+
+    /// A session's databases are built when it opens, and replayed and hashed when it is scored.
+    fn computes(&self) -> bool {
+        true
+    }
 }
 
 impl Tau2Environment {
