@@ -544,7 +544,7 @@ mod tests {
                 raise(&peaks.connections, &peaks.most_connections);
                 tokio::spawn(async move {
                     let mut buffer = Vec::new();
-                    while crate::testing::read_request(&mut socket, &mut buffer).await {
+                    while crate::testing::read_request(&mut socket, &mut buffer).await.is_some() {
                         raise(&peaks.calls, &peaks.most_calls);
                         tokio::time::sleep(Duration::from_millis(2)).await;
                         peaks.calls.fetch_sub(1, Ordering::SeqCst);
@@ -607,12 +607,7 @@ mod tests {
         let (seen, heard) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let (mut socket, _) = server.accept().await.unwrap();
-            let mut request = Vec::new();
-            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                let mut chunk = [0u8; 4096];
-                let n = socket.read(&mut chunk).await.unwrap();
-                request.extend_from_slice(&chunk[..n]);
-            }
+            let request = crate::testing::read_request(&mut socket, &mut Vec::new()).await.expect("a request");
             socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await.unwrap();
             let _ = seen.send(String::from_utf8_lossy(&request).to_lowercase());
         });

@@ -470,7 +470,7 @@ mod tests {
                 let (answers, served) = (answers.clone(), served.clone());
                 tokio::spawn(async move {
                     let mut buffer = Vec::new();
-                    while crate::testing::read_request(&mut socket, &mut buffer).await {
+                    while crate::testing::read_request(&mut socket, &mut buffer).await.is_some() {
                         let n = served.fetch_add(1, Ordering::SeqCst);
                         let answer = answers[n.min(answers.len() - 1)];
                         if socket.write_all(answer).await.is_err() || then == Then::Close {

@@ -4,9 +4,9 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 /// Reads one request from `socket` (its head, then `content-length` bytes of body) and takes it
-/// off the front of `buffer`, which keeps whatever came after it; `false` once the connection
+/// off the front of `buffer`, which keeps whatever came after it; `None` once the connection
 /// ended (or failed) first.
-pub(crate) async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> bool {
+pub(crate) async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Vec<u8>> {
     let (head, length) = loop {
         if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
             let text = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
@@ -17,14 +17,13 @@ pub(crate) async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -
             break (end + 4, length);
         }
         if socket.read_buf(buffer).await.unwrap_or(0) == 0 {
-            return false;
+            return None;
         }
     };
     while buffer.len() < head + length {
         if socket.read_buf(buffer).await.unwrap_or(0) == 0 {
-            return false;
+            return None;
         }
     }
-    buffer.drain(..head + length);
-    true
+    Some(buffer.drain(..head + length).collect())
 }
