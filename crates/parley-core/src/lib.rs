@@ -5,7 +5,7 @@
 //! reasons, rewards, and the object-safe traits [`Agent`], [`UserSimulator`], [`Environment`],
 //! [`ModelClient`] and [`SessionStore`]. Beside them, plain data and rules that need no I/O:
 //! NeMo Gym's formats (`nemo_gym`), a session's [`Deadline`] (`deadline`), token ids and their
-//! contiguity check (`tokens`), who sees what (`view`), a rule-based review of a simulated
+//! contiguity check (`tokens`), a URL's user part (`url`), who sees what (`view`), a rule-based review of a simulated
 //! user's turns (`review`) and a seeded generator (`rng`).
 //!
 //! Invariant: this crate depends on nothing heavy. No HTTP client, no database driver, no async
@@ -27,6 +27,7 @@ pub mod store;
 pub mod task;
 pub mod task_row;
 pub mod tokens;
+pub mod url;
 pub mod user;
 pub mod view;
 

@@ -305,6 +305,19 @@ pub fn json_headers(mut headers: HeaderMap) -> Arc<HeaderMap> {
 }
 
 /// `base` (`http(s)://host:port`, any path prefix) and `path` as one absolute URI, or why not.
+/// `url` as a client's base: an `http://` or `https://` URL without a trailing `/` and without a
+/// user part (see [`parley_core::url`]), which no client sends and no record should keep.
+pub fn base(url: &str) -> Result<&str, ClientError> {
+    let base = url.trim_end_matches('/');
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Err(ClientError::BadUrl(url.to_owned()));
+    }
+    match parley_core::url::credentials(base) {
+        Some(without) => Err(ClientError::Credentials(without)),
+        None => Ok(base),
+    }
+}
+
 pub fn uri(base: &str, path: &str) -> Result<Uri, ClientError> {
     format!("{base}{path}").parse().map_err(|_| ClientError::BadUrl(format!("{base}{path}")))
 }
@@ -314,6 +327,9 @@ pub fn uri(base: &str, path: &str) -> Result<Uri, ClientError> {
 pub enum ClientError {
     #[error("`{0}` is not an http(s) URL")]
     BadUrl(String),
+    /// The URL, named without its user part.
+    #[error("{}", parley_core::url::credentials_refused("the URL", .0))]
+    Credentials(String),
     #[error("the API key is not a valid header value")]
     BadKey,
     #[error("could not build the HTTP client: {0}")]
@@ -377,10 +393,7 @@ impl Client {
     /// registered with [`secrets`], so no body read afterwards carries it, and lives only in
     /// the header it is sent in, marked sensitive.
     pub fn new(base_url: &str, limits: &Limits, key: Option<&str>) -> Result<Client, ClientError> {
-        let base = base_url.trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ClientError::BadUrl(base_url.to_owned()));
-        }
+        let base = base(base_url)?;
         let bearer = key.filter(|k| !k.is_empty()).map(bearer).transpose()?;
         let endpoint = endpoint(base, limits.max_concurrency)?;
         let service = stack(limits, &endpoint);
@@ -514,6 +527,17 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+
+    #[test]
+    fn a_base_with_a_user_part_is_refused_by_every_client() {
+        let limits = Limits::default();
+        let err = Client::new("http://me:hunter2@10.0.0.7:8000/", &limits, None).unwrap_err();
+        assert!(matches!(&err, ClientError::Credentials(url) if url == "http://10.0.0.7:8000"), "{err}");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(matches!(base("ftp://h"), Err(ClientError::BadUrl(_))));
+        assert_eq!(base("http://h:1/v1/").unwrap(), "http://h:1/v1");
+        assert_eq!(Client::new("http://10.0.0.7:8000/", &limits, None).unwrap().base_url(), "http://10.0.0.7:8000");
+    }
 
     /// What the server saw at most at once.
     #[derive(Default)]

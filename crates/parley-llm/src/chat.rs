@@ -16,7 +16,7 @@ use parley_core::{
     ChatForm, ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Ready,
     ReasoningField, ReasoningReplay,
 };
-use parley_http::client::{Endpoint, Limits, Slot, Stack, bearer, endpoint, stack, uri};
+use parley_http::client::{ClientError, Endpoint, Limits, Slot, Stack, base, bearer, endpoint, stack, uri};
 use parley_http::{Answer, Attempt, Failure, Request, excerpt, json_headers};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -90,6 +90,9 @@ pub enum ClientConfigError {
     MissingKey(String),
     #[error("`{0}` is not a base URL: use http://host:port/v1")]
     BadUrl(String),
+    /// The base URL, named without its user part.
+    #[error("{}", parley_core::url::credentials_refused("the base URL", .0))]
+    Credentials(String),
     #[error("could not build the HTTP client: {0}")]
     Http(String),
 }
@@ -116,10 +119,11 @@ impl std::fmt::Debug for ChatClient {
 
 impl ChatClient {
     pub fn new(config: &EndpointConfig) -> Result<ChatClient, ClientConfigError> {
-        let base = config.base_url.trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ClientConfigError::BadUrl(config.base_url.clone()));
-        }
+        let base = match base(&config.base_url) {
+            Ok(base) => base,
+            Err(ClientError::Credentials(without)) => return Err(ClientConfigError::Credentials(without)),
+            Err(_) => return Err(ClientConfigError::BadUrl(config.base_url.clone())),
+        };
         let completions =
             uri(base, "/chat/completions").map_err(|_| ClientConfigError::BadUrl(config.base_url.clone()))?;
         let mut headers = HeaderMap::new();

@@ -650,7 +650,11 @@ fn check_url(flag: &str, url: Option<&str>, example: &str) -> Result<(), UsageEr
         Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
             Err(usage(format!("{flag} `{url}` is not a URL; use {example}")))
         }
-        _ => Ok(()),
+        Some(url) => match parley_core::url::credentials(url) {
+            Some(without) => Err(usage(parley_core::url::credentials_refused(flag, &without))),
+            None => Ok(()),
+        },
+        None => Ok(()),
     }
 }
 
@@ -713,6 +717,28 @@ mod tests {
         assert!(check(UserKind::Remote, Some("localhost:9")).unwrap_err().starts_with("--user-url `localhost:9`"));
         assert!(check(UserKind::Llm, Some("http://u:9")).unwrap_err().contains("pass --user remote with it"));
         assert_eq!(check(UserKind::Remote, Some("http://u:9")), Ok(()));
+    }
+
+    #[test]
+    fn a_url_with_a_user_and_password_is_refused_by_flag_without_showing_them() {
+        let secret = "http://me:hunter2@10.0.0.7:8000/v1";
+        type Set = fn(&mut RunSettings, String);
+        let sets: [(Set, &str); 4] = [
+            (|s, url| s.base_url = Some(url), "--base-url"),
+            (|s, url| s.ranks = vec![url], "--base-url"),
+            (|s, url| s.user.base_url = Some(url), "--user-base-url"),
+            (|s, url| s.tau2.judge_base_url = Some(url), "--judge-base-url"),
+        ];
+        for (set, flag) in sets {
+            let mut s = settings();
+            set(&mut s, secret.to_owned());
+            let err = s.check_for(Need::Nothing).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("{flag} `http://10.0.0.7:8000/v1`")), "{err}");
+            assert!(!err.contains("hunter2") && !err.contains("me:"), "{err}");
+        }
+        let mut s = settings();
+        s.base_url = Some(secret.replace("me:hunter2@", ""));
+        assert_eq!(s.check_for(Need::Nothing).map_err(|e| e.to_string()), Ok(()));
     }
 
     #[test]

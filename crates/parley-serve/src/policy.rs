@@ -75,7 +75,12 @@ pub(crate) fn take(row: &mut Value) -> Result<Option<String>, UsageError> {
     let Some(value) = row.as_object_mut().and_then(|m| m.remove(FIELD)) else { return Ok(None) };
     match value {
         Value::Null => Ok(None),
-        Value::String(url) if url.starts_with("http://") || url.starts_with("https://") => Ok(Some(url)),
+        Value::String(url) if url.starts_with("http://") || url.starts_with("https://") => {
+            match parley_core::url::credentials(&url) {
+                Some(without) => Err(usage(parley_core::url::credentials_refused(&format!("`{FIELD}`"), &without))),
+                None => Ok(Some(url)),
+            }
+        }
         other => Err(usage(format!(
             "`{FIELD}` is the base URL of the rollout's policy (http://... or https://..., ending before \
              /chat/completions), not {other}"
@@ -97,5 +102,8 @@ mod tests {
         let err = take(&mut json!({FIELD: 7})).unwrap_err();
         assert!(err.to_string().contains(FIELD), "{err}");
         assert!(take(&mut json!({FIELD: "ftp://x"})).is_err());
+        // A user part is refused, and the error names the URL without it.
+        let err = take(&mut json!({FIELD: "http://u:hunter2@10.0.0.7:9/v1"})).unwrap_err().to_string();
+        assert!(err.contains("`http://10.0.0.7:9/v1`") && !err.contains("hunter2"), "{err}");
     }
 }

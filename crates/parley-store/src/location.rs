@@ -43,13 +43,12 @@ impl DbLocation {
 /// `url` without the password of its user part (`user:secret@host` becomes `user@host`) and
 /// without a `password=` query parameter, which PostgreSQL's URLs also accept.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let (authority_end, _) =
-        rest.char_indices().find(|&(_, c)| matches!(c, '/' | '?' | '#')).unwrap_or((rest.len(), ' '));
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((user, host)) => format!("{}@{host}", user.split_once(':').map_or(user, |(name, _)| name)),
-        None => authority.to_owned(),
+    let Some(parley_core::url::Parts { scheme, userinfo, host, tail }) = parley_core::url::parts(url) else {
+        return url.to_owned();
+    };
+    let authority = match userinfo {
+        Some(user) => format!("{}@{host}", user.split_once(':').map_or(user, |(name, _)| name)),
+        None => host.to_owned(),
     };
     let tail = match tail.split_once('?') {
         Some((path, query)) => {

@@ -134,6 +134,21 @@ fn a_missing_key_variable_is_named() {
     assert!(err.to_string().contains("PARLEY_NO_SUCH_KEY"));
 }
 
+/// A base URL with a user and password is refused: no client sends them, and a client made with
+/// one would put them in every model call's record and every error's text.
+#[test]
+fn a_base_url_with_credentials_is_refused_without_showing_them() {
+    for url in ["http://me:hunter2@10.0.0.7:8000/v1", "https://hunter2@api.example/v1/"] {
+        let config = EndpointConfig { base_url: url.into(), ..EndpointConfig::default() };
+        let err = ChatClient::new(&config).unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(err.contains("`http://10.0.0.7:8000/v1`") || err.contains("`https://api.example/v1`"), "{err}");
+    }
+    // Without them, the same URL makes a client.
+    let config = EndpointConfig { base_url: "http://10.0.0.7:8000/v1".into(), ..EndpointConfig::default() };
+    assert_eq!(ChatClient::new(&config).unwrap().endpoint(), "http://10.0.0.7:8000/v1");
+}
+
 /// An endpoint on loopback that answers every request with `head` (status line and headers) and
 /// an empty body, over raw HTTP/1.1.
 async fn answering(head: &'static str) -> String {

@@ -1,0 +1,69 @@
+//! A URL's user part (`user:secret@` in `http://user:secret@host:8000/v1`), found without a URL
+//! parser. Parley sends keys in headers only, so every HTTP client refuses a base URL that
+//! carries a user part ([`credentials`]), and a database URL is shown and stored without its
+//! password (the store's `redact_url`): neither reaches a database, a log or an error's text.
+
+/// A URL cut at its authority: `scheme` before `://`, the user part before the authority's
+/// last `@` (when there is one), the host and port, and the rest (path, query, fragment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts<'a> {
+    pub scheme: &'a str,
+    pub userinfo: Option<&'a str>,
+    pub host: &'a str,
+    pub tail: &'a str,
+}
+
+/// `url` cut into its [`Parts`]; `None` when it has no `://`.
+pub fn parts(url: &str) -> Option<Parts<'_>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, host) = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => (Some(userinfo), host),
+        None => (None, authority),
+    };
+    Some(Parts { scheme, userinfo, host, tail })
+}
+
+/// When `url` carries a user part, the URL without it, to name the URL by in an error.
+pub fn credentials(url: &str) -> Option<String> {
+    let Parts { scheme, userinfo, host, tail } = parts(url)?;
+    userinfo.map(|_| format!("{scheme}://{host}{tail}"))
+}
+
+/// The error's text for a base URL with a user part, given as `flag` (a flag, or a field):
+/// the URL without it, and what to do instead.
+pub fn credentials_refused(flag: &str, without: &str) -> String {
+    format!(
+        "{flag} `{without}` was given with a user and password before the host; Parley does not send them, \
+         and keeps URLs in its records: give the URL without them, and a key through an API key variable \
+         (--api-key-env NAME)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_part_is_found_before_the_hosts_last_at() {
+        let p = parts("http://user:p@ss@host:8000/v1?x=a@b#f").unwrap();
+        assert_eq!(p, Parts { scheme: "http", userinfo: Some("user:p@ss"), host: "host:8000", tail: "/v1?x=a@b#f" });
+        assert_eq!(parts("https://host").unwrap().userinfo, None);
+        assert_eq!(
+            parts("http://host/a@b").unwrap(),
+            Parts { scheme: "http", userinfo: None, host: "host", tail: "/a@b" }
+        );
+        assert_eq!(parts("host:8000"), None);
+    }
+
+    #[test]
+    fn a_url_with_credentials_is_named_without_them() {
+        assert_eq!(credentials("http://u:secret@10.0.0.7:8000/v1").as_deref(), Some("http://10.0.0.7:8000/v1"));
+        assert_eq!(credentials("https://token@h/v1").as_deref(), Some("https://h/v1"));
+        assert_eq!(credentials("http://h:8000/v1"), None);
+        assert_eq!(credentials("http://h:8000/v1?user=a@b"), None);
+        let text = credentials_refused("--base-url", "http://h/v1");
+        assert!(text.contains("--base-url `http://h/v1`") && text.contains("--api-key-env"), "{text}");
+    }
+}
