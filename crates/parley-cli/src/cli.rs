@@ -24,7 +24,8 @@ pub struct Cli {
     /// [default: 30].
     #[arg(long, global = true, value_name = "SECS", env = "PARLEY_BUSY_TIMEOUT", value_parser = busy_timeout)]
     pub busy_timeout: Option<f64>,
-    /// Threads that drive sessions and answer requests [default: one per core]. Fewer leave
+    /// Threads that drive sessions and answer requests [default: one per core, less one for a
+    /// run whose models all answer at loopback addresses, served on this machine]. Fewer leave
     /// cores to a model served on the same machine.
     #[arg(long, global = true, value_name = "N", env = "PARLEY_WORKERS",
           value_parser = clap::value_parser!(u16).range(1..=4096))]

@@ -54,16 +54,19 @@ fn main() -> ExitCode {
     if let Some(secs) = cli.busy_timeout {
         parley_store::set_busy_timeout(std::time::Duration::from_secs_f64(secs));
     }
+    // A run's settings are resolved before its runtime is built: where its model is served
+    // decides how many workers it gets.
+    let command = Ready::of(cli.command);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    let workers = match &cli.command {
-        Command::Stub(args) => args.threads.or(cli.workers),
-        _ => cli.workers,
-    };
-    builder.worker_threads(workers.map_or_else(cores, usize::from));
+    builder.worker_threads(workers(cli.workers, &command));
     let result = builder.enable_all().build().map_err(anyhow::Error::from).and_then(|runtime| {
         runtime.block_on(async {
-            match cli.command {
-                Command::Run(args) => commands::run::run(args.run.resolve()?, args.detach).await,
+            let command = match command {
+                Ready::Run(settings, detach) => return commands::run::run(settings?, detach).await,
+                Ready::Other(command) => command,
+            };
+            match command {
+                Command::Run(_) => unreachable!("a run starts above, with the settings it was resolved to"),
                 Command::Serve(args) => commands::serve::serve(*args).await,
                 Command::Stub(args) => commands::stub::stub(args).await,
                 Command::Resume(args) => commands::run::resume(args.run.run, &args.run.db.db, args.retry_failed).await,
@@ -126,7 +129,64 @@ fn init_tracing() {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).init();
 }
 
+/// A command as it starts: a run with its settings resolved, or any other as parsed. Made once
+/// a process, so its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Ready {
+    Run(anyhow::Result<parley_runtime::RunSettings>, bool),
+    Other(Command),
+}
+
+impl Ready {
+    fn of(command: Command) -> Ready {
+        match command {
+            Command::Run(args) => Ready::Run(args.run.resolve(), args.detach),
+            command => Ready::Other(command),
+        }
+    }
+}
+
+/// The runtime's worker threads: `--workers` (a stub's `--threads`), else one per core, less one
+/// when every model a run calls is served on this machine (at a loopback address), which needs a
+/// core of its own. Beside a model's stand-in on two cores, the second worker cost 12% more CPU a
+/// collected rollout and 9% more a tau2 conversation, for 2% more rate at most
+/// (docs/performance.md).
+fn workers(workers: Option<u16>, command: &Ready) -> usize {
+    let given = match command {
+        Ready::Other(Command::Stub(args)) => args.threads.or(workers),
+        _ => workers,
+    };
+    match (given, command) {
+        (Some(n), _) => usize::from(n),
+        (None, Ready::Run(Ok(settings), _)) if settings.models_on_loopback() => cores().saturating_sub(1).max(1),
+        (None, _) => cores(),
+    }
+}
+
 /// The cores this process may run on.
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(args: &[&str]) -> Ready {
+        Ready::of(Cli::try_parse_from(args).unwrap().command)
+    }
+
+    #[test]
+    fn a_run_whose_models_are_all_on_loopback_leaves_a_core() {
+        let run = ["parley", "run", "--env", "multi-step", "--base-url"];
+        let local = ready(&[&run[..], &["http://127.0.0.1:9/v1", "--user-base-url", "http://localhost:8/v1"]].concat());
+        assert_eq!(workers(None, &local), cores().saturating_sub(1).max(1));
+        assert_eq!(workers(Some(3), &local), 3, "--workers is taken as given");
+        let remote = ready(&[&run[..], &["http://127.0.0.1:9/v1", "--user-base-url", "http://10.0.0.7:8/v1"]].concat());
+        assert_eq!(workers(None, &remote), cores());
+        let in_process = ready(&["parley", "run", "--env", "multi-step"]);
+        assert_eq!(workers(None, &in_process), cores(), "the in-process stub runs on the workers");
+        assert_eq!(workers(Some(4), &ready(&["parley", "stub", "--threads", "1"])), 1);
+        assert_eq!(workers(None, &ready(&["parley", "serve", "--base-url", "http://127.0.0.1:9/v1"])), cores());
+    }
 }

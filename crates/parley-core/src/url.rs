@@ -1,7 +1,11 @@
-//! A URL's user part (`user:secret@` in `http://user:secret@host:8000/v1`), found without a URL
-//! parser. Parley sends keys in headers only, so every HTTP client refuses a base URL that
-//! carries a user part ([`credentials`]), and a database URL is shown and stored without its
-//! password (the store's `redact_url`): neither reaches a database, a log or an error's text.
+//! A URL's parts, found without a URL parser: its user part (`user:secret@` in
+//! `http://user:secret@host:8000/v1`) and its host.
+//!
+//! Parley sends keys in headers only, so every HTTP client refuses a base URL that carries a user
+//! part ([`credentials`]), and a database URL is shown and stored without its password (the
+//! store's `redact_url`): neither reaches a database, a log or an error's text. A model at a
+//! loopback address ([`is_loopback`]) is served on Parley's own machine, which then leaves it a
+//! core (`parley run`'s workers).
 
 /// A URL cut at its authority: `scheme` before `://`, the user part before the authority's
 /// last `@` (when there is one), the host and port, and the rest (path, query, fragment).
@@ -23,6 +27,17 @@ pub fn parts(url: &str) -> Option<Parts<'_>> {
         None => (None, authority),
     };
     Some(Parts { scheme, userinfo, host, tail })
+}
+
+/// Whether `url`'s host is this machine: `localhost`, an address in `127.0.0.0/8`, or `[::1]`.
+pub fn is_loopback(url: &str) -> bool {
+    let Some(Parts { host, .. }) = parts(url) else { return false };
+    // Less the port: after the bracket of an IPv6 address, or after the last `:` of any other.
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(v6, |(address, _)| address),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// When `url` carries a user part, the URL without it, to name the URL by in an error.
@@ -55,6 +70,30 @@ mod tests {
             Parts { scheme: "http", userinfo: None, host: "host", tail: "/a@b" }
         );
         assert_eq!(parts("host:8000"), None);
+    }
+
+    #[test]
+    fn loopback_hosts_are_this_machine_and_others_are_not() {
+        for url in [
+            "http://127.0.0.1:8000/v1",
+            "http://127.9.0.3/v1",
+            "http://localhost:1",
+            "https://LOCALHOST/v1",
+            "http://[::1]:8000/v1",
+            "http://u@127.0.0.1:9",
+        ] {
+            assert!(is_loopback(url), "{url}");
+        }
+        for url in [
+            "http://10.0.0.7:8000/v1",
+            "http://localhost.example:1",
+            "http://[::2]:80",
+            "http://128.0.0.1",
+            "https://api.example/v1",
+            "127.0.0.1:8000",
+        ] {
+            assert!(!is_loopback(url), "{url}");
+        }
     }
 
     #[test]

@@ -415,6 +415,15 @@ const MAX_BYTES: usize = 1 << 40;
 const MAX_IN_FLIGHT: usize = 1 << 20;
 
 impl RunSettings {
+    /// Whether every model the run calls is served on this machine: the policy and its ranks at
+    /// loopback addresses, and the user's and the judge's endpoints too when they have their own.
+    /// Not a run that starts the stub in-process, which runs on Parley's own threads.
+    pub fn models_on_loopback(&self) -> bool {
+        let Some(policy) = &self.base_url else { return false };
+        let others = self.ranks.iter().chain(&self.user.base_url).chain(&self.tau2.judge_base_url);
+        std::iter::once(policy).chain(others).all(|url| parley_core::url::is_loopback(url))
+    }
+
     /// Checks every value before any work starts; a bad one is a [`UsageError`] naming the
     /// setting, the value and what is allowed.
     pub fn check(&self) -> Result<(), UsageError> {
@@ -717,6 +726,24 @@ mod tests {
         assert!(check(UserKind::Remote, Some("localhost:9")).unwrap_err().starts_with("--user-url `localhost:9`"));
         assert!(check(UserKind::Llm, Some("http://u:9")).unwrap_err().contains("pass --user remote with it"));
         assert_eq!(check(UserKind::Remote, Some("http://u:9")), Ok(()));
+    }
+
+    #[test]
+    fn models_are_on_loopback_only_when_every_endpoint_is() {
+        let mut s = settings();
+        assert!(!s.models_on_loopback(), "the in-process stub runs on Parley's own threads");
+        s.base_url = Some("http://127.0.0.1:8000/v1".into());
+        assert!(s.models_on_loopback());
+        s.ranks = vec!["http://localhost:8001/v1".into()];
+        assert!(s.models_on_loopback());
+        s.user.base_url = Some("http://10.0.0.7:8000/v1".into());
+        assert!(!s.models_on_loopback());
+        s.user.base_url = None;
+        s.tau2.judge_base_url = Some("https://judge.example/v1".into());
+        assert!(!s.models_on_loopback());
+        s.tau2.judge_base_url = None;
+        s.ranks.push("http://10.0.0.8:8000/v1".into());
+        assert!(!s.models_on_loopback());
     }
 
     #[test]
