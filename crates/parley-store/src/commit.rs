@@ -37,7 +37,7 @@ const TOOLS: &str = "INSERT INTO tool_calls (session_id, seq, party, call_id, na
      is_write, malformed, truncated, duration_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 const ENDS: &str = "UPDATE sessions SET status = 'finished', termination = ?2, reward = ?3, error = ?4, \
      failure = ?5, steps = ?6, retries = retries + ?7, duration_ms = ?8, token_contiguity = ?9, user_faults = ?10, \
-     owner = NULL, lease_until = NULL, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?1";
+     owner = NULL, lease_until = NULL, finished_at = ?11 WHERE id = ?1";
 const SCORES: &str =
     "INSERT INTO scores (session_id, scorer, version, value, breakdown) VALUES (?1, 'environment', 1, ?2, ?3)";
 const FENCES: &str = "SELECT id, fence FROM sessions WHERE id IN (SELECT value FROM json_each(?))";
@@ -138,7 +138,15 @@ impl Thread {
         insert(&tx, MESSAGES, &rows.messages).map_err(db_error)?;
         insert(&tx, CALLS, &rows.calls).map_err(db_error)?;
         insert(&tx, TOOLS, &rows.tools).map_err(db_error)?;
-        insert(&tx, ENDS, &rows.ends).map_err(db_error)?;
+        // The batch's one clock reading: SQLite's `strftime(..., 'now')` cost a microsecond a
+        // session, read and formatted for each row.
+        if !rows.ends.is_empty() {
+            let now = now_text();
+            let mut statement = tx.prepare_cached(ENDS).map_err(db_error)?;
+            for row in &rows.ends {
+                statement.execute(row.params_and(&now)).map_err(db_error)?;
+            }
+        }
         insert(&tx, SCORES, &rows.scores).map_err(db_error)?;
         tx.commit().map_err(db_error)?;
 
@@ -163,6 +171,14 @@ fn fences(tx: &Transaction<'_>, ids: &[i64]) -> rusqlite::Result<HashMap<i64, Fe
     rows.collect()
 }
 
+/// The time now as the store writes it (UTC, to the millisecond): the text of SQLite's
+/// `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`, which the store's other writes use.
+fn now_text() -> String {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let millis = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
+    chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
 /// Runs `sql`, prepared once per connection, for each row of `rows`.
 fn insert<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R]) -> rusqlite::Result<()> {
     if rows.is_empty() {
@@ -173,4 +189,20 @@ fn insert<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R]) -> rusqlite::Resu
         statement.execute(row.params())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_time_is_written_as_sqlite_writes_it() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let before: String = conn.query_row("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", [], |r| r.get(0)).unwrap();
+        let ours = super::now_text();
+        let after: String = conn.query_row("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", [], |r| r.get(0)).unwrap();
+        assert_eq!(ours.len(), before.len(), "{ours} against {before}");
+        assert!(before <= ours && ours <= after, "{before} <= {ours} <= {after}");
+        let shape = |t: &str| t.chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect::<String>();
+        assert_eq!(shape(&ours), "9999-99-99T99:99:99.999Z");
+        assert_eq!(shape(&ours), shape(&before));
+    }
 }

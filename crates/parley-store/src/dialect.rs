@@ -39,8 +39,9 @@ pub(crate) trait Dialect {
     /// the transaction's first read (no other process can write between what it reads and what
     /// it writes); PostgreSQL's plain `BEGIN`, as its statements lock the rows they need.
     const BEGIN: &str;
-    /// An aggregate of `m.latency_ms` over a group's rows as one text, the numbers separated
-    /// by commas: a read of every call's latency returns a row per party, not a row per call.
+    /// An aggregate of `m.latency_ms` over a group's rows as one text, in whole microseconds
+    /// separated by commas: a read of every call's latency returns a row per party, not a row
+    /// per call, and an integer is written as text at a fraction of a float's cost.
     const LATENCIES: &str;
 
     /// Writes ` IN (...)` of `ids`, bound as one parameter whatever their number: SQLite reads
@@ -56,7 +57,7 @@ impl Dialect for SqliteStore {
     const LOCK_ROWS: &str = "";
     const SKIP_LOCKED: &str = "";
     const BEGIN: &str = "BEGIN IMMEDIATE";
-    const LATENCIES: &str = "group_concat(m.latency_ms, ',')";
+    const LATENCIES: &str = "group_concat(CAST(round(m.latency_ms * 1000) AS INTEGER), ',')";
 
     fn push_in_ids(query: &mut QueryBuilder<Sqlite>, ids: &[i64]) {
         query.push(" IN (SELECT value FROM json_each(");
@@ -72,7 +73,7 @@ impl Dialect for PgStore {
     const LOCK_ROWS: &str = " FOR UPDATE";
     const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
     const BEGIN: &str = "BEGIN";
-    const LATENCIES: &str = "string_agg(m.latency_ms::text, ',')";
+    const LATENCIES: &str = "string_agg(round(m.latency_ms * 1000)::bigint::text, ',')";
 
     fn push_in_ids(query: &mut QueryBuilder<Postgres>, ids: &[i64]) {
         query.push(" = ANY(").push_bind(ids.to_vec()).push(")");

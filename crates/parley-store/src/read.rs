@@ -301,7 +301,7 @@ both_stores! {
                 .unwrap_or_default()
                 .split(',')
                 .filter(|l| !l.is_empty())
-                .map(|l| l.parse::<f64>())
+                .map(|micros| micros.parse::<i64>().map(|micros| micros as f64 / 1e3))
                 .collect::<Result<Vec<f64>, _>>()
                 .map_err(|e| self.unreadable(&format!("column `latency_ms` of {}", what()), &e))?;
             totals.add(user, calls, prompt_tokens, completion_tokens, latencies);

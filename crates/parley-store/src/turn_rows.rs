@@ -21,6 +21,9 @@ use crate::shared;
 pub(crate) trait Row {
     /// The row's values in column order, bound by reference as one statement's parameters.
     fn params(&self) -> impl rusqlite::Params + '_;
+
+    /// [`Row::params`] and `last` after them, a value the statement takes for every row.
+    fn params_and<'b>(&'b self, last: &'b dyn rusqlite::ToSql) -> impl rusqlite::Params + 'b;
 }
 
 /// Declares each table's row (a struct with one field per column, in the order its statements
@@ -39,6 +42,10 @@ macro_rules! rows {
         impl$(<$lt>)? Row for $row$(<$lt>)? {
             fn params(&self) -> impl rusqlite::Params + '_ {
                 [$(&self.$field as &dyn rusqlite::ToSql),*]
+            }
+
+            fn params_and<'b>(&'b self, last: &'b dyn rusqlite::ToSql) -> impl rusqlite::Params + 'b {
+                [$(&self.$field as &dyn rusqlite::ToSql,)* last]
             }
         }
 

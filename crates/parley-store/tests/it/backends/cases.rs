@@ -627,10 +627,12 @@ pub async fn a_runs_call_totals_sum_every_call_and_keep_each_latency(db: &Db) {
     for (i, &id) in ids.iter().enumerate() {
         let mut t = turn(0);
         let call = t.messages[0].call.as_mut().unwrap();
-        // Fractions of a millisecond, and one latency far larger than the others.
-        call.latency = Duration::from_micros(1_000 * i as u64 + 123 + if i == 4 { 3_600_000_000 } else { 0 });
+        // Fractions of a millisecond, one latency far larger than the others, and one with a
+        // fraction of a microsecond, which is read to the nearest.
+        let micros = 1_000 * i as u64 + 123 + if i == 4 { 3_600_000_000 } else { 0 };
+        call.latency = Duration::from_nanos(micros * 1_000 + if i == 1 { 600 } else { 0 });
         call.usage = Usage { prompt_tokens: 10 + i as u64, completion_tokens: i as u64 };
-        expected.push(call.latency.as_secs_f64() * 1e3);
+        expected.push((micros + u64::from(i == 1)) as f64 / 1e3);
         store.commit_turn(Claim::unclaimed(id), t).await.unwrap();
     }
     let read = store.call_totals(run).await.unwrap().sorted();
