@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 
 use crate::handle::{Answers, Write};
 use crate::shared::{KnownTexts, STORE_TEXT};
-use crate::turn_rows::{Row, TurnRows, new_texts};
+use crate::turn_rows::{Row, TurnRows};
 
 /// A batch for the thread, and where its writes go back to, with their answers.
 type Job = (Vec<Write>, oneshot::Sender<(Vec<Write>, Answers)>);
@@ -123,7 +123,8 @@ impl Thread {
             batch.iter().map(|w| current.get(&w.claim.session).copied().filter(|&f| f != w.claim.fence)).collect();
         let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
 
-        for (id, text) in new_texts(live.iter().copied(), self.texts.ids()) {
+        let mut rows = TurnRows::gather(live.iter().copied(), self.raw);
+        for (id, text) in rows.new_texts(self.texts.ids()) {
             let held: String = tx
                 .prepare_cached(STORE_TEXT)
                 .and_then(|mut s| s.query_row((id, text), |r| r.get(0)))
@@ -134,7 +135,7 @@ impl Thread {
                 stored.push(id);
             }
         }
-        let rows = TurnRows::gather(live.iter().copied(), self.raw, self.texts.ids());
+        rows.settle(self.texts.ids());
         insert(&tx, MESSAGES, &rows.messages).map_err(db_error)?;
         insert(&tx, CALLS, &rows.calls).map_err(db_error)?;
         insert(&tx, TOOLS, &rows.tools).map_err(db_error)?;

@@ -186,28 +186,23 @@ fn sampling(s: &Sampling) -> String {
 
 impl<'a> MessageRow<'a> {
     /// The row of a message; a tool result that says what its tool call's row says (`tool`,
-    /// the call of the same seq) leaves its text and call id to that row (see [`told_by`]), and
-    /// a system prompt whose text `texts` holds (its id in `stored`) leaves its text there.
-    pub(crate) fn new(
-        session: SessionId,
-        r: &'a MessageRecord,
-        tool: Option<&ToolCallRecord>,
-        stored: &HashSet<i64>,
-    ) -> MessageRow<'a> {
+    /// the call of the same seq) leaves its text and call id to that row (see [`told_by`]). A
+    /// system prompt that `texts` keeps once has its id in `content_id` and its text in
+    /// `content` until [`TurnRows::settle`] says which of the two the row keeps.
+    pub(crate) fn new(session: SessionId, r: &'a MessageRecord, tool: Option<&ToolCallRecord>) -> MessageRow<'a> {
         let m = &r.message;
         let told = tool.is_some_and(|t| told_by(m, t));
-        let content_id = shared::shared_text(m).map(|(id, _)| id).filter(|id| stored.contains(id));
         MessageRow {
             session,
             seq: i64::from(r.seq),
             role: m.role.as_str(),
-            content: if told || content_id.is_some() { None } else { m.content.as_deref() },
+            content: if told { None } else { m.content.as_deref() },
             tool_calls: (!m.tool_calls.is_empty()).then(|| json(&m.tool_calls)),
             tool_call_id: if told { None } else { m.tool_call_id.as_deref() },
             parts: (!m.parts.is_empty()).then(|| json(&m.parts)),
             reasoning: m.reasoning.as_ref().map(json),
             tokens: m.tokens.as_ref().map(json),
-            content_id,
+            content_id: shared::shared_text(m).map(|(id, _)| id),
         }
     }
 }
@@ -294,18 +289,14 @@ pub(crate) struct TurnRows<'a> {
 
 impl<'a> TurnRows<'a> {
     /// The rows of `writes` (those a writer keeps, after its fence check); model calls' bodies
-    /// only when `raw`; the texts `texts` holds, by id, in `stored`.
-    pub(crate) fn gather(
-        writes: impl IntoIterator<Item = &'a Write>,
-        raw: bool,
-        stored: &HashSet<i64>,
-    ) -> TurnRows<'a> {
+    /// only when `raw`. Its system prompts are still to be settled ([`TurnRows::settle`]).
+    pub(crate) fn gather(writes: impl IntoIterator<Item = &'a Write>, raw: bool) -> TurnRows<'a> {
         let mut rows = TurnRows::default();
         for w in writes {
             let session = w.claim.session;
             for r in &w.turn.messages {
                 let tool = w.turn.tool_calls.iter().find(|t| t.seq == r.seq);
-                rows.messages.push(MessageRow::new(session, r, tool, stored));
+                rows.messages.push(MessageRow::new(session, r, tool));
                 if let Some(call) = &r.call {
                     rows.calls.push(CallRow::new(session, r.seq, r.message.role, call, raw));
                 }
@@ -320,20 +311,33 @@ impl<'a> TurnRows<'a> {
         }
         rows
     }
-}
 
-/// The texts of `writes` that `texts` keeps once (see [`shared::shared_text`]), each once,
-/// that the writer does not yet know `texts` holds (`stored`).
-pub(crate) fn new_texts<'a>(writes: impl IntoIterator<Item = &'a Write>, stored: &HashSet<i64>) -> Vec<(i64, &'a str)> {
-    let mut texts: Vec<(i64, &str)> = writes
-        .into_iter()
-        .flat_map(|w| &w.turn.messages)
-        .filter_map(|r| shared::shared_text(&r.message))
-        .filter(|(id, _)| !stored.contains(id))
-        .collect();
-    texts.sort_unstable();
-    texts.dedup();
-    texts
+    /// The texts of these rows that `texts` keeps once (see [`shared::shared_text`]), each once,
+    /// that the writer does not yet know `texts` holds (`stored`).
+    pub(crate) fn new_texts(&self, stored: &HashSet<i64>) -> Vec<(i64, &'a str)> {
+        let mut texts: Vec<(i64, &'a str)> = self
+            .messages
+            .iter()
+            .filter_map(|m| Some((m.content_id?, m.content?)))
+            .filter(|(id, _)| !stored.contains(id))
+            .collect();
+        texts.sort_unstable();
+        texts.dedup();
+        texts
+    }
+
+    /// Each system prompt's row keeps its id alone when `texts` holds its text (its id in
+    /// `stored`), and its text alone when it does not (the text stored under the id is
+    /// another's).
+    pub(crate) fn settle(&mut self, stored: &HashSet<i64>) {
+        for m in &mut self.messages {
+            match m.content_id {
+                Some(id) if stored.contains(&id) => m.content = None,
+                Some(_) => m.content_id = None,
+                None => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]

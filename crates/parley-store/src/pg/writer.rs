@@ -30,7 +30,7 @@ use super::pg_now_text;
 use crate::StoreOptions;
 use crate::handle::{self, MAX_BATCH, Write, WriterHandle};
 use crate::shared::{KnownTexts, STORE_TEXT};
-use crate::turn_rows::{CallColumns, EndColumns, MessageColumns, ScoreColumns, ToolColumns, TurnRows, new_texts};
+use crate::turn_rows::{CallColumns, EndColumns, MessageColumns, ScoreColumns, ToolColumns, TurnRows};
 
 /// Writer tasks sharing the queue. Two keep the server busy while a commit waits on its WAL
 /// flush; more only split the same turns into smaller batches.
@@ -134,7 +134,8 @@ impl Task {
 
         let kept: Vec<&Write> = batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(w, _)| w).collect();
         // Each in a statement of its own, kept whatever becomes of the batch.
-        for (id, text) in new_texts(kept.iter().copied(), self.texts.ids()) {
+        let mut rows = TurnRows::gather(kept, self.raw);
+        for (id, text) in rows.new_texts(self.texts.ids()) {
             let held: String =
                 sqlx::query_scalar(STORE_TEXT).bind(id).bind(text).fetch_one(&self.pool).await.map_err(Failed::from)?;
             // A text another holds stays in its row.
@@ -142,7 +143,7 @@ impl Task {
                 self.texts.add(id);
             }
         }
-        let rows = TurnRows::gather(kept, self.raw, self.texts.ids());
+        rows.settle(self.texts.ids());
         let arguments = arguments(&ids, &fences, rows).map_err(|e| Failed::Other(e.to_string()))?;
         let locked: Vec<(i64, i64)> =
             sqlx::query_as_with(BATCH, arguments).fetch_all(&self.pool).await.map_err(Failed::from)?;
