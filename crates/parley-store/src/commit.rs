@@ -38,8 +38,8 @@ const TOOLS: &str = "INSERT INTO tool_calls (session_id, seq, party, call_id, na
 const ENDS: &str = "UPDATE sessions SET status = 'finished', termination = ?2, reward = ?3, error = ?4, \
      failure = ?5, steps = ?6, retries = retries + ?7, duration_ms = ?8, token_contiguity = ?9, user_faults = ?10, \
      owner = NULL, lease_until = NULL, finished_at = ?11 WHERE id = ?1";
-const SCORES: &str =
-    "INSERT INTO scores (session_id, scorer, version, value, breakdown) VALUES (?1, 'environment', 1, ?2, ?3)";
+const SCORES: &str = "INSERT INTO scores (session_id, scorer, version, value, breakdown, created_at) \
+     VALUES (?1, 'environment', 1, ?2, ?3, ?4)";
 const FENCES: &str = "SELECT id, fence FROM sessions WHERE id IN (SELECT value FROM json_each(?))";
 
 impl Committer {
@@ -139,16 +139,11 @@ impl Thread {
         insert(&tx, MESSAGES, &rows.messages).map_err(db_error)?;
         insert(&tx, CALLS, &rows.calls).map_err(db_error)?;
         insert(&tx, TOOLS, &rows.tools).map_err(db_error)?;
-        // The batch's one clock reading: SQLite's `strftime(..., 'now')` cost a microsecond a
-        // session, read and formatted for each row.
-        if !rows.ends.is_empty() {
-            let now = now_text();
-            let mut statement = tx.prepare_cached(ENDS).map_err(db_error)?;
-            for row in &rows.ends {
-                statement.execute(row.params_and(&now)).map_err(db_error)?;
-            }
-        }
-        insert(&tx, SCORES, &rows.scores).map_err(db_error)?;
+        // The batch's one clock reading, for its sessions' ends and their scores: SQLite's
+        // `strftime(..., 'now')` (the scores' column default) cost a microsecond a row.
+        let now = now_text();
+        insert_with(&tx, ENDS, &rows.ends, &now).map_err(db_error)?;
+        insert_with(&tx, SCORES, &rows.scores, &now).map_err(db_error)?;
         tx.commit().map_err(db_error)?;
 
         let answers = batch.iter().zip(refused).map(|(w, refused)| match refused {
@@ -178,6 +173,18 @@ fn now_text() -> String {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let millis = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
     chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+/// Runs `sql`, prepared once per connection, for each row of `rows` with `last` after its values.
+fn insert_with<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R], last: &str) -> rusqlite::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut statement = tx.prepare_cached(sql)?;
+    for row in rows {
+        statement.execute(row.params_and(&last))?;
+    }
+    Ok(())
 }
 
 /// Runs `sql`, prepared once per connection, for each row of `rows`.

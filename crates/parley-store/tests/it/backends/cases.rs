@@ -128,7 +128,24 @@ pub async fn turns_and_outcomes_come_back_exactly(db: &Db) {
     assert_eq!(score.value.to_bits(), (0.1f64 + 0.2).to_bits());
     assert_eq!(score.breakdown["part"].as_f64().map(f64::to_bits), Some(third.to_bits()));
     assert!(store.latest_score(ids[1]).await.unwrap().is_none(), "no reward, no score");
+    // The session's end and its score are stamped in the store's one format, by a clock no
+    // earlier than the run's creation.
+    let created = text(&store, "SELECT created_at FROM runs WHERE id = $1", run).await;
+    let finished = text(&store, "SELECT finished_at FROM sessions WHERE id = $1", ids[0]).await;
+    let scored = text(&store, "SELECT created_at FROM scores WHERE session_id = $1", ids[0]).await;
+    let shape = |t: &str| t.chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect::<String>();
+    for stamp in [&created, &finished, &scored] {
+        assert_eq!(shape(stamp), "9999-99-99T99:99:99.999Z", "{stamp}");
+    }
+    assert!(created <= finished && created <= scored, "{created} then {finished} and {scored}");
     store.close().await.unwrap();
+}
+
+async fn text(store: &Store, sql: &'static str, id: i64) -> String {
+    match store {
+        Store::Sqlite(s) => sqlx::query_scalar(sql).bind(id).fetch_one(s.pool()).await.unwrap(),
+        Store::Postgres(s) => sqlx::query_scalar(sql).bind(id).fetch_one(s.pool()).await.unwrap(),
+    }
 }
 
 pub async fn pages_of_sessions_come_in_id_order(db: &Db) {
