@@ -5,8 +5,8 @@
 //! reasons, rewards, and the object-safe traits [`Agent`], [`UserSimulator`], [`Environment`],
 //! [`ModelClient`] and [`SessionStore`]. Beside them, plain data and rules that need no I/O:
 //! NeMo Gym's formats (`nemo_gym`), a session's [`Deadline`] (`deadline`), token ids and their
-//! contiguity check (`tokens`), a URL's user part (`url`), who sees what (`view`), a rule-based review of a simulated
-//! user's turns (`review`) and a seeded generator (`rng`).
+//! contiguity check (`tokens`), a URL's user part and host (`url`), who sees what (`view`), a
+//! rule-based review of a simulated user's turns (`review`) and a seeded generator (`rng`).
 //!
 //! Invariant: this crate depends on nothing heavy. No HTTP client, no database driver, no async
 //! runtime: `.ci/core-deps` fails CI if sqlx, axum, reqwest, hyper, async-openai or tokio enter

@@ -304,7 +304,6 @@ pub fn json_headers(mut headers: HeaderMap) -> Arc<HeaderMap> {
     Arc::new(headers)
 }
 
-/// `base` (`http(s)://host:port`, any path prefix) and `path` as one absolute URI, or why not.
 /// `url` as a client's base: an `http://` or `https://` URL without a trailing `/` and without a
 /// user part (see [`parley_core::url`]), which no client sends and no record should keep.
 pub fn base(url: &str) -> Result<&str, ClientError> {
@@ -318,6 +317,7 @@ pub fn base(url: &str) -> Result<&str, ClientError> {
     }
 }
 
+/// `base` (`http(s)://host:port`, any path prefix) and `path` as one absolute URI, or why not.
 pub fn uri(base: &str, path: &str) -> Result<Uri, ClientError> {
     format!("{base}{path}").parse().map_err(|_| ClientError::BadUrl(format!("{base}{path}")))
 }
