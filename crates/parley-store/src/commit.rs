@@ -136,14 +136,15 @@ impl Thread {
             }
         }
         rows.settle(self.texts.ids());
-        insert(&tx, MESSAGES, &rows.messages).map_err(db_error)?;
-        insert(&tx, CALLS, &rows.calls).map_err(db_error)?;
-        insert(&tx, TOOLS, &rows.tools).map_err(db_error)?;
-        // The batch's one clock reading, for its sessions' ends and their scores: SQLite's
-        // `strftime(..., 'now')` (the scores' column default) cost a microsecond a row.
-        let now = now_text();
-        insert_with(&tx, ENDS, &rows.ends, &now).map_err(db_error)?;
-        insert_with(&tx, SCORES, &rows.scores, &now).map_err(db_error)?;
+        insert(&tx, MESSAGES, &rows.messages, None).map_err(db_error)?;
+        insert(&tx, CALLS, &rows.calls, None).map_err(db_error)?;
+        insert(&tx, TOOLS, &rows.tools, None).map_err(db_error)?;
+        // The batch's one clock reading, for its sessions' ends and their scores, when it has
+        // any: SQLite's `strftime(..., 'now')` (the scores' column default) cost a microsecond a
+        // row.
+        let now = (!rows.ends.is_empty() || !rows.scores.is_empty()).then(now_text);
+        insert(&tx, ENDS, &rows.ends, now.as_deref()).map_err(db_error)?;
+        insert(&tx, SCORES, &rows.scores, now.as_deref()).map_err(db_error)?;
         tx.commit().map_err(db_error)?;
 
         let answers = batch.iter().zip(refused).map(|(w, refused)| match refused {
@@ -175,26 +176,18 @@ fn now_text() -> String {
     chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
-/// Runs `sql`, prepared once per connection, for each row of `rows` with `last` after its values.
-fn insert_with<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R], last: &str) -> rusqlite::Result<()> {
+/// Runs `sql`, prepared once per connection, for each row of `rows`, with `last` after each
+/// row's values when given.
+fn insert<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R], last: Option<&str>) -> rusqlite::Result<()> {
     if rows.is_empty() {
         return Ok(());
     }
     let mut statement = tx.prepare_cached(sql)?;
     for row in rows {
-        statement.execute(row.params_and(&last))?;
-    }
-    Ok(())
-}
-
-/// Runs `sql`, prepared once per connection, for each row of `rows`.
-fn insert<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R]) -> rusqlite::Result<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let mut statement = tx.prepare_cached(sql)?;
-    for row in rows {
-        statement.execute(row.params())?;
+        match &last {
+            Some(last) => statement.execute(row.params_and(last))?,
+            None => statement.execute(row.params())?,
+        };
     }
     Ok(())
 }
