@@ -57,9 +57,7 @@ fn main() -> ExitCode {
     // A run's settings are resolved before its runtime is built: where its model is served
     // decides how many workers it gets.
     let command = Ready::of(cli.command);
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.worker_threads(workers(cli.workers, &command));
-    let result = builder.enable_all().build().map_err(anyhow::Error::from).and_then(|runtime| {
+    let result = runtime(workers(cli.workers, &command), &command).map_err(anyhow::Error::from).and_then(|runtime| {
         runtime.block_on(async {
             let command = match command {
                 Ready::Run(settings, detach) => return commands::run::run(settings?, detach).await,
@@ -163,6 +161,25 @@ fn workers(workers: Option<u16>, command: &Ready) -> usize {
     }
 }
 
+/// The runtime a command runs on, with `workers` threads. A run on one worker drives its
+/// sessions on the thread that awaits it (tokio's current-thread runtime): the multi-threaded
+/// one would give that worker a thread of its own beside the waiting one, each of its wake-ups
+/// a hand-over between threads, and 2% more CPU a collected rollout (docs/performance.md).
+/// Every other command keeps a thread pool, even of one: a server's computing environments
+/// step aside for the worker's other tasks there (`block_in_place`), and a stub's threads are
+/// the stand-in's cost, which runs do not change.
+fn runtime(workers: usize, command: &Ready) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = match command {
+        Ready::Run(..) if workers == 1 => tokio::runtime::Builder::new_current_thread(),
+        _ => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(workers);
+            builder
+        }
+    };
+    builder.enable_all().build()
+}
+
 /// The cores this process may run on.
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -188,5 +205,16 @@ mod tests {
         assert_eq!(workers(None, &in_process), cores(), "the in-process stub runs on the workers");
         assert_eq!(workers(Some(4), &ready(&["parley", "stub", "--threads", "1"])), 1);
         assert_eq!(workers(None, &ready(&["parley", "serve", "--base-url", "http://127.0.0.1:9/v1"])), cores());
+    }
+
+    #[test]
+    fn a_run_on_one_worker_drives_its_sessions_on_the_thread_that_awaits_it() {
+        use tokio::runtime::RuntimeFlavor::{CurrentThread, MultiThread};
+        let flavor = |workers, args: &[&str]| runtime(workers, &ready(args)).unwrap().handle().runtime_flavor();
+        let run = ["parley", "run", "--env", "multi-step", "--base-url", "http://127.0.0.1:9/v1"];
+        assert_eq!(flavor(1, &run), CurrentThread);
+        assert_eq!(flavor(2, &run), MultiThread);
+        assert_eq!(flavor(1, &["parley", "stub", "--threads", "1"]), MultiThread, "the stand-in is not changed");
+        assert_eq!(flavor(1, &["parley", "serve", "--base-url", "http://127.0.0.1:9/v1"]), MultiThread);
     }
 }
