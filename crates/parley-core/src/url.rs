@@ -1,8 +1,8 @@
 //! A URL's parts, found without a URL parser: its user part (`user:secret@` in
 //! `http://user:secret@host:8000/v1`) and its host.
 //!
-//! Parley sends keys in headers only, so every HTTP client refuses a base URL that carries a user
-//! part ([`credentials`]), and a database URL is shown and stored without its password (the
+//! Parley sends keys in headers only, so every HTTP client, flag and field refuses a base URL
+//! that carries a user part ([`base`]), and a database URL is shown and stored without its password (the
 //! store's `redact_url`): neither reaches a database, a log or an error's text. A model at a
 //! loopback address ([`is_loopback`]) is served on Parley's own machine, which then leaves it a
 //! core (`parley run`'s workers).
@@ -38,6 +38,28 @@ pub fn is_loopback(url: &str) -> bool {
         None => host.rsplit_once(':').map_or(host, |(name, _)| name),
     };
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Why a URL cannot be the base of the calls Parley makes (a model's, a resources server's, a
+/// trainer's policy), as every place that takes one checks it ([`base`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotABase {
+    /// Not an `http://` or `https://` URL.
+    NotHttp,
+    /// It carries a user part; the URL without it, to name it by ([`credentials_refused`]).
+    Credentials(String),
+}
+
+/// `url` as a base URL: an `http://` or `https://` URL without a user part, which no client
+/// sends and no record should keep.
+pub fn base(url: &str) -> Result<&str, NotABase> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(NotABase::NotHttp);
+    }
+    match credentials(url) {
+        Some(without) => Err(NotABase::Credentials(without)),
+        None => Ok(url),
+    }
 }
 
 /// When `url` carries a user part, the URL without it, to name the URL by in an error.
@@ -94,6 +116,16 @@ mod tests {
         ] {
             assert!(!is_loopback(url), "{url}");
         }
+    }
+
+    #[test]
+    fn a_base_is_an_http_url_without_a_user_part() {
+        assert_eq!(base("http://h:8000/v1"), Ok("http://h:8000/v1"));
+        assert_eq!(base("https://h/v1?user=a@b"), Ok("https://h/v1?user=a@b"));
+        for url in ["h:8000/v1", "ftp://h/v1", "HTTP://h/v1", "", "/v1"] {
+            assert_eq!(base(url), Err(NotABase::NotHttp), "{url}");
+        }
+        assert_eq!(base("http://u:secret@h/v1"), Err(NotABase::Credentials("http://h/v1".into())));
     }
 
     #[test]

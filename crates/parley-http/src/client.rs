@@ -33,6 +33,7 @@ use http_body_util::{Either, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use parley_core::url::NotABase;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
@@ -307,14 +308,10 @@ pub fn json_headers(mut headers: HeaderMap) -> Arc<HeaderMap> {
 /// `url` as a client's base: an `http://` or `https://` URL without a trailing `/` and without a
 /// user part (see [`parley_core::url`]), which no client sends and no record should keep.
 pub fn base(url: &str) -> Result<&str, ClientError> {
-    let base = url.trim_end_matches('/');
-    if !(base.starts_with("http://") || base.starts_with("https://")) {
-        return Err(ClientError::BadUrl(url.to_owned()));
-    }
-    match parley_core::url::credentials(base) {
-        Some(without) => Err(ClientError::Credentials(without)),
-        None => Ok(base),
-    }
+    parley_core::url::base(url.trim_end_matches('/')).map_err(|not| match not {
+        NotABase::NotHttp => ClientError::BadUrl(url.to_owned()),
+        NotABase::Credentials(without) => ClientError::Credentials(without),
+    })
 }
 
 /// `base` (`http(s)://host:port`, any path prefix) and `path` as one absolute URI, or why not.

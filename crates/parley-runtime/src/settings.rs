@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use parley_core::url::NotABase;
 use parley_core::{Limits, Sampling};
 use parley_llm::EndpointConfig;
 use parley_store::DbLocation;
@@ -655,15 +656,11 @@ fn check_seconds(flag: &str, value: f64, zero_allowed: bool) -> Result<(), Usage
 }
 
 fn check_url(flag: &str, url: Option<&str>, example: &str) -> Result<(), UsageError> {
-    match url {
-        Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
-            Err(usage(format!("{flag} `{url}` is not a URL; use {example}")))
-        }
-        Some(url) => match parley_core::url::credentials(url) {
-            Some(without) => Err(usage(parley_core::url::credentials_refused(flag, &without))),
-            None => Ok(()),
-        },
-        None => Ok(()),
+    let Some(url) = url else { return Ok(()) };
+    match parley_core::url::base(url) {
+        Ok(_) => Ok(()),
+        Err(NotABase::NotHttp) => Err(usage(format!("{flag} `{url}` is not a URL; use {example}"))),
+        Err(NotABase::Credentials(without)) => Err(usage(parley_core::url::credentials_refused(flag, &without))),
     }
 }
 

@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use parley_core::Agent;
+use parley_core::url::NotABase;
 use parley_runtime::{Runtime, UsageError, usage};
 use serde_json::Value;
 
@@ -73,19 +74,26 @@ impl Policies {
 /// Takes the policy URL out of a row, when it names one.
 pub(crate) fn take(row: &mut Value) -> Result<Option<String>, UsageError> {
     let Some(value) = row.as_object_mut().and_then(|m| m.remove(FIELD)) else { return Ok(None) };
-    match value {
-        Value::Null => Ok(None),
-        Value::String(url) if url.starts_with("http://") || url.starts_with("https://") => {
-            match parley_core::url::credentials(&url) {
-                Some(without) => Err(usage(parley_core::url::credentials_refused(&format!("`{FIELD}`"), &without))),
-                None => Ok(Some(url)),
-            }
+    let url = match value {
+        Value::Null => return Ok(None),
+        Value::String(url) => url,
+        other => return Err(not_a_url(&other)),
+    };
+    match parley_core::url::base(&url).map(|_| ()) {
+        Ok(()) => Ok(Some(url)),
+        Err(NotABase::NotHttp) => Err(not_a_url(&Value::String(url))),
+        Err(NotABase::Credentials(without)) => {
+            Err(usage(parley_core::url::credentials_refused(&format!("`{FIELD}`"), &without)))
         }
-        other => Err(usage(format!(
-            "`{FIELD}` is the base URL of the rollout's policy (http://... or https://..., ending before \
-             /chat/completions), not {other}"
-        ))),
     }
+}
+
+/// What a row's policy field must be, and what it was instead.
+fn not_a_url(value: &Value) -> UsageError {
+    usage(format!(
+        "`{FIELD}` is the base URL of the rollout's policy (http://... or https://..., ending before \
+         /chat/completions), not {value}"
+    ))
 }
 
 #[cfg(test)]
