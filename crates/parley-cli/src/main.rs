@@ -164,10 +164,10 @@ fn workers(workers: Option<u16>, command: &Ready) -> usize {
 /// The runtime a command runs on, with `workers` threads. A run on one worker drives its
 /// sessions on the thread that awaits it (tokio's current-thread runtime): the multi-threaded
 /// one would give that worker a thread of its own beside the waiting one, each of its wake-ups
-/// a hand-over between threads, and 2% more CPU a collected rollout (docs/performance.md).
-/// Every other command keeps a thread pool, even of one: a server's computing environments
-/// step aside for the worker's other tasks there (`block_in_place`), and a stub's threads are
-/// the stand-in's cost, which runs do not change.
+/// a hand-over between threads, and 4% more CPU a collected rollout beside the stub
+/// (docs/performance.md). Every other command keeps a thread pool, even of one: a server's
+/// computing environments step aside for the worker's other tasks there (`block_in_place`), and
+/// a stub's threads are the stand-in's cost, which runs do not change.
 fn runtime(workers: usize, command: &Ready) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = match command {
         Ready::Run(..) if workers == 1 => tokio::runtime::Builder::new_current_thread(),

@@ -2,10 +2,10 @@
 //! `http://user:secret@host:8000/v1`) and its host.
 //!
 //! Parley sends keys in headers only, so every HTTP client, flag and field refuses a base URL
-//! that carries a user part ([`base`]), and a database URL is shown and stored without its password (the
-//! store's `redact_url`): neither reaches a database, a log or an error's text. A model at a
-//! loopback address ([`is_loopback`]) is served on Parley's own machine, which then leaves it a
-//! core (`parley run`'s workers).
+//! that carries a user part ([`base`]), and a database URL is shown and stored without its
+//! password (the store's `redact_url`): neither reaches a database, a log or an error's text. A
+//! model at a loopback address ([`is_loopback`]) is served on Parley's own machine, which then
+//! leaves it a core (`parley run`'s workers).
 
 /// A URL cut at its authority: `scheme` before `://`, the user part before the authority's
 /// last `@` (when there is one), the host and port, and the rest (path, query, fragment).
