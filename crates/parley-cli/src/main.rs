@@ -31,7 +31,10 @@ use crate::cli::{Cli, Command};
 
 /// Thousands of sessions allocate and free transcripts, request bodies and store rows from
 /// every runtime thread at once; mimalloc's per-thread heaps keep that off a shared lock. It is
-/// built without transparent huge pages, which would hold more resident memory per session.
+/// built without transparent huge pages, which would hold more resident memory per session, and
+/// it stands in for the C library's `malloc` too (the crate's `override` feature): SQLite's page
+/// buffers and statements come from it, where glibc's arenas grew and gave back their heaps with
+/// an `mprotect` or `madvise` at every other batch (`docs/performance.md`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use crate::error::{EX_USAGE, UsageError, store_exit_code};
