@@ -2,10 +2,8 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use crate::message::{Message, ToolList};
-use crate::task_row::TaskRow;
+use crate::task_row::{SharedTools, TaskRow};
 
 /// One task of a run. Trials of the same task share it.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +28,7 @@ pub struct Task {
 pub struct ToolLists {
     last: Option<ToolList>,
     /// The last row's list, as the row has it.
-    last_row: Option<Arc<Value>>,
+    last_row: Option<Arc<SharedTools>>,
 }
 
 impl ToolLists {

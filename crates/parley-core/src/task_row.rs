@@ -5,7 +5,8 @@
 //! `responses_create_params` apart:
 //!
 //! - **`tools`**, which the rows of a file repeat: behind an `Arc` that the run's rows with the
-//!   same list share ([`TaskRow::share_tools`]). The task's `tools` are the list parsed.
+//!   same list share ([`TaskRow::share_tools`]), with its JSON text, written the first time a
+//!   row is ([`SharedTools`]). The task's `tools` are the list parsed.
 //! - **`input`**, as its JSON text ([`TaskRow::hold_input`]): the task's `messages` are what was
 //!   read from it.
 //!
@@ -13,7 +14,7 @@
 //! ([`TaskRow::to_value`]). Read a field with [`TaskRow::get`] or [`TaskRow::pointer`], the tool
 //! list with [`TaskRow::tools`].
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
@@ -30,7 +31,7 @@ pub struct TaskRow {
     /// The row, less `responses_create_params.tools` and `.input` while they are held apart.
     fields: Value,
     /// The row's tool list, held apart and shared; `None` when the row holds its own (or none).
-    tools: Option<Arc<Value>>,
+    tools: Option<Arc<SharedTools>>,
     /// The row's input as JSON text, as serde_json writes it; `None` when the row holds its own.
     input: Option<Box<RawValue>>,
 }
@@ -38,7 +39,7 @@ pub struct TaskRow {
 impl TaskRow {
     /// A row whose tool list (if it has one) is `tools`: `fields` is the row without it, as the
     /// store keeps it. A row with nowhere to put a list keeps none, as it was recorded.
-    pub fn with_tools(fields: Value, tools: Arc<Value>) -> TaskRow {
+    pub fn with_tools(fields: Value, tools: Arc<SharedTools>) -> TaskRow {
         match fields.get(PARAMS) {
             Some(Value::Object(params)) if !params.contains_key(TOOLS) => {
                 TaskRow { fields, tools: Some(tools), input: None }
@@ -50,22 +51,22 @@ impl TaskRow {
     /// The row's tool list (`responses_create_params.tools`), wherever it is held.
     pub fn tools(&self) -> Option<&Value> {
         match &self.tools {
-            Some(tools) => Some(tools),
+            Some(tools) => Some(&tools.list),
             None => self.fields.get(PARAMS)?.get(TOOLS),
         }
     }
 
     /// Holds the row's tool list in `list` when the two are equal, the row's own copy let go.
     /// Says whether the row now shares `list`.
-    pub fn share_tools(&mut self, list: &Arc<Value>) -> bool {
+    pub fn share_tools(&mut self, list: &Arc<SharedTools>) -> bool {
         if let Some(held) = &self.tools {
-            if !Arc::ptr_eq(held, list) && **held == **list {
+            if !Arc::ptr_eq(held, list) && held.list == list.list {
                 self.tools = Some(Arc::clone(list));
             }
             return Arc::ptr_eq(self.tools.as_ref().expect("held"), list);
         }
         let Some(Value::Object(params)) = self.fields.get_mut(PARAMS) else { return false };
-        if params.get(TOOLS) != Some(&**list) {
+        if params.get(TOOLS) != Some(&list.list) {
             return false;
         }
         params.remove(TOOLS);
@@ -74,10 +75,10 @@ impl TaskRow {
     }
 
     /// The row's own tool list, put apart to be shared: `None` when it has none to share.
-    pub fn own_tools(&self) -> Option<Arc<Value>> {
+    pub fn own_tools(&self) -> Option<Arc<SharedTools>> {
         match &self.tools {
             Some(tools) => Some(Arc::clone(tools)),
-            None => self.tools().filter(|t| t.is_array()).map(|t| Arc::new(t.clone())),
+            None => self.tools().filter(|t| t.is_array()).map(|t| Arc::new(SharedTools::new(t.clone()))),
         }
     }
 
@@ -96,7 +97,7 @@ impl TaskRow {
     }
 
     /// The row's tool list when it is held apart (shared), `None` when the row holds its own.
-    pub fn apart(&self) -> Option<&Arc<Value>> {
+    pub fn apart(&self) -> Option<&Arc<SharedTools>> {
         self.tools.as_ref()
     }
 
@@ -164,7 +165,7 @@ impl TaskRow {
         let mut whole = self.fields.clone();
         if let Some(Value::Object(params)) = whole.get_mut(PARAMS) {
             if let Some(tools) = &self.tools {
-                params.insert(TOOLS.to_owned(), Value::clone(tools));
+                params.insert(TOOLS.to_owned(), tools.list.clone());
             }
             if let Some(input) = &self.input {
                 // Text serde_json wrote from a value reads back as that value.
@@ -242,6 +243,51 @@ impl Serialize for Whole<'_> {
     }
 }
 
+/// A tool list held apart from the rows that share it, with its JSON text, written once: a run
+/// writes each rollout row with its task's list, and a list is most of a row's task fields
+/// (a tree of small maps, each walked to write it).
+#[derive(Debug, Default)]
+pub struct SharedTools {
+    list: Value,
+    /// The list as serde_json writes it; `None` should it not write (a `Value` always does).
+    text: OnceLock<Option<Box<RawValue>>>,
+}
+
+impl SharedTools {
+    pub fn new(list: Value) -> SharedTools {
+        SharedTools { list, text: OnceLock::new() }
+    }
+
+    /// The list's JSON text, written the first time it is asked for.
+    pub fn text(&self) -> Option<&RawValue> {
+        self.text.get_or_init(|| serde_json::value::to_raw_value(&self.list).ok()).as_deref()
+    }
+}
+
+impl std::ops::Deref for SharedTools {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.list
+    }
+}
+
+impl PartialEq for SharedTools {
+    fn eq(&self, other: &SharedTools) -> bool {
+        self.list == other.list
+    }
+}
+
+/// The list's text, the same bytes as the list written.
+impl Serialize for SharedTools {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.text() {
+            Some(text) => text.serialize(serializer),
+            None => self.list.serialize(serializer),
+        }
+    }
+}
+
 /// A top-level field of a [`TaskRow`], written as the whole row has it.
 #[derive(Debug, Clone, Copy)]
 pub enum Field<'a> {
@@ -250,7 +296,7 @@ pub enum Field<'a> {
     Params {
         params: &'a Map<String, Value>,
         input: Option<&'a RawValue>,
-        tools: Option<&'a Value>,
+        tools: Option<&'a SharedTools>,
         /// Leaves out a tool list the map holds itself.
         skip_tools: bool,
     },
@@ -311,8 +357,8 @@ mod tests {
         })
     }
 
-    fn lean(row: Value) -> (TaskRow, Arc<Value>) {
-        let list = Arc::new(row["responses_create_params"]["tools"].clone());
+    fn lean(row: Value) -> (TaskRow, Arc<SharedTools>) {
+        let list = Arc::new(SharedTools::new(row["responses_create_params"]["tools"].clone()));
         let mut lean = TaskRow::from(row);
         assert!(lean.share_tools(&list));
         lean.hold_input();
@@ -330,7 +376,7 @@ mod tests {
         assert_eq!(lean.to_value(), row());
         assert_eq!(lean, TaskRow::from(row()));
         assert_eq!(lean, row());
-        assert_eq!(lean.tools(), Some(&*list));
+        assert_eq!(lean.tools(), Some(&**list));
         assert_eq!(lean.pointer("/responses_create_params/tools/0/name"), Some(&json!("get")));
         assert_eq!(lean.pointer("/responses_create_params/temperature"), Some(&json!(0.5)));
         assert_eq!(lean.pointer("/responses_create_params/toolsx"), None);
@@ -344,6 +390,23 @@ mod tests {
         let without = |r: &TaskRow| serde_json::to_string(&r.without_tools()).unwrap();
         assert_eq!(without(&lean), less.to_string());
         assert_eq!(without(&TaskRow::from(row())), less.to_string(), "a row holding its own list");
+    }
+
+    #[test]
+    fn rows_sharing_a_list_write_its_text_once_and_each_row_whole() {
+        let (first, list) = lean(row());
+        assert!(list.text.get().is_none(), "nothing written before a row is");
+        let mut other = row();
+        other["id"] = json!(4);
+        let mut second = TaskRow::from(other.clone());
+        assert!(second.share_tools(&list));
+
+        assert_eq!(serde_json::to_string(&first).unwrap(), row().to_string());
+        let text = list.text().expect("written with the first row");
+        assert_eq!(text.get(), list.list.to_string(), "the text serde_json writes for the list");
+        assert_eq!(serde_json::to_string(&second).unwrap(), other.to_string(), "the second row, with the same text");
+        assert!(std::ptr::eq(list.text().unwrap(), text), "the text was written once");
+        assert_eq!(serde_json::to_value(&second).unwrap(), other, "a value of the row has the list as a value");
     }
 
     #[test]
@@ -368,7 +431,7 @@ mod tests {
 
     #[test]
     fn a_row_shares_only_a_list_equal_to_its_own() {
-        let other = Arc::new(json!([{"type": "function", "name": "put"}]));
+        let other = Arc::new(SharedTools::new(json!([{"type": "function", "name": "put"}])));
         let mut own = TaskRow::from(row());
         assert!(!own.share_tools(&other));
         assert_eq!(own.fields, row(), "the row keeps its own list");
@@ -381,12 +444,12 @@ mod tests {
 
     #[test]
     fn a_stored_row_gets_its_list_back_where_it_has_a_place_for_it() {
-        let list = Arc::new(json!([{"name": "get"}]));
+        let list = Arc::new(SharedTools::new(json!([{"name": "get"}])));
         let mut less = row();
         less["responses_create_params"].as_object_mut().unwrap().remove("tools");
         let back = TaskRow::with_tools(less, Arc::clone(&list));
         assert_eq!(back.pointer("/responses_create_params/tools/0/name"), Some(&json!("get")));
-        assert_eq!(serde_json::to_value(&back).unwrap()["responses_create_params"]["tools"], *list);
+        assert_eq!(serde_json::to_value(&back).unwrap()["responses_create_params"]["tools"], **list);
 
         let nowhere = TaskRow::with_tools(json!({"id": 1}), list);
         assert_eq!(nowhere.tools(), None);

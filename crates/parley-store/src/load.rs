@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
+use parley_core::task_row::SharedTools;
 use parley_core::{
     Message, Party, Role, RunId, RunStatus, Sampling, SessionId, StoreError, TaskRow, ToolCallRecord, Unusable, Usage,
 };
@@ -140,7 +141,7 @@ both_stores! {
         .fetch_all(self.pool())
         .await
         .map_err(|e| self.read_error(e, &format!("the tasks of run {run} (table `tasks`)")))?;
-        let mut lists: HashMap<i64, Arc<Value>> = HashMap::new();
+        let mut lists: HashMap<i64, Arc<SharedTools>> = HashMap::new();
         rows.into_iter()
             .map(|(index, row, tools, list)| {
                 let row = serde_json::from_str(&row).map_err(|e| {
@@ -153,7 +154,7 @@ both_stores! {
                         Entry::Vacant(slot) => {
                             let text = list.ok_or_else(|| self.unreadable(&what(), &"it is not there"))?;
                             let list = serde_json::from_str(&text).map_err(|e| self.unreadable(&what(), &e))?;
-                            slot.insert(Arc::new(list))
+                            slot.insert(Arc::new(SharedTools::new(list)))
                         }
                     };
                     return Ok((index, TaskRow::with_tools(row, Arc::clone(list))));

@@ -18,8 +18,8 @@
 use std::sync::Arc;
 
 use parley_core::TaskRow;
+use parley_core::task_row::SharedTools;
 use serde::ser::Serialize;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// A task row as `tasks` keeps it: its JSON, and the tool list left out of it, if one was.
@@ -42,7 +42,11 @@ impl StoredRow {
         let Some(tools) = row.tools().filter(|t| t.as_array().is_some_and(|a| !a.is_empty())) else {
             return StoredRow { row: json(row), tools: None };
         };
-        let text = tools.to_string();
+        // A list held apart has its text written already, or writes it once for every row.
+        let text = match row.apart().and_then(|list| list.text()) {
+            Some(text) => text.get().to_owned(),
+            None => tools.to_string(),
+        };
         let id = id_of(&text);
         StoredRow { row: json(&row.without_tools()), tools: Some(ToolList { id, text: text.into() }) }
     }
@@ -50,7 +54,7 @@ impl StoredRow {
     /// The rows to store, each tool list they share written and hashed once: rows read from a
     /// task file hold one `Arc` for the list they have alike (a million rows, one list).
     pub(crate) fn of_each<'a>(rows: impl IntoIterator<Item = &'a TaskRow>) -> Vec<StoredRow> {
-        let mut last: Option<(&Arc<Value>, ToolList)> = None;
+        let mut last: Option<(&Arc<SharedTools>, ToolList)> = None;
         // Collected from a sized iterator: one allocation, as large as the rows.
         rows.into_iter()
             .map(|row| {
@@ -163,7 +167,8 @@ mod tests {
         assert!(!stored.row.contains("\"get\""), "{}", stored.row);
         let back: Value = serde_json::from_str(&stored.row).unwrap();
         assert_ne!(back, row);
-        let back = TaskRow::with_tools(back, std::sync::Arc::new(serde_json::from_str(&tools.text).unwrap()));
+        let list = SharedTools::new(serde_json::from_str(&tools.text).unwrap());
+        let back = TaskRow::with_tools(back, std::sync::Arc::new(list));
         assert_eq!(back, row);
         assert_eq!(stored.row, {
             let mut less = row.clone();
@@ -186,7 +191,7 @@ mod tests {
 
     #[test]
     fn rows_sharing_a_list_share_its_text_and_are_stored_as_each_alone() {
-        let list = Arc::new(row()["responses_create_params"]["tools"].clone());
+        let list = Arc::new(SharedTools::new(row()["responses_create_params"]["tools"].clone()));
         let mut fields = row();
         fields["responses_create_params"].as_object_mut().unwrap().remove("tools");
         let sharing = |id: i64| {
