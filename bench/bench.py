@@ -517,7 +517,7 @@ def main():
             finish(results, args, work, latest=False)
             return
         if args.only == "collect":
-            results["collect"] = collect(parley, work, p, stub, gym, tasks)
+            results["collect"] = collect(parley, args.load, work, p, stub, gym, tasks)
             finish(results, args, work, latest=False)
             return
         for concurrency, repeats in p["gym"]:
@@ -1625,10 +1625,11 @@ def show(row):
     print(line(row, [c for c in COLUMNS if c[0] != "x_nemo_gym_best"]), file=sys.stderr, flush=True)
 
 
-def collect(parley, work, p, stub, gym, tasks):
+def collect(parley, load_bin, work, p, stub, gym, tasks):
     """Collecting rollouts, the two ways side by side on the same rows and stub: NeMo Gym's
     `gym eval run` at each of its levels, then `parley run` at c = 256 (every turn persisted).
-    Parley's rate over NeMo Gym's best, and Parley's CPU per rollout over the stub's."""
+    Parley's rate over NeMo Gym's best, and Parley's CPU per rollout over the stub's. Then the
+    floor under that ratio: the run's own model calls replayed alone (`calls_floor`)."""
     rows = []
     for concurrency, repeats in p["gym"]:
         row = gym.eval(tasks, repeats, concurrency, stub)
@@ -1645,12 +1646,62 @@ def collect(parley, work, p, stub, gym, tasks):
     rows.append(row)
     show(row)
     gym_best = max(r["rollouts_per_s"] for r in rows if r["system"].startswith("NeMo Gym"))
+    floor = calls_floor(load_bin, work, work / f"collect-parley-c{concurrency}" / "parley.db", row["rollouts"],
+                        concurrency, stub)
     return {
         "rows": rows,
         "parley_x_nemo_gym": row["rollouts_per_s"] / gym_best,
         "nemo_gym_best_rollouts_per_s": gym_best,
         "parley_x_stub_cpu": row["x_stub"],
+        "calls_floor": floor,
     }
+
+
+def calls_floor(load_bin, work, db, rollouts, concurrency, stub):
+    """The floor under Parley's CPU per rollout against the stub's: the same model calls, each
+    rollout's request bodies as the run sent them (read back from its store), posted through
+    Parley's own HTTP client (`parley-bench-load calls`) at the same concurrency, against the
+    same stub, with no JSON read or written, no engine and no store. Its CPU against the stub's
+    is what the calls alone cost; the rest of `parley run`'s ratio is everything else."""
+    bodies = work / "collect-calls.jsonl"
+    con = sqlite3.connect(db)
+    with contextlib.closing(con), open(bodies, "w") as out:
+        # One rollout of each task: the stub answers each body as it answered the run.
+        sessions = [s for (s,) in con.execute("SELECT MIN(id) FROM sessions GROUP BY task_index ORDER BY 1")]
+        for session in sessions:
+            calls = con.execute("SELECT seq, request FROM model_calls WHERE session_id = ? ORDER BY seq", (session,))
+            out.write(json.dumps(whole_requests(calls), separators=(",", ":"), ensure_ascii=False) + "\n")
+    url = stub.url + "/chat/completions"
+    m = measured([load_bin, "calls", url, bodies, str(rollouts), str(concurrency)], cwd=work, watch=[stub.proc.pid],
+                 log=work / "collect-calls.log")
+    statuses = json.loads(m["stdout"])["statuses"]
+    if set(statuses) != {"200"}:
+        raise SystemExit(f"bench: the calls floor: statuses {statuses}")
+    return {
+        "rollouts": rollouts,
+        "calls": statuses["200"],
+        "client_cpu_ms": m["own_cpu_s"] * 1e3 / rollouts,
+        "stub_cpu_ms": m["watched_cpu_s"] * 1e3 / rollouts,
+        "x_stub": m["own_cpu_s"] / m["watched_cpu_s"] if m["watched_cpu_s"] else None,
+        "rollouts_per_s": rollouts / m["wall_s"],
+    }
+
+
+def whole_requests(calls):
+    """A session's stored requests, `(seq, text)` by seq, as the bodies that were sent: a request
+    stored as a delta (`parley_delta`: docs/durable-sessions.md, "What the store holds") is its base's list with
+    its own items added, the base's fields it names, and its own other fields."""
+    sent, bodies = {}, []
+    for seq, text in calls:
+        body = json.loads(text)
+        delta = body.pop("parley_delta", None)
+        if delta:
+            base, items = sent[delta["base"]], delta.get("list", "messages")
+            same = {k: base[k] for k in delta["same"] if k in base}
+            body = {**same, **body, items: base[items] + body[items]}
+        sent[seq] = body
+        bodies.append(body)
+    return bodies
 
 
 def report_collect(c):
@@ -1659,6 +1710,11 @@ def report_collect(c):
           f"{parley['stub_cpu_ms']:.3f} ms: {c['parley_x_stub_cpu']:.2f}x the stand-in for the model")
     print(f"Parley {parley['rollouts_per_s']:,.0f} rollouts/s at c = {parley['concurrency']}: "
           f"{c['parley_x_nemo_gym']:.1f}x NeMo Gym's best {c['nemo_gym_best_rollouts_per_s']:.1f}/s")
+    floor = c.get("calls_floor")
+    if floor:
+        print(f"The same calls alone (bench/load calls, Parley's HTTP client, no JSON, engine or store): "
+              f"{floor['client_cpu_ms']:.3f} ms against the stub's {floor['stub_cpu_ms']:.3f} ms, "
+              f"{floor['x_stub']:.2f}x: the floor under the ratio above")
 
 
 def report(results):

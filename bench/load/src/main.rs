@@ -17,6 +17,16 @@
 //! trainer's policy generates its action: THINK_MS on average, spread evenly over half to one and
 //! a half times that (so that sessions do not step in lockstep); without it, they step at once.
 //!
+//!     parley-bench-load calls URL ROLLOUTS.jsonl COUNT CONCURRENCY
+//!
+//! replays a run's model calls and nothing else: each line of ROLLOUTS.jsonl is one rollout's
+//! request bodies in order (a JSON array of bodies). COUNT rollouts go at a fixed concurrency,
+//! each posting its bodies to URL in turn through Parley's own HTTP client (`parley_http::plain`,
+//! on the runtime `parley run` drives its sessions on) and reading each answer whole, nothing of
+//! it parsed. The wall seconds and the count of each status. Beside the stub, its CPU against
+//! the stub's is the floor under `parley run`'s ratio: the same calls, with no JSON, no engine
+//! and no store.
+//!
 //!     parley-bench-load echo ADDRESS
 //!
 //! serves OpenEnv's WebSocket and does nothing else (see [`echo`]); it prints its `ws://` URL.
@@ -30,6 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
@@ -46,9 +57,10 @@ fn main() -> anyhow::Result<()> {
 async fn client(args: Vec<String>) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]).await,
+        Some("calls") => calls(&args[1..]).await,
         Some("openenv") => openenv(&args[1..]).await,
         _ => bail!(
-            "usage: parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY | openenv WS_URL SESSIONS EPISODES TASKS [THINK_MS] | echo ADDRESS"
+            "usage: parley-bench-load run URL BODIES.jsonl COUNT CONCURRENCY | calls URL ROLLOUTS.jsonl COUNT CONCURRENCY | openenv WS_URL SESSIONS EPISODES TASKS [THINK_MS] | echo ADDRESS"
         ),
     }
 }
@@ -104,6 +116,58 @@ async fn run(args: &[String]) -> anyhow::Result<()> {
     }
     let rollouts: Vec<Value> = results.into_iter().map(|(_, r)| r).collect();
     println!("{}", json!({"wall_s": wall, "statuses": statuses, "rollouts": rollouts}));
+    Ok(())
+}
+
+async fn calls(args: &[String]) -> anyhow::Result<()> {
+    let [url, rollouts, count, concurrency] = args else {
+        bail!("usage: parley-bench-load calls URL ROLLOUTS.jsonl COUNT CONCURRENCY");
+    };
+    let uri: http::Uri = url.parse().with_context(|| format!("URL {url}"))?;
+    let count: usize = count.parse().context("COUNT")?;
+    let concurrency = concurrency.parse::<usize>().context("CONCURRENCY")?.max(1);
+    let text = std::fs::read_to_string(rollouts).with_context(|| format!("reading {rollouts}"))?;
+    let mut calls: Vec<Vec<Bytes>> = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let bodies: Vec<Value> = serde_json::from_str(line).with_context(|| format!("line {} of {rollouts}", i + 1))?;
+        calls.push(bodies.iter().map(|b| Bytes::from(b.to_string())).collect());
+    }
+    if calls.is_empty() {
+        bail!("no rollouts in {rollouts}");
+    }
+    let (calls, client) = (Arc::new(calls), Arc::new(parley_http::plain::Plain::new(concurrency)));
+    let headers = parley_http::json_headers(http::HeaderMap::new());
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let workers = (0..concurrency).map(|_| {
+        let (calls, client, headers, next, uri) =
+            (calls.clone(), client.clone(), headers.clone(), next.clone(), uri.clone());
+        async move {
+            let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    return statuses;
+                }
+                for body in &calls[i % calls.len()] {
+                    let request = parley_http::Request::post(uri.clone(), headers.clone(), body.clone());
+                    let status = match client.send(request, 64 << 20).await {
+                        Ok(answer) => answer.status().as_u16().to_string(),
+                        Err(e) => format!("error: {e}"),
+                    };
+                    *statuses.entry(status).or_default() += 1;
+                }
+            }
+        }
+    });
+    let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+    for each in futures::future::join_all(workers).await {
+        for (status, n) in each {
+            *statuses.entry(status).or_default() += n;
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    println!("{}", json!({"wall_s": wall, "rollouts": count, "statuses": statuses}));
     Ok(())
 }
 
