@@ -116,14 +116,14 @@ impl Plain {
             Some(authority) => format!("{}:{}", authority.host(), authority.port_u16().unwrap_or(80)),
             None => return Err(PlainError::NoHost(request.uri.path().to_owned())),
         };
-        let message = message(request);
+        let head = head(request);
         let head_only = request.method == Method::HEAD;
         loop {
             let (mut stream, reused) = match self.take(&address) {
                 Some(stream) => (stream, true),
                 None => (connect(&address).await?, false),
             };
-            if let Err(error) = stream.write_all(&message).await {
+            if let Err(error) = write_all(&mut stream, &head, &request.body).await {
                 // A reused connection the server had closed: it never read the request.
                 if reused && is_closed(&error) {
                     continue;
@@ -195,13 +195,13 @@ fn is_closed(error: &io::Error) -> bool {
     )
 }
 
-/// The request's bytes: its head and its body, to be written at once.
-fn message(request: &Request) -> Vec<u8> {
+/// The request's head: its request line and headers, written with its body in one call.
+fn head(request: &Request) -> Vec<u8> {
     let Request { method, uri, headers, body } = request;
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     // As the URL names it, less any user and password.
     let host = uri.authority().map_or("", |a| a.as_str().rsplit('@').next().unwrap_or_default());
-    let mut message = Vec::with_capacity(128 + path.len() + headers.len() * 48 + body.len());
+    let mut message = Vec::with_capacity(128 + path.len() + headers.len() * 48);
     for piece in [method.as_str(), " ", path, " HTTP/1.1\r\nhost: ", host, "\r\n"] {
         message.extend_from_slice(piece.as_bytes());
     }
@@ -220,8 +220,22 @@ fn message(request: &Request) -> Vec<u8> {
         message.extend_from_slice(b"\r\n");
     }
     message.extend_from_slice(b"\r\n");
-    message.extend_from_slice(body);
     message
+}
+
+/// Writes `head` then `body`, both in one call when the socket takes them: the body, some
+/// kilobytes of a transcript, is not copied behind the head first.
+async fn write_all(stream: &mut TcpStream, mut head: &[u8], mut body: &[u8]) -> io::Result<()> {
+    while !head.is_empty() {
+        let written = stream.write_vectored(&[io::IoSlice::new(head), io::IoSlice::new(body)]).await?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let of_head = written.min(head.len());
+        head = &head[of_head..];
+        body = &body[written - of_head..];
+    }
+    stream.write_all(body).await
 }
 
 /// How an answer's body ends.
@@ -610,12 +624,38 @@ mod tests {
 
     /// The request on the wire: the URL's path and host, the caller's headers, the body's
     /// length and the body.
-    #[test]
-    fn a_request_is_written_as_http_1_1() {
+    #[tokio::test]
+    async fn a_request_is_written_as_http_1_1() {
+        let request = post("http://user:secret@10.0.0.7:8000");
         assert_eq!(
-            String::from_utf8(message(&post("http://user:secret@10.0.0.7:8000"))).unwrap(),
+            String::from_utf8(wire(&head(&request), &request.body).await).unwrap(),
             "POST /v1/call HTTP/1.1\r\nhost: 10.0.0.7:8000\r\ncontent-type: application/json\r\n\
              content-length: 7\r\n\r\n{\"q\":1}"
         );
+    }
+
+    /// A body larger than the socket takes in one call arrives whole, after the head.
+    #[tokio::test]
+    async fn a_large_body_arrives_whole_behind_its_head() {
+        let head = b"POST / HTTP/1.1\r\ncontent-length: 8388608\r\n\r\n".to_vec();
+        let body: Vec<u8> = (0..8 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let arrived = wire(&head, &body).await;
+        assert_eq!(arrived.len(), head.len() + body.len());
+        assert!(arrived.starts_with(&head) && arrived.ends_with(&body));
+    }
+
+    /// What [`write_all`] puts on a connection, as its other end reads it.
+    async fn wire(head: &[u8], body: &[u8]) -> Vec<u8> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut stream = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let read = tokio::spawn(async move {
+            let mut arrived = Vec::new();
+            server.read_to_end(&mut arrived).await.unwrap();
+            arrived
+        });
+        write_all(&mut stream, head, body).await.unwrap();
+        drop(stream);
+        read.await.unwrap()
     }
 }

@@ -23,16 +23,17 @@
 //! Turn after turn, a body is most often the previous one with items added to its list and
 //! nothing else changed: its text before the list and after it hash as the previous body's did.
 //! Such a body is not parsed again, only its new items are; its delta is the previous turn's
-//! other fields (kept as the text they take in a delta, less the tools: a few dozen bytes, and
-//! never more than [`TEMPLATE_MAX`]) around them. Any other body is parsed into its fields.
+//! other fields (kept with the text of their values, less the tools: a few dozen bytes, and
+//! never more than [`TEMPLATE_MAX`]) around them, written by serde without being parsed again.
+//! Any other body is parsed into its fields.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
 
 use parley_core::{RawJson, Role, SessionId, TurnRecord};
-use serde::de::IgnoredAny;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -63,15 +64,58 @@ struct Last {
 /// that what is kept of a session stays small at 100,000 sessions.
 const TEMPLATE_MAX: usize = 1024;
 
-/// A delta's text less its list's new items and its marker: `{"messages":[` and
-/// `],"model":"m",` around `split`, each field but the list and the tools (left out as the
-/// same) written as the body has it, in key order.
+/// A delta less its list's new items and its marker: each field but the tools (left out as the
+/// same), in key order, with its value as the body has it; the list's value is its new items,
+/// `None` here. A delta is written from it by serde, which copies each value's text: the new
+/// items are the only text of a delta parsed (see [`new_items`]).
 #[derive(Clone)]
 struct Template {
-    text: Arc<str>,
-    split: usize,
+    fields: Arc<[Field]>,
+    /// The length of the fields' text, as a delta writes them.
+    len: usize,
     list: &'static str,
     same_tools: bool,
+}
+
+/// A field of a [`Template`]: its key, and its value (`None` for the list).
+type Field = (Box<str>, Option<Box<RawValue>>);
+
+/// A delta as serde writes it: the template's fields with the new items in the list's place,
+/// then the marker.
+struct Delta<'a> {
+    template: &'a Template,
+    items: &'a RawValue,
+    base: u32,
+}
+
+/// The marker's fields, in the order a `serde_json::Value` writes them.
+#[derive(Serialize)]
+struct Marker<'a> {
+    base: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    list: Option<&'static str>,
+    same: &'a [&'a str],
+}
+
+impl Serialize for Delta<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Template { fields, list, same_tools, .. } = self.template;
+        let mut map = serializer.serialize_map(Some(fields.len() + 1))?;
+        for (key, value) in fields.iter() {
+            map.serialize_entry(key, value.as_deref().unwrap_or(self.items))?;
+        }
+        let list = (*list != "messages").then_some(*list);
+        let same: &[&str] = if *same_tools { &["tools"] } else { &[] };
+        map.serialize_entry(DELTA_KEY, &Marker { base: self.base, list, same })?;
+        map.end()
+    }
+}
+
+/// The new items of a list, `a,b` of `[...,a,b]`, as a list of their own: checked as JSON once
+/// here, and then copied into the delta as they are. Text that closed the list and opened other
+/// fields is refused: it would have made a delta that parses, with fields the body has not.
+fn new_items(text: &str) -> Result<Box<RawValue>, serde_json::Error> {
+    RawValue::from_string(format!("[{text}]"))
 }
 
 #[derive(Default)]
@@ -151,11 +195,8 @@ fn extended(prev: &Last, seq: u32, body: &str) -> Option<(Last, Option<Result<Ra
     }
     let (same, open_hash) = extends(list, prev.open_len, prev.open_hash);
     let added = list.get(prev.open_len..).filter(|_| same)?;
-    let items = if prev.open_len > 1 { added.strip_prefix(',')? } else { added };
-    // The new items must be items of the list, and end it: text that closed the list and
-    // opened other fields would parse as a body too.
-    serde_json::from_str::<IgnoredAny>(&format!("[{items}]")).ok()?;
-    let delta = template.delta(items, prev.seq);
+    let items = new_items(if prev.open_len > 1 { added.strip_prefix(',')? } else { added }).ok()?;
+    let delta = template.delta(&items, prev.seq);
     let next = Last { seq, open_len: list.len(), open_hash, template: Some(template.clone()), ..*prev };
     Some((next, Some(delta)))
 }
@@ -179,18 +220,18 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str) -> Option<(Last, Option<Res
             let same_tools = tools_hash.is_some() && tools_hash == prev.tools_hash;
             let delta = same.then(|| {
                 let rest = &open[prev.open_len..];
-                let items = rest.strip_prefix(',').unwrap_or(rest);
+                let items = new_items(rest.strip_prefix(',').unwrap_or(rest))?;
                 // The template above, unless the tools changed since the previous turn.
-                match &template {
-                    Ok(t) if t.same_tools == same_tools => t.delta(items, prev.seq),
-                    _ => Template::of(&fields, list, same_tools).and_then(|t| t.delta(items, prev.seq)),
+                match template.same_tools == same_tools {
+                    true => template.delta(&items, prev.seq),
+                    false => Template::of(&fields, list, same_tools).delta(&items, prev.seq),
                 }
             });
             (delta, whole)
         }
         _ => (None, hash(open)),
     };
-    let template = template.ok().filter(|t| t.text.len() <= TEMPLATE_MAX);
+    let template = Some(template).filter(|t| t.len <= TEMPLATE_MAX);
     let next = Last {
         seq,
         list_at,
@@ -206,45 +247,20 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str) -> Option<(Last, Option<Res
 }
 
 impl Template {
-    fn of(
-        fields: &BTreeMap<&str, &RawValue>,
-        list: &'static str,
-        same_tools: bool,
-    ) -> Result<Template, serde_json::Error> {
-        let mut text = String::from("{");
-        let mut split = 0;
-        for (key, value) in fields {
-            if *key == "tools" && same_tools {
-                continue;
-            }
-            // Keys come out of a JSON object as they were written there: plain, or escaped.
-            text.push_str(&serde_json::to_string(key)?);
-            text.push(':');
-            if *key == list {
-                text.push('[');
-                split = text.len();
-                text.push(']');
-            } else {
-                text.push_str(value.get());
-            }
-            text.push(',');
-        }
-        Ok(Template { text: text.into(), split, list, same_tools })
+    fn of(fields: &BTreeMap<&str, &RawValue>, list: &'static str, same_tools: bool) -> Template {
+        // The keys are plain text: a key written with escapes is not borrowed, and fails the parse.
+        let fields: Arc<[Field]> = fields
+            .iter()
+            .filter(|(key, _)| !(**key == "tools" && same_tools))
+            .map(|(key, value)| (Box::from(*key), (*key != list).then(|| (*value).to_owned())))
+            .collect();
+        let len = fields.iter().map(|(k, v)| k.len() + 4 + v.as_ref().map_or(2, |v| v.get().len())).sum();
+        Template { fields, len, list, same_tools }
     }
 
     /// The delta of a body whose list's new `items` follow the items of the call at `base`.
-    fn delta(&self, items: &str, base: u32) -> Result<RawJson, serde_json::Error> {
-        let mut out = String::with_capacity(self.text.len() + items.len() + 64);
-        out.push_str(&self.text[..self.split]);
-        out.push_str(items);
-        out.push_str(&self.text[self.split..]);
-        // The marker, its keys in the order a `serde_json::Value` writes them.
-        let _ = write!(out, "\"{DELTA_KEY}\":{{\"base\":{base},");
-        if self.list != "messages" {
-            let _ = write!(out, "\"list\":\"{}\",", self.list);
-        }
-        out.push_str(if self.same_tools { "\"same\":[\"tools\"]}}" } else { "\"same\":[]}}" });
-        RawJson::from_string(out)
+    fn delta(&self, items: &RawValue, base: u32) -> Result<RawJson, serde_json::Error> {
+        RawJson::to_raw(&Delta { template: self, items, base })
     }
 }
 
@@ -308,7 +324,15 @@ mod tests {
                 (l.seq, l.list_at, l.head_hash, l.open_len, l.open_hash, l.tail_len, l.tail_hash, l.tools_hash)
             };
             assert_eq!(fields(&quick), fields(&slow));
-            let template = |l: &Last| l.template.as_ref().map(|t| (t.text.clone(), t.split));
+            let template = |l: &Last| {
+                let t = l.template.as_ref()?;
+                Some(
+                    t.fields
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.as_ref().map(|v| v.get().to_owned())))
+                        .collect::<Vec<_>>(),
+                )
+            };
             assert_eq!(template(&quick), template(&slow));
             assert!(quick.template.is_some());
             (prev, prev_n) = (quick, n);
@@ -347,6 +371,31 @@ mod tests {
         for (seq, request) in &requests {
             assert_eq!(reconstruct(&stored[seq], &by_seq).as_ref(), Some(request), "seq {seq}");
         }
+    }
+
+    /// The stored text of a delta, byte for byte, as stores written by earlier versions hold it:
+    /// the fields but the list and the tools as the body wrote them, in key order, then the
+    /// marker; both ways to it write the same.
+    #[test]
+    fn a_delta_is_written_as_the_stores_hold_them() {
+        let chat = |n: usize| {
+            let messages = (0..n).map(|i| format!(r#"{{"content":"m{i} \"q\" é","role":"user"}}"#)).collect::<Vec<_>>();
+            format!(r#"{{"messages":[{}],"model":"a","seed":3,"tools":[{{"type":"function"}}]}}"#, messages.join(","))
+        };
+        let prev = parsed(None, 2, &chat(1)).unwrap().0;
+        let quick = extended(&prev, 4, &chat(3)).unwrap().1.unwrap().unwrap();
+        let slow = parsed(Some(&prev), 4, &chat(3)).unwrap().1.unwrap().unwrap();
+        let expected = r#"{"messages":[{"content":"m1 \"q\" é","role":"user"},{"content":"m2 \"q\" é","role":"user"}],"model":"a","seed":3,"parley_delta":{"base":2,"same":["tools"]}}"#;
+        assert_eq!((quick.get(), slow.get()), (expected, expected));
+
+        let responses = |n: usize| {
+            let input = (0..n).map(|i| format!(r#"{{"content":"i{i}","role":"user"}}"#)).collect::<Vec<_>>();
+            format!(r#"{{"input":[{}],"model":"r"}}"#, input.join(","))
+        };
+        let prev = parsed(None, 1, &responses(0)).unwrap().0;
+        let delta = extended(&prev, 3, &responses(2)).unwrap().1.unwrap().unwrap();
+        let expected = r#"{"input":[{"content":"i0","role":"user"},{"content":"i1","role":"user"}],"model":"r","parley_delta":{"base":1,"list":"input","same":[]}}"#;
+        assert_eq!(delta.get(), expected);
     }
 
     #[test]
