@@ -1688,17 +1688,19 @@ def calls_floor(load_bin, work, db, rollouts, concurrency, stub):
 
 
 def whole_requests(calls):
-    """A session's stored requests, `(seq, text)` by seq, as the bodies that were sent: a request
-    stored as a delta (`parley_delta`: docs/durable-sessions.md, "What the store holds") is its base's list with
-    its own items added, the base's fields it names, and its own other fields."""
+    """A session's stored requests, `(seq, text)` by seq, as the bodies that were sent, read as
+    `parley_store::reconstruct` reads them (docs/durable-sessions.md, "What the store holds"): a
+    request stored as a delta (`parley_delta`) is its base's list with its own items added, the
+    base's fields it names, and its own other fields; a base or a field it names that is missing
+    fails, as it does there."""
     sent, bodies = {}, []
     for seq, text in calls:
         body = json.loads(text)
         delta = body.pop("parley_delta", None)
         if delta:
             base, items = sent[delta["base"]], delta.get("list", "messages")
-            same = {k: base[k] for k in delta["same"] if k in base}
-            body = {**same, **body, items: base[items] + body[items]}
+            same = {k: base[k] for k in delta["same"]}
+            body = {**same, **body, items: base[items] + body.get(items, [])}
         sent[seq] = body
         bodies.append(body)
     return bodies
