@@ -8,12 +8,11 @@
 //! wake-ups, some two dozen statements a batch) and a copy of every bound string: 12% of the CPU
 //! of a persisted rollout in alternating runs (`docs/performance.md`).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use parley_core::{Fence, StoreError};
-use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+use parley_core::{Claim, Fence, StoreError};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use crate::handle::{Answers, Write};
@@ -40,7 +39,7 @@ const ENDS: &str = "UPDATE sessions SET status = 'finished', termination = ?2, r
      owner = NULL, lease_until = NULL, finished_at = ?11 WHERE id = ?1";
 const SCORES: &str = "INSERT INTO scores (session_id, scorer, version, value, breakdown, created_at) \
      VALUES (?1, 'environment', 1, ?2, ?3, ?4)";
-const FENCES: &str = "SELECT id, fence FROM sessions WHERE id IN (SELECT value FROM json_each(?))";
+const FENCE: &str = "SELECT fence FROM sessions WHERE id = ?";
 
 impl Committer {
     /// Opens a connection to the database at `path`, which the writer's connection has already
@@ -116,11 +115,7 @@ impl Thread {
         // between the fence read and the inserts. Dropped uncommitted, it rolls back.
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_error)?;
 
-        let ids: Vec<i64> = batch.iter().map(|w| w.claim.session).collect();
-        let current = fences(&tx, &ids).map_err(db_error)?;
-        // A session missing from the table is not refused here: its insert fails as before.
-        let refused: Vec<Option<Fence>> =
-            batch.iter().map(|w| current.get(&w.claim.session).copied().filter(|&f| f != w.claim.fence)).collect();
+        let refused = refusals(&tx, batch, path).map_err(db_error)?;
         let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
 
         let mut rows = TurnRows::gather(live.iter().copied(), self.raw);
@@ -147,11 +142,7 @@ impl Thread {
         insert(&tx, SCORES, &rows.scores, now.as_deref()).map_err(db_error)?;
         tx.commit().map_err(db_error)?;
 
-        let answers = batch.iter().zip(refused).map(|(w, refused)| match refused {
-            Some(current) => Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current }),
-            None => Ok(()),
-        });
-        Ok(answers.collect())
+        Ok(refused.into_iter().map(|r| r.map_or(Ok(()), Err)).collect())
     }
 }
 
@@ -160,12 +151,24 @@ fn code(error: &rusqlite::Error) -> Option<i32> {
     error.sqlite_error().map(|e| e.extended_code)
 }
 
-/// The fences of the sessions `ids`, as the table holds them now.
-fn fences(tx: &Transaction<'_>, ids: &[i64]) -> rusqlite::Result<HashMap<i64, Fence>> {
-    let ids = serde_json::to_string(ids).unwrap_or_default();
-    let mut statement = tx.prepare_cached(FENCES)?;
-    let rows = statement.query_map([ids], |r| Ok((r.get(0)?, Fence(r.get(1)?))))?;
-    rows.collect()
+/// Why each write of `batch` is left out, if it is: its session was claimed since its claim
+/// (its fence moved on), or its session is not in the table (none of its rows could name it).
+fn refusals(tx: &Transaction<'_>, batch: &[Write], path: &Path) -> rusqlite::Result<Vec<Option<StoreError>>> {
+    let mut statement = tx.prepare_cached(FENCE)?;
+    let mut refusals = Vec::with_capacity(batch.len());
+    for w in batch {
+        let Claim { session, fence } = w.claim;
+        let current = statement.query_row([session], |r| r.get(0).map(Fence)).optional()?;
+        refusals.push(match current {
+            None => Some(StoreError::Database(format!(
+                "{}: session {session} is not in table `sessions`; its turn was not written",
+                path.display()
+            ))),
+            Some(current) if current != fence => Some(StoreError::Fenced { session, fence, current }),
+            Some(_) => None,
+        });
+    }
+    Ok(refusals)
 }
 
 /// The time now as the store writes it (UTC, to the millisecond): the text of SQLite's

@@ -273,7 +273,10 @@ impl<'a> EndRow<'a> {
 
 impl ScoreRow {
     pub(crate) fn new(session: SessionId, r: &Reward) -> ScoreRow {
-        ScoreRow { session, value: r.value, breakdown: serde_json::Value::Object(r.breakdown.clone()).to_string() }
+        // A map of strings to values always serializes; written as it stands, not cloned into
+        // a `Value` first.
+        let breakdown = serde_json::to_string(&r.breakdown).unwrap_or_else(|_| "{}".into());
+        ScoreRow { session, value: r.value, breakdown }
     }
 }
 

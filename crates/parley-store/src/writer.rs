@@ -33,7 +33,8 @@
 //!
 //! Fencing: a batch starts with `BEGIN IMMEDIATE`, so it holds the write lock before it reads the
 //! fences of its sessions; a write whose claim is older than its session's fence is answered
-//! [`StoreError::Fenced`] and left out, and the batch's other writes go on. (On PostgreSQL the
+//! [`StoreError::Fenced`] and left out, and the batch's other writes go on; so is a write for a
+//! session the table does not hold, answered with an error that names it. (On PostgreSQL the
 //! same read is `SELECT id, fence FROM sessions WHERE id = ANY($1) FOR UPDATE`.)
 
 use std::future::Future;

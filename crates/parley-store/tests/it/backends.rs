@@ -156,6 +156,7 @@ on_both!(
     owners_claiming_at_once_never_get_the_same_session,
     a_lease_holds_while_renewed_and_is_taken_over_once_it_expires,
     a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written,
+    a_write_for_a_session_not_in_the_table_is_refused_alone,
     a_finished_session_is_released_and_never_claimed_again,
     one_released_claim_is_taken_at_once_and_a_stale_one_is_left_alone,
     who_plays_each_session_is_kept,

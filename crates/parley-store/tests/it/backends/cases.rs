@@ -278,6 +278,30 @@ pub async fn a_fenced_write_is_left_out_of_its_batch_and_the_others_are_written(
     store.close().await.unwrap();
 }
 
+pub async fn a_write_for_a_session_not_in_the_table_is_refused_alone(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(16);
+    let owner = Owner::new(Duration::from_secs(30));
+    let (_, claims) = store.create_claimed_run(&spec, &tasks, &specs, &owner).await.unwrap();
+    // A claim on a session no row holds, committed at once with the sixteen real ones, so that
+    // it shares their batches.
+    let missing = Claim { session: claims.iter().map(|c| c.session).max().unwrap() + 1_000, fence: Fence(1) };
+    let all: Vec<Claim> = std::iter::once(missing).chain(claims.iter().copied()).collect();
+    let results = futures::future::join_all(all.iter().map(|&c| store.commit_turn(c, turn(0)))).await;
+    match &results[0] {
+        Err(StoreError::Database(why)) => {
+            assert!(why.contains(&format!("session {} is not in table `sessions`", missing.session)), "{why}")
+        }
+        other => panic!("a turn for a missing session is refused: {other:?}"),
+    }
+    for (result, claim) in results.iter().zip(&all).skip(1) {
+        assert!(result.is_ok(), "session {}: {result:?}", claim.session);
+        assert_eq!(messages(&store, claim.session).await, 2);
+    }
+    assert_eq!(messages(&store, missing.session).await, 0, "no row names the missing session");
+    store.close().await.unwrap();
+}
+
 pub async fn who_plays_each_session_is_kept(db: &Db) {
     let store = db.open().await;
     let (spec, tasks, mut specs) = run_of(3);
