@@ -11,11 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use parley_core::{Claim, Fence, StoreError};
+use parley_core::{Fence, StoreError};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
-use crate::handle::{Answers, Write};
+use crate::handle::{self, Answers, Write};
 use crate::shared::{KnownTexts, STORE_TEXT};
 use crate::turn_rows::{Row, TurnRows};
 
@@ -115,8 +115,8 @@ impl Thread {
         // between the fence read and the inserts. Dropped uncommitted, it rolls back.
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_error)?;
 
-        let refused = refusals(&tx, batch, path).map_err(db_error)?;
-        let live: Vec<&Write> = batch.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(w, _)| w).collect();
+        let answers = fences(&tx, batch, path).map_err(db_error)?;
+        let live: Vec<&Write> = batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(w, _)| w).collect();
 
         let mut rows = TurnRows::gather(live.iter().copied(), self.raw);
         for (id, text) in rows.new_texts(self.texts.ids()) {
@@ -142,7 +142,7 @@ impl Thread {
         insert(&tx, SCORES, &rows.scores, now.as_deref()).map_err(db_error)?;
         tx.commit().map_err(db_error)?;
 
-        Ok(refused.into_iter().map(|r| r.map_or(Ok(()), Err)).collect())
+        Ok(answers)
     }
 }
 
@@ -151,24 +151,17 @@ fn code(error: &rusqlite::Error) -> Option<i32> {
     error.sqlite_error().map(|e| e.extended_code)
 }
 
-/// Why each write of `batch` is left out, if it is: its session was claimed since its claim
-/// (its fence moved on), or its session is not in the table (none of its rows could name it).
-fn refusals(tx: &Transaction<'_>, batch: &[Write], path: &Path) -> rusqlite::Result<Vec<Option<StoreError>>> {
+/// Each write of `batch` answered by its session's fence as the table holds it (see
+/// [`handle::fenced`]): only those answered `Ok` are written.
+fn fences(tx: &Transaction<'_>, batch: &[Write], path: &Path) -> rusqlite::Result<Vec<Result<(), StoreError>>> {
     let mut statement = tx.prepare_cached(FENCE)?;
-    let mut refusals = Vec::with_capacity(batch.len());
-    for w in batch {
-        let Claim { session, fence } = w.claim;
-        let current = statement.query_row([session], |r| r.get(0).map(Fence)).optional()?;
-        refusals.push(match current {
-            None => Some(StoreError::Database(format!(
-                "{}: session {session} is not in table `sessions`; its turn was not written",
-                path.display()
-            ))),
-            Some(current) if current != fence => Some(StoreError::Fenced { session, fence, current }),
-            Some(_) => None,
-        });
-    }
-    Ok(refusals)
+    batch
+        .iter()
+        .map(|w| {
+            let current = statement.query_row([w.claim.session], |r| r.get(0).map(Fence)).optional()?;
+            Ok(handle::fenced(w.claim, current, &path.display()))
+        })
+        .collect()
 }
 
 /// The time now as the store writes it (UTC, to the millisecond): the text of SQLite's

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use parley_core::{Claim, SessionOutcome, StoreError, TurnRecord};
+use parley_core::{Claim, Fence, SessionOutcome, StoreError, TurnRecord};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::StoreOptions;
@@ -87,6 +87,20 @@ impl<C: From<Write>> WriterHandle<C> {
     /// Queues a command for the writer.
     pub(crate) fn send(&self, command: C) -> Result<(), StoreError> {
         self.tx.send(command).map_err(|_| gone("the writer task has ended"))
+    }
+}
+
+/// A write's answer from its session's fence as the table holds it under the batch's lock
+/// (`None`: no row), the same on both stores: written when its claim is the session's current
+/// one, else left out, as taken over or as naming no session of the database `db`.
+pub(crate) fn fenced(claim: Claim, current: Option<Fence>, db: &dyn std::fmt::Display) -> Result<(), StoreError> {
+    match current {
+        Some(current) if current == claim.fence => Ok(()),
+        Some(current) => Err(StoreError::Fenced { session: claim.session, fence: claim.fence, current }),
+        None => Err(StoreError::Database(format!(
+            "{db}: session {} is not in table `sessions`; its turn was not written",
+            claim.session
+        ))),
     }
 }
 

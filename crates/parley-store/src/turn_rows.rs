@@ -273,10 +273,8 @@ impl<'a> EndRow<'a> {
 
 impl ScoreRow {
     pub(crate) fn new(session: SessionId, r: &Reward) -> ScoreRow {
-        // A map of strings to values always serializes; written as it stands, not cloned into
-        // a `Value` first.
-        let breakdown = serde_json::to_string(&r.breakdown).unwrap_or_else(|_| "{}".into());
-        ScoreRow { session, value: r.value, breakdown }
+        // Written as it stands, not cloned into a `Value` first.
+        ScoreRow { session, value: r.value, breakdown: json(&r.breakdown) }
     }
 }
 

@@ -154,14 +154,7 @@ impl Task {
             if answer.is_err() {
                 continue;
             }
-            *answer = match current.get(&w.claim.session) {
-                Some(&now) if now == w.claim.fence => Ok(()),
-                Some(&now) => Err(StoreError::Fenced { session: w.claim.session, fence: w.claim.fence, current: now }),
-                None => Err(StoreError::Database(format!(
-                    "{}: session {} is not in table `sessions`; its turn was not written",
-                    self.name, w.claim.session
-                ))),
-            };
+            *answer = handle::fenced(w.claim, current.get(&w.claim.session).copied(), &self.name);
         }
         Ok(answers)
     }
