@@ -202,4 +202,18 @@ mod tests {
         assert_eq!(shape(&ours), "9999-99-99T99:99:99.999Z");
         assert_eq!(shape(&ours), shape(&before));
     }
+
+    /// The SQLite linked in is built as `.cargo/config.toml` asks (`LIBSQLITE3_FLAGS`): no
+    /// process-wide memory counters or shared page cache, whose mutexes every allocation and
+    /// page look-up of the committing thread took. A build that lost the setting fails here.
+    #[test]
+    fn sqlite_is_built_without_the_process_wide_counters_and_page_cache() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let mut options = conn.prepare("PRAGMA compile_options").unwrap();
+        let options: Vec<String> = options.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+        assert!(options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"), "{options:?}");
+        assert!(!options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"), "{options:?}");
+        // Still what sqlx's in-memory databases and the rest of the store rely on.
+        assert!(options.iter().any(|o| o == "THREADSAFE=1"), "{options:?}");
+    }
 }
