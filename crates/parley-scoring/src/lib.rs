@@ -62,18 +62,14 @@ pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
-fn choose(n: usize, k: usize) -> f64 {
-    if k > n {
-        return 0.0;
-    }
-    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
-}
-
 /// pass@k (at least one of k trials succeeds) and pass^k (all k succeed), each estimated per
 /// task from its n trials and c successes without bias, `1 - C(n-c,k)/C(n,k)` and
 /// `C(c,k)/C(n,k)` as tau2 computes them, then averaged over tasks that have at least k trials.
 pub fn pass_at_k(outcomes: &[Outcome], k: usize) -> (Option<f64>, Option<f64>) {
-    Tally::of(outcomes).pass_at(k)
+    match k {
+        0 => (None, None),
+        k => Tally::of(outcomes).pass(k).pop().map_or((None, None), |(_, at, hat)| (at, hat)),
+    }
 }
 
 /// Each task's trials and successes (infrastructure failures left out), counted once for every k.
@@ -90,17 +86,25 @@ impl Tally {
         Tally(per_task.into_values().collect())
     }
 
-    /// [`pass_at_k`] of the outcomes counted.
-    fn pass_at(&self, k: usize) -> (Option<f64>, Option<f64>) {
-        let eligible = || self.0.iter().filter(|(n, _)| *n >= k);
-        let count = eligible().count();
-        if count == 0 || k == 0 {
-            return (None, None);
+    /// `(k, pass@k, pass^k)` ([`pass_at_k`]) of the outcomes counted, for k = 1..=`most`.
+    ///
+    /// Each task's two ratios are carried from one k to the next as running products,
+    /// `C(m,k)/C(n,k) = C(m,k-1)/C(n,k-1) * (m-k+1)/(n-k+1)`: a task costs one step for each k,
+    /// and no `C(n,k)` is formed, which past n of a thousand or so is more than an `f64` holds.
+    fn pass(&self, most: usize) -> Vec<(usize, Option<f64>, Option<f64>)> {
+        // For each k: the tasks with at least k trials, and the sums of their pass@k and pass^k.
+        let mut sums = vec![(0usize, 0.0f64, 0.0f64); most];
+        for &(n, c) in &self.0 {
+            let (mut none, mut all) = (1.0f64, 1.0f64);
+            for (k, sum) in (1..=n).zip(sums.iter_mut()) {
+                let step = |m: usize| m.saturating_sub(k - 1) as f64 / (n - k + 1) as f64;
+                none *= step(n - c);
+                all *= step(c);
+                *sum = (sum.0 + 1, sum.1 + (1.0 - none), sum.2 + all);
+            }
         }
-        let count = count as f64;
-        let at = eligible().map(|&(n, c)| 1.0 - choose(n - c, k) / choose(n, k)).sum::<f64>() / count;
-        let hat = eligible().map(|&(n, c)| choose(c, k) / choose(n, k)).sum::<f64>() / count;
-        (Some(at), Some(hat))
+        let mean = |sum: f64, count: usize| (count > 0).then(|| sum / count as f64);
+        (1..).zip(sums).map(|(k, (count, at, hat))| (k, mean(at, count), mean(hat, count))).collect()
     }
 }
 
@@ -183,15 +187,7 @@ pub fn summarize(outcomes: &[Outcome], trials: usize) -> Summary {
         sessions: outcomes.len(),
         terminations,
         reward: mean(&rewards),
-        pass: {
-            let tally = Tally::of(&counted);
-            (1..=trials.max(usual_group(&counted)).max(1))
-                .map(|k| {
-                    let (at, hat) = tally.pass_at(k);
-                    (k, at, hat)
-                })
-                .collect()
-        },
+        pass: Tally::of(&counted).pass(trials.max(usual_group(&counted)).max(1)),
         session_ms_p50: percentile(&durations, 0.5),
         session_ms_p99: percentile(&durations, 0.99),
         groups: Groups::of(&counted),
@@ -267,6 +263,23 @@ mod tests {
         assert!((at2.unwrap() - (5.0 / 6.0 + 1.0) / 2.0).abs() < 1e-12);
         assert!((hat2.unwrap() - (1.0 / 6.0 + 1.0) / 2.0).abs() < 1e-12);
         assert_eq!(pass_at_k(&outcomes, 5), (None, None));
+    }
+
+    #[test]
+    fn pass_k_holds_for_a_thousand_trials_and_more() {
+        // 1,099 of 1,100 trials succeed: pass^k = C(1099,k)/C(1100,k) = (1100-k)/1100, and
+        // pass@k = 1 - C(1,k)/C(1100,k), which is 1 from k = 2. C(1100,550) is past an f64.
+        let mut outcomes = vec![outcome(0, Some(0.0), false)];
+        outcomes.extend((0..1099).map(|_| outcome(0, Some(1.0), false)));
+        let pass = summarize(&outcomes, 1100).pass;
+        assert_eq!(pass.len(), 1100);
+        for (k, at, hat) in pass {
+            let (at, hat) = (at.unwrap(), hat.unwrap());
+            let want = (1100 - k) as f64 / 1100.0;
+            assert!((hat - want).abs() < 1e-9, "pass^{k}: {hat}, not {want}");
+            let want = if k == 1 { 1.0 - 1.0 / 1100.0 } else { 1.0 };
+            assert!((at - want).abs() < 1e-9, "pass@{k}: {at}, not {want}");
+        }
     }
 
     #[test]
