@@ -136,11 +136,8 @@ impl Report {
             Some(m) => writeln!(w, "reward         {:.3} ± {:.3} (95% interval, n={})", m.mean, m.ci95, m.n)?,
             None => writeln!(w, "reward         no scored sessions")?,
         }
-        let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
-        let at: Vec<String> = s.pass.iter().map(|(k, at, _)| format!("k={k} {}", fmt(*at))).collect();
-        let hat: Vec<String> = s.pass.iter().map(|(k, _, hat)| format!("k={k} {}", fmt(*hat))).collect();
-        writeln!(w, "pass@k         {}", at.join("  "))?;
-        writeln!(w, "pass^k         {}", hat.join("  "))?;
+        writeln!(w, "pass@k         {}", pass_line(&s.pass, |&(k, at, _)| (k, at)))?;
+        writeln!(w, "pass^k         {}", pass_line(&s.pass, |&(k, _, hat)| (k, hat)))?;
         if let Some(share) = s.groups.alike_share() {
             writeln!(
                 w,
@@ -242,5 +239,52 @@ impl Report {
             json["with"] = self.with.iter().map(|(r, _)| *r).collect();
         }
         json
+    }
+}
+
+/// How many k a summary's text shows every one of; past them, the powers of two and the last.
+const EVERY_K_UP_TO: usize = 8;
+
+/// One figure's line of `(k, value)` for each k of `pass`: every k up to [`EVERY_K_UP_TO`], then
+/// the powers of two and the last, so that a run of a thousand trials still reads on one line
+/// (`--json` gives every k).
+fn pass_line(
+    pass: &[(usize, Option<f64>, Option<f64>)],
+    figure: impl Fn(&(usize, Option<f64>, Option<f64>)) -> (usize, Option<f64>),
+) -> String {
+    let last = pass.last().map_or(0, |&(k, _, _)| k);
+    let shown = |k: usize| k <= EVERY_K_UP_TO || k.is_power_of_two() || k == last;
+    let mut line: Vec<String> = pass
+        .iter()
+        .map(figure)
+        .filter(|&(k, _)| shown(k))
+        .map(|(k, v)| format!("k={k} {}", v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))))
+        .collect();
+    if pass.iter().any(|&(k, _, _)| !shown(k)) {
+        line.push("(every k: --json)".to_owned());
+    }
+    line.join("  ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ks(line: &str) -> Vec<&str> {
+        line.split("  ").filter_map(|entry| entry.strip_prefix("k=")?.split(' ').next()).collect()
+    }
+
+    #[test]
+    fn a_pass_line_shows_every_k_of_a_few_trials_and_some_of_many() {
+        let pass = |trials: usize| (1..=trials).map(|k| (k, Some(1.0 / k as f64), None)).collect::<Vec<_>>();
+        let four = pass_line(&pass(4), |&(k, at, _)| (k, at));
+        assert_eq!(four, "k=1 1.000  k=2 0.500  k=3 0.333  k=4 0.250");
+        let hats = pass_line(&pass(4), |&(k, _, hat)| (k, hat));
+        assert_eq!(hats, "k=1 -  k=2 -  k=3 -  k=4 -");
+        let many = pass_line(&pass(2000), |&(k, at, _)| (k, at));
+        let shown = ["1", "2", "3", "4", "5", "6", "7", "8", "16", "32", "64", "128", "256", "512", "1024", "2000"];
+        assert_eq!(ks(&many), shown, "{many}");
+        assert!(many.ends_with("k=2000 0.001  (every k: --json)"), "{many}");
+        assert_eq!(pass_line(&[], |&(k, at, _)| (k, at)), "");
     }
 }
