@@ -51,9 +51,13 @@ impl Committer {
         let conn = Connection::open_with_flags(path, flags).map_err(refused)?;
         conn.busy_timeout(crate::busy_timeout()).map_err(refused)?;
         // The settings of the writer's connection: no checkpoint inside a commit (the writer
-        // runs them), and the log cut back to its limit after a restart.
+        // runs them), and the log cut back to its limit after a restart. Foreign keys are not
+        // checked here: every row a batch writes names the session of a write whose fence the
+        // batch read from `sessions` under its write lock (`fences`), so each row's session is
+        // there, and SQLite's own check, a look-up in `sessions` for every row, cost a tenth of
+        // this thread's CPU (`docs/performance.md`). PostgreSQL's writer keeps them the same way.
         let settings = format!(
-            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0; \
+            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; PRAGMA wal_autocheckpoint = 0; \
              PRAGMA journal_size_limit = {};",
             wal_limit.min(i64::MAX as u64)
         );

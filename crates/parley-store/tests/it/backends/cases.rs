@@ -298,7 +298,23 @@ pub async fn a_write_for_a_session_not_in_the_table_is_refused_alone(db: &Db) {
         assert!(result.is_ok(), "session {}: {result:?}", claim.session);
         assert_eq!(messages(&store, claim.session).await, 2);
     }
-    assert_eq!(messages(&store, missing.session).await, 0, "no row names the missing session");
+    // Its end, with a model call, a tool call and a score, beside a real session's end.
+    let done = outcome();
+    let ends = [missing, claims[0]].map(|c| store.finish_session(c, turn(2), &done));
+    let ended = futures::future::join_all(ends).await;
+    assert!(matches!(&ended[0], Err(StoreError::Database(_))), "{:?}", ended[0]);
+    assert!(ended[1].is_ok(), "{:?}", ended[1]);
+    // SQLite's committing thread checks no foreign key: the batch's fence read is what keeps a
+    // row from naming a session the table does not hold.
+    for table in [
+        "SELECT COUNT(*) FROM messages WHERE session_id = $1",
+        "SELECT COUNT(*) FROM model_calls WHERE session_id = $1",
+        "SELECT COUNT(*) FROM tool_calls WHERE session_id = $1",
+        "SELECT COUNT(*) FROM scores WHERE session_id = $1",
+    ] {
+        assert_eq!(scalar(&store, table, missing.session).await, 0, "no row names the missing session: {table}");
+        assert!(scalar(&store, table, claims[0].session).await > 0, "the real session's rows: {table}");
+    }
     store.close().await.unwrap();
 }
 
