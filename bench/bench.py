@@ -99,13 +99,13 @@ def tree_rss_kib(root):
 
 class Sampler(threading.Thread):
     """Follows a command's process tree while it runs: the last CPU time seen of each
-    descendant (so the command's own CPU can be told from its children's) and the command's
-    peak resident memory (VmHWM)."""
+    descendant (so the command's own CPU can be told from its children's), of each of the
+    command's own threads, and the command's peak resident memory (VmHWM)."""
 
     def __init__(self, pid, period=0.1):
         super().__init__(daemon=True)
         self.pid, self.period = pid, period
-        self.child_cpu, self.hwm_kib = {}, 0
+        self.child_cpu, self.thread_cpu, self.hwm_kib = {}, {}, 0
         self.stopped = threading.Event()
 
     def run(self):
@@ -121,6 +121,26 @@ class Sampler(threading.Thread):
             cpu = cpu_seconds(p)
             if cpu is not None:
                 self.child_cpu[p] = cpu
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            tids = []
+        for tid in tids:
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2 :].split()
+            self.thread_cpu[tid] = (text[text.index("(") + 1 : text.rindex(")")], (int(fields[11]) + int(fields[12])) / TICK)
+
+    def threads(self):
+        """CPU seconds by thread name (threads of one name summed), as last seen: each thread's
+        figure misses at most the last period of its life."""
+        by_name = {}
+        for name, cpu in self.thread_cpu.values():
+            by_name[name] = by_name.get(name, 0.0) + cpu
+        return by_name
 
     def stop(self):
         self.stopped.set()
@@ -158,6 +178,7 @@ def measured(cmd, *, cwd, env=None, watch=(), log=None):
         "watched_each_cpu_s": [tree_cpu(p) - before[p] for p in watch],
         # VmHWM is the command's own peak; rusage's would count its children (a server it starts).
         "peak_rss_kib": sampler.hwm_kib or usage.ru_maxrss,
+        "threads_cpu_s": sampler.threads(),
         "stdout": stdout,
     }
 
@@ -337,6 +358,10 @@ def parley_run(parley, work, name, args, *, watch, env=None):
         "stub_cpu_ms": m["watched_cpu_s"] * 1e3 / sessions,
         "x_stub": (m["own_cpu_s"] + m["children_cpu_s"]) / m["watched_cpu_s"] if m["watched_cpu_s"] else None,
         "peak_rss_mib": m["peak_rss_kib"] / 1024,
+        # Parley's CPU by thread: the sessions' (`parley`), the committing thread's
+        # (`parley-store-co`) and sqlx's connections' (`sqlx-sqlite-wor`: claims, checkpoints,
+        # the report's reads).
+        "threads_cpu_ms": {name: cpu * 1e3 / sessions for name, cpu in sorted(m["threads_cpu_s"].items())},
         "session_p50_ms": metrics["latency_ms"]["session_p50"],
         "session_p99_ms": metrics["latency_ms"]["session_p99"],
         "model_calls": metrics["tokens"]["model_calls"] + metrics["user_tokens"]["model_calls"],
@@ -1712,6 +1737,10 @@ def report_collect(c):
           f"{parley['stub_cpu_ms']:.3f} ms: {c['parley_x_stub_cpu']:.2f}x the stand-in for the model")
     print(f"Parley {parley['rollouts_per_s']:,.0f} rollouts/s at c = {parley['concurrency']}: "
           f"{c['parley_x_nemo_gym']:.1f}x NeMo Gym's best {c['nemo_gym_best_rollouts_per_s']:.1f}/s")
+    threads = parley.get("threads_cpu_ms")
+    if threads:
+        print("Parley's CPU by thread, ms per rollout: "
+              + ", ".join(f"{name} {ms:.3f}" for name, ms in sorted(threads.items(), key=lambda t: -t[1])))
     floor = c.get("calls_floor")
     if floor:
         print(f"The same calls alone (bench/load calls, Parley's HTTP client, no JSON, engine or store): "
