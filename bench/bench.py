@@ -1693,9 +1693,10 @@ def calls_floor(load_bin, work, db, rollouts, concurrency, stub):
     with contextlib.closing(con), open(bodies, "w") as out:
         # One rollout of each task: the stub answers each body as it answered the run.
         sessions = [s for (s,) in con.execute("SELECT MIN(id) FROM sessions GROUP BY task_index ORDER BY 1")]
+        texts = dict(con.execute("SELECT id, text FROM texts"))
         for session in sessions:
             calls = con.execute("SELECT seq, request FROM model_calls WHERE session_id = ? ORDER BY seq", (session,))
-            out.write(json.dumps(whole_requests(calls), separators=(",", ":"), ensure_ascii=False) + "\n")
+            out.write(json.dumps(whole_requests(calls, texts), separators=(",", ":"), ensure_ascii=False) + "\n")
     url = stub.url + "/chat/completions"
     m = measured([load_bin, "calls", url, bodies, str(rollouts), str(concurrency)], cwd=work, watch=[stub.proc.pid],
                  log=work / "collect-calls.log")
@@ -1712,17 +1713,20 @@ def calls_floor(load_bin, work, db, rollouts, concurrency, stub):
     }
 
 
-def whole_requests(calls):
+def whole_requests(calls, texts):
     """A session's stored requests, `(seq, text)` by seq, as the bodies that were sent, read as
     `parley_store::reconstruct` reads them (docs/durable-sessions.md, "What the store holds"): a
     request stored as a delta (`parley_delta`) is its base's list with its own items added, the
-    base's fields it names, and its own other fields; a base or a field it names that is missing
-    fails, as it does there."""
+    base's fields it names, and its own other fields; one that keeps fields apart (its tool list)
+    has each put back from `texts` (the store's `texts`, by id); a base, a field or a text it
+    names that is missing fails, as it does there."""
     sent, bodies = {}, []
     for seq, text in calls:
         body = json.loads(text)
         delta = body.pop("parley_delta", None)
-        if delta:
+        if delta and "texts" in delta:
+            body.update({key: json.loads(texts[id]) for key, id in delta["texts"].items()})
+        elif delta:
             base, items = sent[delta["base"]], delta.get("list", "messages")
             same = {k: base[k] for k in delta["same"]}
             body = {**same, **body, items: base[items] + body.get(items, [])}

@@ -19,7 +19,10 @@ async fn request(db: &sqlx::SqlitePool, session: i64, seq: u32) -> Value {
             .unwrap();
     let by_seq =
         |s: u32| rows.iter().find(|(q, _)| *q == i64::from(s)).map(|(_, r)| serde_json::from_str::<Value>(r).unwrap());
-    parley_store::reconstruct(&by_seq(seq).expect("a stored request"), &by_seq).expect("its bases are stored")
+    // The texts a first request keeps apart (its tool list).
+    let texts: Vec<(i64, String)> = sqlx::query_as("SELECT id, text FROM texts").fetch_all(db).await.unwrap();
+    let text = |id: i64| texts.iter().find(|(i, _)| *i == id).map(|(_, t)| t.clone());
+    parley_store::reconstruct(&by_seq(seq).expect("a stored request"), &by_seq, &text).expect("its bases are stored")
 }
 
 async fn reasoning_of(db: &sqlx::SqlitePool, session: i64, seq: i64) -> Option<Value> {

@@ -20,6 +20,18 @@
 //! 64-bit hash of the previous `messages` text, kept per session and party while the session
 //! runs: a few words per session, never the transcript.
 //!
+//! A request stored whole (a session's first, most often) whose tool list is long keeps the list
+//! once in `texts`, under the id a long system prompt would have (see `shared`), and names it:
+//!
+//! ```json
+//! {"messages": [...], "model": "m", ..., "parley_delta": {"texts": {"tools": 7203185745163201330}}}
+//! ```
+//!
+//! Every session of a run sends its first request with the same tools, a kilobyte or more, and
+//! the store writes them once. Reconstruction puts each field the marker's `texts` names back,
+//! parsed from the text stored under its id. A list whose id holds another text is stored in its
+//! request, which is then stored whole ([`Apart::whole`]).
+//!
 //! Turn after turn, a body is most often the previous one with items added to its list and
 //! nothing else changed: its text before the list and after it hash as the previous body's did.
 //! Such a body is not parsed again, only its new items are; its delta is the previous turn's
@@ -39,6 +51,74 @@ use serde_json::{Map, Value};
 
 /// The key that marks a delta. No OpenAI request has it.
 pub const DELTA_KEY: &str = "parley_delta";
+
+/// The shortest tool list kept apart in `texts`, in bytes: as for a system prompt, below this the
+/// id and the look-up cost about what they save.
+const APART_MIN: usize = crate::shared::SHARED_TEXT;
+
+/// A request's tool list kept apart from its stored text: the writer stores `text` in `texts`
+/// under `id` and the request as [`Deltas::encode`] left it, or, when the id holds another
+/// text, the request as it was sent (`whole`).
+pub(crate) struct Apart {
+    /// The seq of the message the call produced.
+    pub seq: u32,
+    pub id: i64,
+    pub text: Arc<str>,
+    pub whole: RawJson,
+}
+
+/// How a request is stored.
+enum Stored {
+    /// As it was sent.
+    Whole,
+    /// As a delta against an earlier call (an `Err` when it could not be written: stored whole).
+    Delta(Result<RawJson, serde_json::Error>),
+    /// As it was sent less its tool list, which `texts` keeps under `id`.
+    Apart { body: Result<RawJson, serde_json::Error>, id: i64, text: Arc<str> },
+}
+
+/// The id of the tool list last kept apart, and its text: most runs offer every session the same
+/// list, whose id is then computed once.
+#[derive(Default)]
+struct ToolIds(Mutex<Option<(i64, Arc<str>)>>);
+
+impl ToolIds {
+    fn of(&self, text: &str) -> (i64, Arc<str>) {
+        let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((id, held)) = last.as_ref().filter(|(_, held)| **held == *text) {
+            return (*id, Arc::clone(held));
+        }
+        let (id, text) = (crate::shared::id_of(text), Arc::<str>::from(text));
+        *last = Some((id, Arc::clone(&text)));
+        (id, text)
+    }
+}
+
+/// A body written without its tools and with a marker naming them in `texts`: the body's other
+/// fields in key order, each as it was written, then the marker.
+struct WithoutTools<'a> {
+    fields: &'a BTreeMap<&'a str, &'a RawValue>,
+    id: i64,
+}
+
+impl Serialize for WithoutTools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Texts {
+            tools: i64,
+        }
+        #[derive(Serialize)]
+        struct Marker {
+            texts: Texts,
+        }
+        let mut map = serializer.serialize_map(Some(self.fields.len()))?;
+        for (key, value) in self.fields.iter().filter(|(key, _)| **key != "tools") {
+            map.serialize_entry(key, value)?;
+        }
+        map.serialize_entry(DELTA_KEY, &Marker { texts: Texts { tools: self.id } })?;
+        map.end()
+    }
+}
 
 /// What is remembered of the previous request of one session and party.
 struct Last {
@@ -121,6 +201,7 @@ fn new_items(text: &str) -> Result<Box<RawValue>, serde_json::Error> {
 #[derive(Default)]
 pub(crate) struct Deltas {
     last: Mutex<HashMap<(SessionId, Role), Last>>,
+    tools: ToolIds,
 }
 
 /// The hash of a text. 64 bits of a hash of good quality, where SipHash (the standard
@@ -144,29 +225,39 @@ impl Deltas {
     ///
     /// The map is locked only to take a session's entry out and put the next one in: sessions
     /// on other threads encode their own turns meanwhile.
-    pub(crate) fn encode(&self, session: SessionId, turn: &mut TurnRecord, finished: bool) {
+    ///
+    /// Returns the tool lists it kept apart from the requests it stored whole, for the writer to
+    /// store in `texts`.
+    pub(crate) fn encode(&self, session: SessionId, turn: &mut TurnRecord, finished: bool) -> Vec<Apart> {
+        let mut apart = Vec::new();
         for record in &mut turn.messages {
             let Some(call) = &mut record.call else { continue };
             let key = (session, record.message.role);
             let prev = self.lock().remove(&key);
             let body = call.request.get();
-            let Some((next, delta)) = prev
+            let Some((next, stored)) = prev
                 .as_ref()
                 .and_then(|prev| extended(prev, record.seq, body))
-                .or_else(|| parsed(prev.as_ref(), record.seq, body))
+                .or_else(|| parsed(prev.as_ref(), record.seq, body, &self.tools))
             else {
                 continue;
             };
             if !finished {
                 self.lock().insert(key, next);
             }
-            if let Some(Ok(delta)) = delta {
-                call.request = delta;
+            match stored {
+                Stored::Delta(Ok(delta)) => call.request = delta,
+                Stored::Apart { body: Ok(body), id, text } => {
+                    let whole = std::mem::replace(&mut call.request, body);
+                    apart.push(Apart { seq: record.seq, id, text, whole });
+                }
+                Stored::Whole | Stored::Delta(Err(_)) | Stored::Apart { body: Err(_), .. } => {}
             }
         }
         if finished {
             self.forget(session);
         }
+        apart
     }
 
     /// Forgets the session's entries: one for each role that makes calls, found by key.
@@ -186,7 +277,7 @@ impl Deltas {
 /// to its list, and nothing else changed, becomes its delta without being parsed again (only the
 /// new items are). `None` when the body is not such an extension, or when the quick way cannot
 /// tell.
-fn extended(prev: &Last, seq: u32, body: &str) -> Option<(Last, Option<Result<RawJson, serde_json::Error>>)> {
+fn extended(prev: &Last, seq: u32, body: &str) -> Option<(Last, Stored)> {
     let tail_at = body.len().checked_sub(prev.tail_len)?;
     let template = prev.template.as_ref()?;
     let (head, list, tail) = (body.get(..prev.list_at)?, body.get(prev.list_at..tail_at)?, body.get(tail_at..)?);
@@ -198,12 +289,12 @@ fn extended(prev: &Last, seq: u32, body: &str) -> Option<(Last, Option<Result<Ra
     let items = new_items(if prev.open_len > 1 { added.strip_prefix(',')? } else { added }).ok()?;
     let delta = template.delta(&items, prev.seq);
     let next = Last { seq, open_len: list.len(), open_hash, template: Some(template.clone()), ..*prev };
-    Some((next, Some(delta)))
+    Some((next, Stored::Delta(delta)))
 }
 
 /// The slow way: the body parsed into its fields, as on a session's first turn or when a turn
 /// changes more than its list. `None` when the body has no list.
-fn parsed(prev: Option<&Last>, seq: u32, body: &str) -> Option<(Last, Option<Result<RawJson, serde_json::Error>>)> {
+fn parsed(prev: Option<&Last>, seq: u32, body: &str, tools: &ToolIds) -> Option<(Last, Stored)> {
     let fields = serde_json::from_str::<BTreeMap<&str, &RawValue>>(body).ok()?;
     let list = if fields.contains_key("messages") { "messages" } else { "input" };
     let messages = fields.get(list).map(|m| m.get()).filter(|m| m.ends_with(']'))?;
@@ -243,7 +334,18 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str) -> Option<(Last, Option<Res
         tools_hash,
         template,
     };
-    Some((next, delta))
+    let stored = match delta {
+        Some(delta) => Stored::Delta(delta),
+        // Stored whole: its tool list apart, when it is long.
+        None => match fields.get("tools").map(|t| t.get()).filter(|t| t.len() >= APART_MIN) {
+            Some(list) => {
+                let (id, text) = tools.of(list);
+                Stored::Apart { body: RawJson::to_raw(&WithoutTools { fields: &fields, id }), id, text }
+            }
+            None => Stored::Whole,
+        },
+    };
+    Some((next, stored))
 }
 
 impl Template {
@@ -264,12 +366,24 @@ impl Template {
     }
 }
 
-/// The whole request from a stored one, given the stored requests of the same session by seq.
-/// Returns `None` when a base it names is missing.
-pub fn reconstruct(stored: &Value, by_seq: &impl Fn(u32) -> Option<Value>) -> Option<Value> {
+/// The whole request from a stored one, given the stored requests of the same session by seq
+/// and the store's `texts` by id. Returns `None` when a base or a text it names is missing.
+pub fn reconstruct(
+    stored: &Value,
+    by_seq: &impl Fn(u32) -> Option<Value>,
+    text: &impl Fn(i64) -> Option<String>,
+) -> Option<Value> {
     let Some(marker) = stored.get(DELTA_KEY) else { return Some(stored.clone()) };
+    if let Some(texts) = marker.get("texts") {
+        let mut out: Map<String, Value> = stored.as_object()?.clone();
+        out.remove(DELTA_KEY);
+        for (key, id) in texts.as_object()? {
+            out.insert(key.clone(), serde_json::from_str(&text(id.as_i64()?)?).ok()?);
+        }
+        return Some(Value::Object(out));
+    }
     let base_seq = u32::try_from(marker.get("base")?.as_u64()?).ok()?;
-    let base = reconstruct(&by_seq(base_seq)?, by_seq)?;
+    let base = reconstruct(&by_seq(base_seq)?, by_seq, text)?;
     let mut out: Map<String, Value> = stored.as_object()?.clone();
     out.remove(DELTA_KEY);
     for key in marker.get("same").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
@@ -299,6 +413,18 @@ mod tests {
         }
     }
 
+    fn delta_of(stored: Stored) -> RawJson {
+        match stored {
+            Stored::Delta(delta) => delta.unwrap(),
+            _ => panic!("not stored as a delta"),
+        }
+    }
+
+    /// A store holding no text.
+    fn no_text(_: i64) -> Option<String> {
+        None
+    }
+
     fn call_of(turn: &TurnRecord) -> &str {
         turn.messages[0].call.as_ref().unwrap().request.get()
     }
@@ -311,13 +437,13 @@ mod tests {
             let messages: Vec<Value> = (0..n).map(m).collect();
             json!({"logprobs": true, "messages": messages, "model": "a", "seed": 3, "tools": tools}).to_string()
         };
-        let mut prev = parsed(None, 2, &body(2)).unwrap().0;
+        let mut prev = parsed(None, 2, &body(2), &ToolIds::default()).unwrap().0;
         let mut prev_n = 2;
         for (seq, n) in [(4, 3), (6, 5), (8, 6)] {
             let text = body(n);
             let (quick, quick_delta) = extended(&prev, seq, &text).expect("an extension is taken the quick way");
-            let (slow, slow_delta) = parsed(Some(&prev), seq, &text).unwrap();
-            let (quick_delta, slow_delta) = (quick_delta.unwrap().unwrap(), slow_delta.unwrap().unwrap());
+            let (slow, slow_delta) = parsed(Some(&prev), seq, &text, &ToolIds::default()).unwrap();
+            let (quick_delta, slow_delta) = (delta_of(quick_delta), delta_of(slow_delta));
             assert_eq!(quick_delta.get(), slow_delta.get(), "seq {seq}");
             assert_eq!(quick_delta.to_value()["messages"], json!((prev_n..n).map(m).collect::<Vec<_>>()));
             let fields = |l: &Last| {
@@ -369,7 +495,7 @@ mod tests {
         assert_eq!(stored[&6][DELTA_KEY], json!({"base": 4, "same": [], "list": "input"}));
         let by_seq = |seq: u32| stored.get(&seq).cloned();
         for (seq, request) in &requests {
-            assert_eq!(reconstruct(&stored[seq], &by_seq).as_ref(), Some(request), "seq {seq}");
+            assert_eq!(reconstruct(&stored[seq], &by_seq, &no_text).as_ref(), Some(request), "seq {seq}");
         }
     }
 
@@ -382,9 +508,9 @@ mod tests {
             let messages = (0..n).map(|i| format!(r#"{{"content":"m{i} \"q\" é","role":"user"}}"#)).collect::<Vec<_>>();
             format!(r#"{{"messages":[{}],"model":"a","seed":3,"tools":[{{"type":"function"}}]}}"#, messages.join(","))
         };
-        let prev = parsed(None, 2, &chat(1)).unwrap().0;
-        let quick = extended(&prev, 4, &chat(3)).unwrap().1.unwrap().unwrap();
-        let slow = parsed(Some(&prev), 4, &chat(3)).unwrap().1.unwrap().unwrap();
+        let prev = parsed(None, 2, &chat(1), &ToolIds::default()).unwrap().0;
+        let quick = delta_of(extended(&prev, 4, &chat(3)).unwrap().1);
+        let slow = delta_of(parsed(Some(&prev), 4, &chat(3), &ToolIds::default()).unwrap().1);
         let expected = r#"{"messages":[{"content":"m1 \"q\" é","role":"user"},{"content":"m2 \"q\" é","role":"user"}],"model":"a","seed":3,"parley_delta":{"base":2,"same":["tools"]}}"#;
         assert_eq!((quick.get(), slow.get()), (expected, expected));
 
@@ -392,8 +518,8 @@ mod tests {
             let input = (0..n).map(|i| format!(r#"{{"content":"i{i}","role":"user"}}"#)).collect::<Vec<_>>();
             format!(r#"{{"input":[{}],"model":"r"}}"#, input.join(","))
         };
-        let prev = parsed(None, 1, &responses(0)).unwrap().0;
-        let delta = extended(&prev, 3, &responses(2)).unwrap().1.unwrap().unwrap();
+        let prev = parsed(None, 1, &responses(0), &ToolIds::default()).unwrap().0;
+        let delta = delta_of(extended(&prev, 3, &responses(2)).unwrap().1);
         let expected = r#"{"input":[{"content":"i0","role":"user"},{"content":"i1","role":"user"}],"model":"r","parley_delta":{"base":1,"list":"input","same":[]}}"#;
         assert_eq!(delta.get(), expected);
     }
@@ -404,7 +530,7 @@ mod tests {
         // The same text before the list and after it, and a field added after the new item.
         let second =
             r#"{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}],"x":[1],"model":"a"}"#;
-        let prev = parsed(None, 2, first).unwrap().0;
+        let prev = parsed(None, 2, first, &ToolIds::default()).unwrap().0;
         assert!(extended(&prev, 4, second).is_none(), "the quick way took a body with a new field");
         let deltas = Deltas::default();
         let mut stored = BTreeMap::new();
@@ -415,7 +541,7 @@ mod tests {
         }
         assert_eq!(stored[&4][DELTA_KEY]["base"], 2);
         let by_seq = |seq: u32| stored.get(&seq).cloned();
-        assert_eq!(reconstruct(&stored[&4], &by_seq), Some(serde_json::from_str(second).unwrap()));
+        assert_eq!(reconstruct(&stored[&4], &by_seq, &no_text), Some(serde_json::from_str(second).unwrap()));
     }
 
     #[test]
@@ -471,7 +597,7 @@ mod tests {
         assert_eq!(stored[&9][DELTA_KEY]["base"], 3);
         let by_seq = |seq: u32| stored.get(&seq).cloned();
         for (seq, _, request) in &requests {
-            assert_eq!(reconstruct(&stored[seq], &by_seq).as_ref(), Some(request), "seq {seq}");
+            assert_eq!(reconstruct(&stored[seq], &by_seq, &no_text).as_ref(), Some(request), "seq {seq}");
         }
         // Responses requests grow their `input` list the same way.
         let item = |i: u32| {
@@ -490,10 +616,56 @@ mod tests {
         assert_eq!(stored[&22][DELTA_KEY], json!({"base": 20, "same": [], "list": "input"}));
         assert_eq!(stored[&22]["input"], json!([item(1)]), "the first item is not stored again");
         let by_seq = |seq: u32| stored.get(&seq).cloned();
-        assert_eq!(reconstruct(&stored[&22], &by_seq).as_ref(), Some(&responses[1].1));
+        assert_eq!(reconstruct(&stored[&22], &by_seq, &no_text).as_ref(), Some(&responses[1].1));
         deltas.forget(2);
         // A finished session is forgotten.
         deltas.encode(1, &mut TurnRecord::default(), true);
         assert!(deltas.last.lock().unwrap().is_empty());
+    }
+
+    /// A first request's long tool list is kept apart, named by its id, and put back on reading;
+    /// the next call's delta takes the tools from it as before. A short list stays in its request.
+    #[test]
+    fn a_long_tool_list_is_kept_apart_and_put_back() {
+        let function = |i: usize| {
+            json!({"type": "function", "function": {"name": format!("tool_{i}"),
+            "description": "looks a thing up ☃", "parameters": {"type": "object"}}})
+        };
+        let tools = Value::Array((0..4).map(function).collect());
+        let m = |i: u32| json!({"role": "user", "content": format!("message {i}")});
+        let request = |n: u32, tools: &Value| json!({"messages": (0..n).map(m).collect::<Vec<_>>(), "model": "a", "seed": 3, "tools": tools});
+        let deltas = Deltas::default();
+        let mut texts = BTreeMap::new();
+        let mut stored = BTreeMap::new();
+        for (seq, n) in [(2, 1), (4, 2)] {
+            let mut t = turn(seq, Role::Assistant, request(n, &tools));
+            let sent = t.messages[0].call.as_ref().unwrap().request.clone();
+            for apart in deltas.encode(1, &mut t, false) {
+                assert_eq!((apart.seq, apart.whole.get()), (seq, sent.get()), "the request as sent, for a taken id");
+                assert_eq!(serde_json::from_str::<Value>(&apart.text).unwrap(), tools);
+                texts.insert(apart.id, apart.text.to_string());
+            }
+            stored.insert(seq, t.messages[0].call.as_ref().unwrap().request.to_value());
+        }
+        assert_eq!(texts.len(), 1, "the first request keeps its list apart, the next names its base's");
+        let id = *texts.keys().next().unwrap();
+        assert_eq!(stored[&2][DELTA_KEY], json!({"texts": {"tools": id}}));
+        assert!(stored[&2].get("tools").is_none());
+        assert_eq!(stored[&4][DELTA_KEY], json!({"base": 2, "same": ["tools"]}));
+        let by_seq = |seq: u32| stored.get(&seq).cloned();
+        let text = |id: i64| texts.get(&id).cloned();
+        for (seq, n) in [(2, 1), (4, 2)] {
+            assert_eq!(reconstruct(&stored[&seq], &by_seq, &text), Some(request(n, &tools)), "seq {seq}");
+        }
+        assert_eq!(reconstruct(&stored[&4], &by_seq, &no_text), None, "a text it names is missing");
+        // Another session with the same list names the same id, computed once.
+        let mut t = turn(2, Role::Assistant, request(1, &tools));
+        let again = deltas.encode(2, &mut t, false);
+        assert_eq!(again.iter().map(|a| a.id).collect::<Vec<_>>(), [id]);
+        // A short list stays in its request, which is stored as it was sent.
+        let short = json!([function(0)]);
+        let mut t = turn(2, Role::Assistant, request(1, &short));
+        assert!(deltas.encode(3, &mut t, false).is_empty());
+        assert_eq!(t.messages[0].call.as_ref().unwrap().request.to_value(), request(1, &short));
     }
 }

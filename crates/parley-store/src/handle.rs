@@ -10,7 +10,7 @@ use parley_core::{Claim, Fence, SessionOutcome, StoreError, TurnRecord};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::StoreOptions;
-use crate::delta::Deltas;
+use crate::delta::{Apart, Deltas};
 
 /// Turns taken into one transaction at most, by either store's writer. Large enough to
 /// amortise the commit, small enough to keep a commit's latency low.
@@ -25,7 +25,10 @@ pub(crate) type Answers = Result<Vec<Result<(), StoreError>>, StoreError>;
 pub(crate) struct Write {
     pub claim: Claim,
     pub turn: TurnRecord,
-    pub outcome: Option<SessionOutcome>,
+    /// The session's end, when this write records it (a write's one large part, held apart).
+    pub outcome: Option<Box<SessionOutcome>>,
+    /// The tool lists its requests keep apart in `texts` (see `delta`).
+    pub apart: Vec<Apart>,
     pub done: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -69,11 +72,12 @@ impl<C: From<Write>> WriterHandle<C> {
             (false, false) => return Ok(()),
             (false, true) => TurnRecord::default(),
         };
-        if let Some(deltas) = &self.deltas {
-            deltas.encode(session, &mut turn, outcome.is_some());
-        }
+        let apart = match &self.deltas {
+            Some(deltas) => deltas.encode(session, &mut turn, outcome.is_some()),
+            None => Vec::new(),
+        };
         let (done, ack) = oneshot::channel();
-        self.send(Write { claim, turn, outcome, done }.into())?;
+        self.send(Write { claim, turn, outcome: outcome.map(Box::new), apart, done }.into())?;
         let result = ack.await.unwrap_or_else(|_| Err(gone("the writer task ended before committing")));
         if result.is_err()
             && let Some(deltas) = &self.deltas

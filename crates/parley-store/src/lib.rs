@@ -9,8 +9,8 @@
 //! only after its transaction commits, and the writer checkpoints the WAL between its transactions, never
 //! inside one. A write is made under a claim and refused, whole, once another owner has claimed
 //! the session since (fencing, checked in the writing transaction). A raw request is stored
-//! whole or as a delta against the previous call of its session and party ([`reconstruct`] gives
-//! it back whole). Reads go through a separate pool, opened `query_only`, and never block the
+//! whole (a long tool list of it kept once in `texts`) or as a delta against the previous call of
+//! its session and party ([`reconstruct`] gives it back whole). Reads go through a separate pool, opened `query_only`, and never block the
 //! writer (WAL mode).
 //!
 //! The two stores share every statement both databases speak, written once (`dialect`): reads,

@@ -286,6 +286,9 @@ pub(crate) struct TurnRows<'a> {
     pub(crate) tools: Vec<ToolRow<'a>>,
     pub(crate) ends: Vec<EndRow<'a>>,
     pub(crate) scores: Vec<ScoreRow>,
+    /// The tool lists the rows' requests keep apart in `texts` (see `delta`): the call row's
+    /// index in `calls`, the list's id and text, and the request as it was sent.
+    apart: Vec<(usize, i64, &'a str, &'a str)>,
 }
 
 impl<'a> TurnRows<'a> {
@@ -299,6 +302,9 @@ impl<'a> TurnRows<'a> {
                 let tool = w.turn.tool_calls.iter().find(|t| t.seq == r.seq);
                 rows.messages.push(MessageRow::new(session, r, tool));
                 if let Some(call) = &r.call {
+                    if let Some(a) = w.apart.iter().find(|a| a.seq == r.seq).filter(|_| raw) {
+                        rows.apart.push((rows.calls.len(), a.id, &a.text, a.whole.get()));
+                    }
                     rows.calls.push(CallRow::new(session, r.seq, r.message.role, call, raw));
                 }
             }
@@ -316,12 +322,9 @@ impl<'a> TurnRows<'a> {
     /// The texts of these rows that `texts` keeps once (see [`shared::shared_text`]), each once,
     /// that the writer does not yet know `texts` holds (`stored`).
     pub(crate) fn new_texts(&self, stored: &HashSet<i64>) -> Vec<(i64, &'a str)> {
-        let mut texts: Vec<(i64, &'a str)> = self
-            .messages
-            .iter()
-            .filter_map(|m| Some((m.content_id?, m.content?)))
-            .filter(|(id, _)| !stored.contains(id))
-            .collect();
+        let prompts = self.messages.iter().filter_map(|m| Some((m.content_id?, m.content?)));
+        let lists = self.apart.iter().map(|&(_, id, text, _)| (id, text));
+        let mut texts: Vec<(i64, &'a str)> = prompts.chain(lists).filter(|(id, _)| !stored.contains(id)).collect();
         texts.sort_unstable();
         texts.dedup();
         texts
@@ -329,13 +332,19 @@ impl<'a> TurnRows<'a> {
 
     /// Each system prompt's row keeps its id alone when `texts` holds its text (its id in
     /// `stored`), and its text alone when it does not (the text stored under the id is
-    /// another's).
+    /// another's); so does a request that keeps its tool list apart: it names the list, or it is
+    /// stored as it was sent.
     pub(crate) fn settle(&mut self, stored: &HashSet<i64>) {
         for m in &mut self.messages {
             match m.content_id {
                 Some(id) if stored.contains(&id) => m.content = None,
                 Some(_) => m.content_id = None,
                 None => {}
+            }
+        }
+        for &(call, id, _, whole) in &self.apart {
+            if !stored.contains(&id) {
+                self.calls[call].request = Some(whole);
             }
         }
     }

@@ -166,6 +166,7 @@ on_both!(
     a_fork_shares_its_prefix_and_failed_sessions_reopen,
     a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole,
     long_system_prompts_are_stored_once_and_transcripts_come_back_whole,
+    a_first_requests_long_tool_list_is_stored_once_and_comes_back_whole,
     a_runs_call_totals_read_each_calls_party_or_else_its_messages_role,
     a_runs_call_totals_sum_every_call_and_keep_each_latency,
 );

@@ -637,6 +637,58 @@ pub async fn long_system_prompts_are_stored_once_and_transcripts_come_back_whole
     assert_eq!(scalar(&store, inline, 0).await, 2, "the short prompt and the one whose id was taken keep theirs");
 }
 
+pub async fn a_first_requests_long_tool_list_is_stored_once_and_comes_back_whole(db: &Db) {
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(3);
+    let (_, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    let list = |name: &str| {
+        let tools: Vec<_> = (0..4)
+            .map(|i| {
+                json!({"type": "function", "function": {"name": format!("{name}_{i}"), "description": "☃ \"q\"",
+                "parameters": {"type": "object"}}})
+            })
+            .collect();
+        serde_json::to_string(&tools).unwrap()
+    };
+    let id_of = |text: &str| i64::from_be_bytes(Sha256::digest(text.as_bytes())[..8].try_into().unwrap());
+    let (shared, taken) = (list("look_up"), list("taken"));
+    // A text under the id of `taken`, as two texts with the same eight bytes would be.
+    let squat = "INSERT INTO texts (id, text) VALUES ($1, 'another text')";
+    match &store {
+        Store::Sqlite(s) => {
+            let writer = sqlx::SqlitePool::connect(&format!("sqlite://{}", s.path().display())).await.unwrap();
+            sqlx::query(squat).bind(id_of(&taken)).execute(&writer).await.map(drop)
+        }
+        Store::Postgres(s) => sqlx::query(squat).bind(id_of(&taken)).execute(s.pool()).await.map(drop),
+    }
+    .unwrap();
+    let first = |tools: &str| {
+        let body =
+            format!(r#"{{"messages":[{{"role":"user","content":"hi ☃"}}],"model":"m","seed":7,"tools":{tools}}}"#);
+        let mut t = turn(0);
+        t.messages[0].call.as_mut().unwrap().request = parley_core::RawJson::from_string(body.clone()).unwrap();
+        (t, serde_json::from_str::<serde_json::Value>(&body).unwrap())
+    };
+    let sent = [first(&shared), first(&shared), first(&taken)];
+    for (session, (t, _)) in ids.iter().zip(&sent) {
+        store.commit_turn(Claim::unclaimed(*session), t.clone()).await.unwrap();
+    }
+    let held = text(&store, "SELECT text FROM texts WHERE id = $1", id_of(&shared)).await;
+    assert_eq!(held, shared, "the list, once, under its id");
+    for (session, (_, request)) in ids.iter().zip(&sent) {
+        let sql = "SELECT request FROM model_calls WHERE session_id = $1 AND seq = 0";
+        let stored: serde_json::Value = serde_json::from_str(&text(&store, sql, *session).await).unwrap();
+        let texts = |id: i64| (id == id_of(&shared)).then(|| shared.clone());
+        let back = parley_store::reconstruct(&stored, &|_| None, &texts);
+        assert_eq!(back.as_ref(), Some(request), "session {session}");
+        let apart = stored.get("tools").is_none();
+        assert_eq!(apart, *session != ids[2], "session {session}: only the list whose id is free is kept apart");
+    }
+    let rows = "SELECT COUNT(*) FROM texts WHERE id <> $1";
+    assert_eq!(scalar(&store, rows, id_of(&taken)).await, 1, "the shared list once, beside the squatter");
+    store.close().await.unwrap();
+}
+
 /// Runs a statement with no parameters on the store's database, beside the store.
 async fn execute(store: &Store, sql: &'static str) {
     match store {
