@@ -52,7 +52,8 @@ def stat_fields(pid):
 
 
 def cpu_seconds(pid):
-    """utime + stime of one process (not its children), or None when it is gone."""
+    """utime + stime of one process (not its children), or None when it is gone. `pid` may also
+    name one thread of a process, as `PID/task/TID`."""
     try:
         fields = stat_fields(pid)
     except (FileNotFoundError, ProcessLookupError, ValueError):
@@ -126,13 +127,15 @@ class Sampler(threading.Thread):
         except OSError:
             tids = []
         for tid in tids:
+            thread = f"{self.pid}/task/{tid}"
             try:
-                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
-                    text = f.read()
+                with open(f"/proc/{thread}/comm") as f:
+                    name = f.read().strip()
             except OSError:
                 continue
-            fields = text[text.rindex(")") + 2 :].split()
-            self.thread_cpu[tid] = (text[text.index("(") + 1 : text.rindex(")")], (int(fields[11]) + int(fields[12])) / TICK)
+            cpu = cpu_seconds(thread)
+            if cpu is not None:
+                self.thread_cpu[tid] = (name, cpu)
 
     def threads(self):
         """CPU seconds by thread name (threads of one name summed), as last seen: each thread's

@@ -74,7 +74,7 @@ enum Stored {
     /// As a delta against an earlier call (an `Err` when it could not be written: stored whole).
     Delta(Result<RawJson, serde_json::Error>),
     /// As it was sent less its tool list, which `texts` keeps under `id`.
-    Apart { body: Result<RawJson, serde_json::Error>, id: i64, text: Arc<str> },
+    Apart { body: RawJson, id: i64, text: Arc<str> },
 }
 
 /// The id of the tool list last kept apart, and its text: most runs offer every session the same
@@ -247,11 +247,11 @@ impl Deltas {
             }
             match stored {
                 Stored::Delta(Ok(delta)) => call.request = delta,
-                Stored::Apart { body: Ok(body), id, text } => {
+                Stored::Apart { body, id, text } => {
                     let whole = std::mem::replace(&mut call.request, body);
                     apart.push(Apart { seq: record.seq, id, text, whole });
                 }
-                Stored::Whole | Stored::Delta(Err(_)) | Stored::Apart { body: Err(_), .. } => {}
+                Stored::Whole | Stored::Delta(Err(_)) => {}
             }
         }
         if finished {
@@ -336,11 +336,15 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str, tools: &ToolIds) -> Option<
     };
     let stored = match delta {
         Some(delta) => Stored::Delta(delta),
-        // Stored whole: its tool list apart, when it is long.
+        // Stored whole: its tool list apart, when it is long (and whole as sent, should the rest
+        // fail to be written).
         None => match fields.get("tools").map(|t| t.get()).filter(|t| t.len() >= APART_MIN) {
             Some(list) => {
                 let (id, text) = tools.of(list);
-                Stored::Apart { body: RawJson::to_raw(&WithoutTools { fields: &fields, id }), id, text }
+                match RawJson::to_raw(&WithoutTools { fields: &fields, id }) {
+                    Ok(body) => Stored::Apart { body, id, text },
+                    Err(_) => Stored::Whole,
+                }
             }
             None => Stored::Whole,
         },

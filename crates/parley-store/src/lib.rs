@@ -10,8 +10,8 @@
 //! inside one. A write is made under a claim and refused, whole, once another owner has claimed
 //! the session since (fencing, checked in the writing transaction). A raw request is stored
 //! whole (a long tool list of it kept once in `texts`) or as a delta against the previous call of
-//! its session and party ([`reconstruct`] gives it back whole). Reads go through a separate pool, opened `query_only`, and never block the
-//! writer (WAL mode).
+//! its session and party ([`reconstruct`] gives it back whole). Reads go through a separate pool,
+//! opened `query_only`, and never block the writer (WAL mode).
 //!
 //! The two stores share every statement both databases speak, written once (`dialect`): reads,
 //! claims, runs, re-scores and forks; the PostgreSQL store (`pg`) keeps its connection and its

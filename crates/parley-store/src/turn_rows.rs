@@ -302,7 +302,7 @@ impl<'a> TurnRows<'a> {
                 let tool = w.turn.tool_calls.iter().find(|t| t.seq == r.seq);
                 rows.messages.push(MessageRow::new(session, r, tool));
                 if let Some(call) = &r.call {
-                    if let Some(a) = w.apart.iter().find(|a| a.seq == r.seq).filter(|_| raw) {
+                    if let Some(a) = w.apart.iter().find(|a| raw && a.seq == r.seq) {
                         rows.apart.push((rows.calls.len(), a.id, &a.text, a.whole.get()));
                     }
                     rows.calls.push(CallRow::new(session, r.seq, r.message.role, call, raw));

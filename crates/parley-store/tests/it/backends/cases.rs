@@ -564,7 +564,7 @@ pub async fn a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole(db: 
     // A list whose id the run already gives another list, as a collision of the ids' eight bytes
     // would: its row keeps its list.
     let taken = list("taken");
-    let id = i64::from_be_bytes(Sha256::digest(taken.to_string().as_bytes())[..8].try_into().unwrap());
+    let id = text_id(&taken.to_string());
     let squat = "INSERT INTO task_tools (run_id, id, tools) VALUES ($1, $2, '[\"another list\"]')";
     match &store {
         // The store's own pool only reads; a second writer waits for the store's lock.
@@ -603,17 +603,8 @@ pub async fn long_system_prompts_are_stored_once_and_transcripts_come_back_whole
     let other = "Another domain's policy. ".repeat(40);
     let taken = "A prompt whose id another text holds. ".repeat(40);
     // A text under the id of `taken`, as two texts with the same eight bytes would be.
-    let id = i64::from_be_bytes(Sha256::digest(taken.as_bytes())[..8].try_into().unwrap());
-    let squat = "INSERT INTO texts (id, text) VALUES ($1, 'another text')";
-    match &store {
-        Store::Sqlite(s) => {
-            let url = format!("sqlite://{}", s.path().display());
-            let writer = sqlx::SqlitePool::connect(&url).await.unwrap();
-            sqlx::query(squat).bind(id).execute(&writer).await.map(drop)
-        }
-        Store::Postgres(s) => sqlx::query(squat).bind(id).execute(s.pool()).await.map(drop),
-    }
-    .unwrap();
+    let id = text_id(&taken);
+    squat_text(&store, id).await;
     let opening = |system: &str| {
         let mut t = turn(1);
         t.messages.insert(0, MessageRecord { seq: 0, message: Message::system(system), call: None });
@@ -650,18 +641,8 @@ pub async fn a_first_requests_long_tool_list_is_stored_once_and_comes_back_whole
             .collect();
         serde_json::to_string(&tools).unwrap()
     };
-    let id_of = |text: &str| i64::from_be_bytes(Sha256::digest(text.as_bytes())[..8].try_into().unwrap());
     let (shared, taken) = (list("look_up"), list("taken"));
-    // A text under the id of `taken`, as two texts with the same eight bytes would be.
-    let squat = "INSERT INTO texts (id, text) VALUES ($1, 'another text')";
-    match &store {
-        Store::Sqlite(s) => {
-            let writer = sqlx::SqlitePool::connect(&format!("sqlite://{}", s.path().display())).await.unwrap();
-            sqlx::query(squat).bind(id_of(&taken)).execute(&writer).await.map(drop)
-        }
-        Store::Postgres(s) => sqlx::query(squat).bind(id_of(&taken)).execute(s.pool()).await.map(drop),
-    }
-    .unwrap();
+    squat_text(&store, text_id(&taken)).await;
     let first = |tools: &str| {
         let body =
             format!(r#"{{"messages":[{{"role":"user","content":"hi ☃"}}],"model":"m","seed":7,"tools":{tools}}}"#);
@@ -673,20 +654,39 @@ pub async fn a_first_requests_long_tool_list_is_stored_once_and_comes_back_whole
     for (session, (t, _)) in ids.iter().zip(&sent) {
         store.commit_turn(Claim::unclaimed(*session), t.clone()).await.unwrap();
     }
-    let held = text(&store, "SELECT text FROM texts WHERE id = $1", id_of(&shared)).await;
+    let held = text(&store, "SELECT text FROM texts WHERE id = $1", text_id(&shared)).await;
     assert_eq!(held, shared, "the list, once, under its id");
     for (session, (_, request)) in ids.iter().zip(&sent) {
         let sql = "SELECT request FROM model_calls WHERE session_id = $1 AND seq = 0";
         let stored: serde_json::Value = serde_json::from_str(&text(&store, sql, *session).await).unwrap();
-        let texts = |id: i64| (id == id_of(&shared)).then(|| shared.clone());
+        let texts = |id: i64| (id == text_id(&shared)).then(|| shared.clone());
         let back = parley_store::reconstruct(&stored, &|_| None, &texts);
         assert_eq!(back.as_ref(), Some(request), "session {session}");
         let apart = stored.get("tools").is_none();
         assert_eq!(apart, *session != ids[2], "session {session}: only the list whose id is free is kept apart");
     }
     let rows = "SELECT COUNT(*) FROM texts WHERE id <> $1";
-    assert_eq!(scalar(&store, rows, id_of(&taken)).await, 1, "the shared list once, beside the squatter");
+    assert_eq!(scalar(&store, rows, text_id(&taken)).await, 1, "the shared list once, beside the squatter");
     store.close().await.unwrap();
+}
+
+/// The id a shared text or list is kept under: the first eight bytes of its SHA-256.
+fn text_id(text: &str) -> i64 {
+    i64::from_be_bytes(Sha256::digest(text.as_bytes())[..8].try_into().unwrap())
+}
+
+/// Stores another text under `id` in `texts`, beside the store, as two texts with the same eight
+/// bytes of their hash would be.
+async fn squat_text(store: &Store, id: i64) {
+    let squat = "INSERT INTO texts (id, text) VALUES ($1, 'another text')";
+    match store {
+        Store::Sqlite(s) => {
+            let writer = sqlx::SqlitePool::connect(&format!("sqlite://{}", s.path().display())).await.unwrap();
+            sqlx::query(squat).bind(id).execute(&writer).await.map(drop)
+        }
+        Store::Postgres(s) => sqlx::query(squat).bind(id).execute(s.pool()).await.map(drop),
+    }
+    .unwrap();
 }
 
 /// Runs a statement with no parameters on the store's database, beside the store.
