@@ -490,13 +490,16 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
 
-        /// A reply read straight from its bytes is the one the tree reads, or is left to it,
-        /// with token ids asked for or not.
+        /// A reply read straight from its bytes is the one the tree read from the same bytes
+        /// reads, or is left to it, with token ids asked for or not. The tree is read from the
+        /// bytes, as `read_reply` reads it, not taken as generated: serde_json reads a float's
+        /// shortest text back a unit in the last place off at times, on either way alike.
         #[test]
         fn a_reply_read_straight_is_the_trees(body in reply_value(), token_ids in proptest::prelude::any::<bool>()) {
             let bytes = serde_json::to_vec(&body).unwrap();
             if let Some(straight) = quick::reply(&bytes, token_ids) {
-                proptest::prop_assert_eq!(Ok(straight), parse_reply(&body, token_ids));
+                let tree: Value = serde_json::from_slice(&bytes).unwrap();
+                proptest::prop_assert_eq!(Ok(straight), parse_reply(&tree, token_ids));
             }
         }
     }
