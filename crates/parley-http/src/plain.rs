@@ -24,6 +24,7 @@
 //! transport error, retried as the call allows.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -338,9 +339,11 @@ struct Head {
 
 /// The answer's head, when `buffer` holds all of it.
 fn parse_head(buffer: &[u8]) -> Result<Option<Head>, PlainError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Response::new(&mut headers);
-    let head = match parsed.parse(buffer) {
+    // Left uninitialized: the parser writes each header it reads (a 3 KiB array, every call).
+    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut []);
+    let config = httparse::ParserConfig::default();
+    let head = match config.parse_response_with_uninit_headers(&mut parsed, buffer, &mut headers) {
         Ok(httparse::Status::Complete(head)) => head,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(PlainError::Malformed(e.to_string())),

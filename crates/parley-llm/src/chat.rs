@@ -28,8 +28,9 @@ type Parsed = (parley_core::Message, Option<String>, parley_core::Usage);
 
 tokio::task_local! {
     /// The reply the stack's policy read when it accepted the answer, handed to [`ChatClient::chat`]
-    /// (the stack runs in the caller's task) so that the body is parsed once, not twice.
-    static ACCEPTED: RefCell<Option<Parsed>>;
+    /// (the stack runs in the caller's task) so that the body is parsed once, not twice. Boxed:
+    /// a task-local's value moves in and out of its thread's slot at every poll of the call.
+    static ACCEPTED: RefCell<Option<Box<Parsed>>>;
 }
 
 /// How to reach one endpoint.
@@ -205,7 +206,8 @@ impl ModelClient for ChatClient {
             // body it did not read is read here, and one that is no completion is a malformed
             // answer. The body is stored as it came either way.
             Ok(answer) if answer.is_success() => {
-                let reply = accepted.map_or_else(|| wire::read_reply(&answer.body, self.form.tokens), Ok);
+                let reply =
+                    accepted.map_or_else(|| wire::read_reply(&answer.body, self.form.tokens), |parsed| Ok(*parsed));
                 call.response = String::from_utf8(answer.body).ok().and_then(|text| RawJson::from_string(text).ok());
                 match reply {
                     Ok((message, finish_reason, usage)) => {
@@ -258,7 +260,7 @@ impl Attempt for Completion {
         let parsed = wire::read_reply(&answer.body, self.1)?;
         // For the chat call this attempt is part of (the stack runs in its task); the last
         // attempt accepted is the answer it gets.
-        let _ = ACCEPTED.try_with(|slot| *slot.borrow_mut() = Some(parsed));
+        let _ = ACCEPTED.try_with(|slot| *slot.borrow_mut() = Some(Box::new(parsed)));
         Ok(())
     }
 }
