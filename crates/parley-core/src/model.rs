@@ -84,35 +84,61 @@ impl std::ops::AddAssign for Usage {
 /// A JSON document kept as its text. A request body is serialized once, sent as those bytes and
 /// stored as the same text; a response is kept as it arrived. No tree is built to be thrown away,
 /// which matters because a request holds the whole transcript and is sent on every turn.
-#[derive(Clone, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct RawJson(Box<RawValue>);
+///
+/// The text is one JSON document: checked when it came from elsewhere ([`RawJson::from_string`]),
+/// written by serde_json ([`RawJson::to_raw`]), or read whole by a JSON reader just before
+/// ([`RawJson::read`], a reply the model client parsed), which is a check of its own: a reply is
+/// not parsed a second time to be kept. Serializing a `RawJson` into a document checks the text
+/// again, so that nothing but JSON is ever written out as JSON.
+#[derive(Clone)]
+pub struct RawJson(Box<str>);
 
 impl RawJson {
     /// Serializes `value` straight to text (no intermediate tree).
     pub fn to_raw<T: Serialize + ?Sized>(value: &T) -> Result<RawJson, serde_json::Error> {
-        serde_json::value::to_raw_value(value).map(RawJson)
+        serde_json::value::to_raw_value(value).map(RawJson::from_raw)
     }
 
     /// Takes text that must be one JSON document; it is checked, not rebuilt.
     pub fn from_string(text: String) -> Result<RawJson, serde_json::Error> {
-        RawValue::from_string(text).map(RawJson)
+        RawValue::from_string(text).map(RawJson::from_raw)
+    }
+
+    /// Takes text that a JSON reader has just read whole without an error (its every byte:
+    /// serde_json's `from_slice` into a reader that skips what it does not keep, or into a
+    /// `Value`), and UTF-8: the reply a model client accepted. Not checked again.
+    pub fn read(text: String) -> RawJson {
+        RawJson(text.into_boxed_str())
     }
 
     /// Wraps text that serde_json has already checked.
     pub fn from_raw(raw: Box<RawValue>) -> RawJson {
-        RawJson(raw)
+        RawJson(raw.into())
     }
 
     /// The JSON text.
     pub fn get(&self) -> &str {
-        self.0.get()
+        &self.0
     }
 
     /// The document as a tree, for readers that need one (tests, inspection).
     pub fn to_value(&self) -> Value {
         // The text was valid JSON when this value was made, so it parses.
         serde_json::from_str(self.get()).unwrap_or(Value::Null)
+    }
+}
+
+/// Written as the document it holds, checked as it is written.
+impl Serialize for RawJson {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let raw: &RawValue = serde_json::from_str(self.get()).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawJson {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<RawJson, D::Error> {
+        Box::<RawValue>::deserialize(deserializer).map(RawJson::from_raw)
     }
 }
 
@@ -237,4 +263,26 @@ pub trait ModelClient: Send + Sync {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_json_is_written_as_its_document_and_never_as_text_that_is_not_one() {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            response: &'a RawJson,
+        }
+        let read = RawJson::read(r#"{"b": [1, 2], "a":"x"}"#.to_owned());
+        assert_eq!(serde_json::to_string(&Row { response: &read }).unwrap(), r#"{"response":{"b": [1, 2], "a":"x"}}"#);
+        // Text taken on trust that is not JSON fails the document it would have broken.
+        let broken = RawJson::read(r#"{"a": "#.to_owned());
+        assert!(serde_json::to_string(&Row { response: &broken }).is_err());
+        // What is read back is what was written, byte for byte.
+        let back: RawJson = serde_json::from_str(r#" {"b": [1, 2]} "#).unwrap();
+        assert_eq!(back.get(), r#"{"b": [1, 2]}"#);
+        assert!(RawJson::from_string("[1,".to_owned()).is_err());
+    }
 }

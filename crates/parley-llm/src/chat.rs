@@ -208,15 +208,20 @@ impl ModelClient for ChatClient {
             Ok(answer) if answer.is_success() => {
                 let reply =
                     accepted.map_or_else(|| wire::read_reply(&answer.body, self.form.tokens), |parsed| Ok(*parsed));
-                call.response = String::from_utf8(answer.body).ok().and_then(|text| RawJson::from_string(text).ok());
+                let text = String::from_utf8(answer.body).ok();
                 match reply {
                     Ok((message, finish_reason, usage)) => {
+                        // Read whole as the reply just now: kept without a second parse.
+                        call.response = text.map(RawJson::read);
                         call.usage = usage;
                         call.finish_reason = finish_reason;
                         call.request = body;
                         return Ok(ChatReply { message, call });
                     }
-                    Err(why) => (ModelFailureKind::MalformedResponse, why),
+                    Err(why) => {
+                        call.response = text.and_then(|text| RawJson::from_string(text).ok());
+                        (ModelFailureKind::MalformedResponse, why)
+                    }
                 }
             }
             Ok(refused) => {
