@@ -86,9 +86,9 @@ impl std::ops::AddAssign for Usage {
 /// which matters because a request holds the whole transcript and is sent on every turn.
 ///
 /// The text is one JSON document: checked when it came from elsewhere ([`RawJson::from_string`]),
-/// written by serde_json ([`RawJson::to_raw`]), or read whole by a JSON reader just before
-/// ([`RawJson::read`], a reply the model client parsed), which is a check of its own: a reply is
-/// not parsed a second time to be kept. Serializing a `RawJson` into a document checks the text
+/// written by serde_json ([`RawJson::to_raw`]), or known to be one ([`RawJson::known`]: a reply
+/// the model client read whole, which is a check of its own, or a request's delta put together
+/// from its body's values): a reply is not parsed a second time to be kept. Serializing a `RawJson` into a document checks the text
 /// again, so that nothing but JSON is ever written out as JSON.
 #[derive(Clone)]
 pub struct RawJson(Box<str>);
@@ -104,10 +104,11 @@ impl RawJson {
         RawValue::from_string(text).map(RawJson::from_raw)
     }
 
-    /// Takes text that a JSON reader has just read whole without an error (its every byte:
-    /// serde_json's `from_slice` into a reader that skips what it does not keep, or into a
-    /// `Value`), and UTF-8: the reply a model client accepted. Not checked again.
-    pub fn read(text: String) -> RawJson {
+    /// Takes text known to be one JSON document, not checked again: text a JSON reader has just
+    /// read whole without an error, every byte of it and as UTF-8 (the reply a model client
+    /// accepted), or text put together from such a document's parts as its structure allows (a
+    /// request's delta, written from the texts of the body's own values).
+    pub fn known(text: String) -> RawJson {
         RawJson(text.into_boxed_str())
     }
 
@@ -275,10 +276,10 @@ mod tests {
         struct Row<'a> {
             response: &'a RawJson,
         }
-        let read = RawJson::read(r#"{"b": [1, 2], "a":"x"}"#.to_owned());
+        let read = RawJson::known(r#"{"b": [1, 2], "a":"x"}"#.to_owned());
         assert_eq!(serde_json::to_string(&Row { response: &read }).unwrap(), r#"{"response":{"b": [1, 2], "a":"x"}}"#);
         // Text taken on trust that is not JSON fails the document it would have broken.
-        let broken = RawJson::read(r#"{"a": "#.to_owned());
+        let broken = RawJson::known(r#"{"a": "#.to_owned());
         assert!(serde_json::to_string(&Row { response: &broken }).is_err());
         // What is read back is what was written, byte for byte.
         let back: RawJson = serde_json::from_str(r#" {"b": [1, 2]} "#).unwrap();

@@ -212,7 +212,7 @@ impl ModelClient for ChatClient {
                 match reply {
                     Ok((message, finish_reason, usage)) => {
                         // Read whole as the reply just now: kept without a second parse.
-                        call.response = text.map(RawJson::read);
+                        call.response = text.map(RawJson::known);
                         call.usage = usage;
                         call.finish_reason = finish_reason;
                         call.request = body;

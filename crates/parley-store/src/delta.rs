@@ -34,20 +34,24 @@
 //!
 //! Turn after turn, a body is most often the previous one with items added to its list and
 //! nothing else changed: its text before the list and after it hash as the previous body's did.
-//! Such a body is not parsed again, only its new items are; its delta is the previous turn's
-//! other fields (kept with the text of their values, less the tools: a few dozen bytes, and
-//! never more than [`TEMPLATE_MAX`]) around them, written by serde without being parsed again.
-//! Any other body is parsed into its fields.
+//! Such a body is not read again, only its new items are scanned, to see that they stay in the
+//! list; its delta is the previous turn's other fields (kept with the text of their values, less
+//! the tools: a few dozen bytes, and never more than [`TEMPLATE_MAX`]) around them. Any other
+//! body is read into its fields.
+//!
+//! A body is a [`RawJson`], one JSON document, so reading it needs no parse: its fields are
+//! found by its brackets and strings alone (`scan`), and a delta is written from the texts of
+//! the body's own values, as serde_json writes a map of them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
 
 use parley_core::{RawJson, Role, SessionId, TurnRecord};
-use serde::ser::SerializeMap;
-use serde::{Serialize, Serializer};
-use serde_json::value::RawValue;
+use serde::Serialize;
 use serde_json::{Map, Value};
+
+mod scan;
 
 /// The key that marks a delta. No OpenAI request has it.
 pub const DELTA_KEY: &str = "parley_delta";
@@ -71,8 +75,8 @@ pub(crate) struct Apart {
 enum Stored {
     /// As it was sent.
     Whole,
-    /// As a delta against an earlier call (an `Err` when it could not be written: stored whole).
-    Delta(Result<RawJson, serde_json::Error>),
+    /// As a delta against an earlier call.
+    Delta(RawJson),
     /// As it was sent less its tool list, which `texts` keeps under `id`.
     Apart { body: RawJson, id: i64, text: Arc<str> },
 }
@@ -96,27 +100,45 @@ impl ToolIds {
 
 /// A body written without its tools and with a marker naming them in `texts`: the body's other
 /// fields in key order, each as it was written, then the marker.
-struct WithoutTools<'a> {
-    fields: &'a BTreeMap<&'a str, &'a RawValue>,
-    id: i64,
+fn without_tools(fields: &BTreeMap<&str, &str>, id: i64) -> RawJson {
+    let mut out = Object::with_capacity(fields.values().map(|v| v.len() + 16).sum());
+    for (key, value) in fields.iter().filter(|(key, _)| **key != "tools") {
+        out.entry(key, value);
+    }
+    out.entry(DELTA_KEY, &format!(r#"{{"texts":{{"tools":{id}}}}}"#));
+    out.end()
 }
 
-impl Serialize for WithoutTools<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Texts {
-            tools: i64,
+/// An object written as serde_json writes a map, from its keys (plain text: a body's keys are
+/// read only when they hold no escapes) and the texts of its values.
+struct Object(String);
+
+impl Object {
+    fn with_capacity(len: usize) -> Object {
+        let mut text = String::with_capacity(len + 2);
+        text.push('{');
+        Object(text)
+    }
+
+    fn entry(&mut self, key: &str, value: &str) {
+        self.key(key).push_str(value);
+    }
+
+    /// Writes `key` and its colon, for its value's text to follow.
+    fn key(&mut self, key: &str) -> &mut String {
+        if self.0.len() > 1 {
+            self.0.push(',');
         }
-        #[derive(Serialize)]
-        struct Marker {
-            texts: Texts,
-        }
-        let mut map = serializer.serialize_map(Some(self.fields.len()))?;
-        for (key, value) in self.fields.iter().filter(|(key, _)| **key != "tools") {
-            map.serialize_entry(key, value)?;
-        }
-        map.serialize_entry(DELTA_KEY, &Marker { texts: Texts { tools: self.id } })?;
-        map.end()
+        self.0.push('"');
+        self.0.push_str(key);
+        self.0.push_str("\":");
+        &mut self.0
+    }
+
+    /// The object: one JSON document, as its keys and values are.
+    fn end(mut self) -> RawJson {
+        self.0.push('}');
+        RawJson::known(self.0)
     }
 }
 
@@ -146,8 +168,8 @@ const TEMPLATE_MAX: usize = 1024;
 
 /// A delta less its list's new items and its marker: each field but the tools (left out as the
 /// same), in key order, with its value as the body has it; the list's value is its new items,
-/// `None` here. A delta is written from it by serde, which copies each value's text: the new
-/// items are the only text of a delta parsed (see [`new_items`]).
+/// `None` here. A delta is written from it by copying each value's text: the new items are the
+/// only text of a delta scanned (see `scan::stays_in_list`).
 #[derive(Clone)]
 struct Template {
     fields: Arc<[Field]>,
@@ -157,16 +179,8 @@ struct Template {
     same_tools: bool,
 }
 
-/// A field of a [`Template`]: its key, and its value (`None` for the list).
-type Field = (Box<str>, Option<Box<RawValue>>);
-
-/// A delta as serde writes it: the template's fields with the new items in the list's place,
-/// then the marker.
-struct Delta<'a> {
-    template: &'a Template,
-    items: &'a RawValue,
-    base: u32,
-}
+/// A field of a [`Template`]: its key, and its value's text (`None` for the list).
+type Field = (Box<str>, Option<Box<str>>);
 
 /// The marker's fields, in the order a `serde_json::Value` writes them.
 #[derive(Serialize)]
@@ -177,25 +191,11 @@ struct Marker<'a> {
     same: &'a [&'a str],
 }
 
-impl Serialize for Delta<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let Template { fields, list, same_tools, .. } = self.template;
-        let mut map = serializer.serialize_map(Some(fields.len() + 1))?;
-        for (key, value) in fields.iter() {
-            map.serialize_entry(key, value.as_deref().unwrap_or(self.items))?;
-        }
-        let list = (*list != "messages").then_some(*list);
-        let same: &[&str] = if *same_tools { &["tools"] } else { &[] };
-        map.serialize_entry(DELTA_KEY, &Marker { base: self.base, list, same })?;
-        map.end()
-    }
-}
-
-/// The new items of a list, `a,b` of `[...,a,b]`, as a list of their own: checked as JSON once
-/// here, and then copied into the delta as they are. Text that closed the list and opened other
-/// fields is refused: it would have made a delta that parses, with fields the body has not.
-fn new_items(text: &str) -> Result<Box<RawValue>, serde_json::Error> {
-    RawValue::from_string(format!("[{text}]"))
+/// The new items of a list, `a,b` of `[...,a,b]`, when they stay in it (see
+/// `scan::stays_in_list`). Text that closed the list and opened other fields is refused: it
+/// would have made a delta with fields the body has not.
+fn new_items(text: &str) -> Option<&str> {
+    scan::stays_in_list(text).then_some(text)
 }
 
 #[derive(Default)]
@@ -246,12 +246,12 @@ impl Deltas {
                 self.lock().insert(key, next);
             }
             match stored {
-                Stored::Delta(Ok(delta)) => call.request = delta,
+                Stored::Delta(delta) => call.request = delta,
                 Stored::Apart { body, id, text } => {
                     let whole = std::mem::replace(&mut call.request, body);
                     apart.push(Apart { seq: record.seq, id, text, whole });
                 }
-                Stored::Whole | Stored::Delta(Err(_)) => {}
+                Stored::Whole => {}
             }
         }
         if finished {
@@ -286,23 +286,23 @@ fn extended(prev: &Last, seq: u32, body: &str) -> Option<(Last, Stored)> {
     }
     let (same, open_hash) = extends(list, prev.open_len, prev.open_hash);
     let added = list.get(prev.open_len..).filter(|_| same)?;
-    let items = new_items(if prev.open_len > 1 { added.strip_prefix(',')? } else { added }).ok()?;
-    let delta = template.delta(&items, prev.seq);
+    let items = new_items(if prev.open_len > 1 { added.strip_prefix(',')? } else { added })?;
+    let delta = template.delta(items, prev.seq);
     let next = Last { seq, open_len: list.len(), open_hash, template: Some(template.clone()), ..*prev };
     Some((next, Stored::Delta(delta)))
 }
 
-/// The slow way: the body parsed into its fields, as on a session's first turn or when a turn
+/// The slow way: the body read into its fields, as on a session's first turn or when a turn
 /// changes more than its list. `None` when the body has no list.
 fn parsed(prev: Option<&Last>, seq: u32, body: &str, tools: &ToolIds) -> Option<(Last, Stored)> {
-    let fields = serde_json::from_str::<BTreeMap<&str, &RawValue>>(body).ok()?;
+    let fields = scan::fields(body)?;
     let list = if fields.contains_key("messages") { "messages" } else { "input" };
-    let messages = fields.get(list).map(|m| m.get()).filter(|m| m.ends_with(']'))?;
+    let messages = fields.get(list).copied().filter(|m| m.ends_with(']'))?;
     // The list's text is a slice of the body's.
     let list_at = messages.as_ptr() as usize - body.as_ptr() as usize;
     let open = &messages[..messages.len() - 1];
     let tail = &body[list_at + open.len()..];
-    let tools_hash = fields.get("tools").map(|t| hash(t.get()));
+    let tools_hash = fields.get("tools").map(|t| hash(t));
     // The next turn's fields are most likely this one's, its tools among them.
     let template = Template::of(&fields, list, tools_hash.is_some());
     let (delta, open_hash) = match prev {
@@ -313,11 +313,12 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str, tools: &ToolIds) -> Option<
                 let rest = &open[prev.open_len..];
                 let items = new_items(rest.strip_prefix(',').unwrap_or(rest))?;
                 // The template above, unless the tools changed since the previous turn.
-                match template.same_tools == same_tools {
-                    true => template.delta(&items, prev.seq),
-                    false => Template::of(&fields, list, same_tools).delta(&items, prev.seq),
-                }
+                Some(match template.same_tools == same_tools {
+                    true => template.delta(items, prev.seq),
+                    false => Template::of(&fields, list, same_tools).delta(items, prev.seq),
+                })
             });
+            let delta = delta.flatten();
             (delta, whole)
         }
         _ => (None, hash(open)),
@@ -338,13 +339,10 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str, tools: &ToolIds) -> Option<
         Some(delta) => Stored::Delta(delta),
         // Stored whole: its tool list apart, when it is long (and whole as sent, should the rest
         // fail to be written).
-        None => match fields.get("tools").map(|t| t.get()).filter(|t| t.len() >= APART_MIN) {
+        None => match fields.get("tools").filter(|t| t.len() >= APART_MIN) {
             Some(list) => {
                 let (id, text) = tools.of(list);
-                match RawJson::to_raw(&WithoutTools { fields: &fields, id }) {
-                    Ok(body) => Stored::Apart { body, id, text },
-                    Err(_) => Stored::Whole,
-                }
+                Stored::Apart { body: without_tools(&fields, id), id, text }
             }
             None => Stored::Whole,
         },
@@ -353,20 +351,38 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str, tools: &ToolIds) -> Option<
 }
 
 impl Template {
-    fn of(fields: &BTreeMap<&str, &RawValue>, list: &'static str, same_tools: bool) -> Template {
-        // The keys are plain text: a key written with escapes is not borrowed, and fails the parse.
+    fn of(fields: &BTreeMap<&str, &str>, list: &'static str, same_tools: bool) -> Template {
+        // The keys are plain text: a key written with escapes is not read (see `scan::fields`).
         let fields: Arc<[Field]> = fields
             .iter()
             .filter(|(key, _)| !(**key == "tools" && same_tools))
-            .map(|(key, value)| (Box::from(*key), (*key != list).then(|| (*value).to_owned())))
+            .map(|(key, value)| (Box::from(*key), (*key != list).then(|| Box::from(*value))))
             .collect();
-        let len = fields.iter().map(|(k, v)| k.len() + 4 + v.as_ref().map_or(2, |v| v.get().len())).sum();
+        let len = fields.iter().map(|(k, v)| k.len() + 4 + v.as_ref().map_or(2, |v| v.len())).sum();
         Template { fields, len, list, same_tools }
     }
 
-    /// The delta of a body whose list's new `items` follow the items of the call at `base`.
-    fn delta(&self, items: &RawValue, base: u32) -> Result<RawJson, serde_json::Error> {
-        RawJson::to_raw(&Delta { template: self, items, base })
+    /// The delta of a body whose list's new `items` follow the items of the call at `base`: the
+    /// template's fields with the new items in the list's place, then the marker.
+    fn delta(&self, items: &str, base: u32) -> RawJson {
+        let mut out = Object::with_capacity(self.len + items.len() + 48);
+        for (key, value) in self.fields.iter() {
+            match value {
+                Some(value) => out.entry(key, value),
+                None => {
+                    let list = out.key(key);
+                    list.push('[');
+                    list.push_str(items);
+                    list.push(']');
+                }
+            }
+        }
+        let same: &[&str] = if self.same_tools { &["tools"] } else { &[] };
+        let list = (self.list != "messages").then_some(self.list);
+        // A struct of a number, a name and names: it serializes.
+        let marker = serde_json::to_string(&Marker { base, list, same }).unwrap_or_default();
+        out.entry(DELTA_KEY, &marker);
+        out.end()
     }
 }
 
@@ -419,7 +435,7 @@ mod tests {
 
     fn delta_of(stored: Stored) -> RawJson {
         match stored {
-            Stored::Delta(delta) => delta.unwrap(),
+            Stored::Delta(delta) => delta,
             _ => panic!("not stored as a delta"),
         }
     }
@@ -456,12 +472,7 @@ mod tests {
             assert_eq!(fields(&quick), fields(&slow));
             let template = |l: &Last| {
                 let t = l.template.as_ref()?;
-                Some(
-                    t.fields
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.as_ref().map(|v| v.get().to_owned())))
-                        .collect::<Vec<_>>(),
-                )
+                Some(t.fields.iter().map(|(k, v)| (k.to_string(), v.as_deref().map(str::to_owned))).collect::<Vec<_>>())
             };
             assert_eq!(template(&quick), template(&slow));
             assert!(quick.template.is_some());
