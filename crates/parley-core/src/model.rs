@@ -88,8 +88,9 @@ impl std::ops::AddAssign for Usage {
 /// The text is one JSON document: checked when it came from elsewhere ([`RawJson::from_string`]),
 /// written by serde_json ([`RawJson::to_raw`]), or known to be one ([`RawJson::known`]: a reply
 /// the model client read whole, which is a check of its own, or a request's delta put together
-/// from its body's values): a reply is not parsed a second time to be kept. Serializing a `RawJson` into a document checks the text
-/// again, so that nothing but JSON is ever written out as JSON.
+/// from its body's values): a reply is not parsed a second time to be kept. Serializing a
+/// `RawJson` into a document checks the text again, so that nothing but JSON is ever written out
+/// as JSON.
 #[derive(Clone)]
 pub struct RawJson(Box<str>);
 

@@ -309,16 +309,13 @@ fn parsed(prev: Option<&Last>, seq: u32, body: &str, tools: &ToolIds) -> Option<
         Some(prev) if open.is_char_boundary(prev.open_len) => {
             let (same, whole) = extends(open, prev.open_len, prev.open_hash);
             let same_tools = tools_hash.is_some() && tools_hash == prev.tools_hash;
-            let delta = same.then(|| {
-                let rest = &open[prev.open_len..];
-                let items = new_items(rest.strip_prefix(',').unwrap_or(rest))?;
-                // The template above, unless the tools changed since the previous turn.
-                Some(match template.same_tools == same_tools {
-                    true => template.delta(items, prev.seq),
-                    false => Template::of(&fields, list, same_tools).delta(items, prev.seq),
-                })
+            let rest = &open[prev.open_len..];
+            let items = same.then(|| new_items(rest.strip_prefix(',').unwrap_or(rest))).flatten();
+            // The template above, unless the tools changed since the previous turn.
+            let delta = items.map(|items| match template.same_tools == same_tools {
+                true => template.delta(items, prev.seq),
+                false => Template::of(&fields, list, same_tools).delta(items, prev.seq),
             });
-            let delta = delta.flatten();
             (delta, whole)
         }
         _ => (None, hash(open)),
@@ -380,7 +377,7 @@ impl Template {
         let same: &[&str] = if self.same_tools { &["tools"] } else { &[] };
         let list = (self.list != "messages").then_some(self.list);
         // A struct of a number, a name and names: it serializes.
-        let marker = serde_json::to_string(&Marker { base, list, same }).unwrap_or_default();
+        let marker = serde_json::to_string(&Marker { base, list, same }).expect("a marker serializes");
         out.entry(DELTA_KEY, &marker);
         out.end()
     }

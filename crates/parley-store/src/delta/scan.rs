@@ -50,28 +50,31 @@ pub(super) fn fields(body: &str) -> Option<BTreeMap<&str, &str>> {
 /// that the `]` after it still closes the list. With the whole body one JSON document, the
 /// list's items are then its earlier items and these.
 pub(super) fn stays_in_list(added: &str) -> bool {
-    let b = added.as_bytes();
+    close(added.as_bytes(), 0) == Err(Some(0))
+}
+
+/// Where the list or object open before `b[from]` closes: `Ok` with the index just past its
+/// closing bracket, or `Err` at the end of `b` with the brackets inside it still open (`None`
+/// when `b` ends inside a string).
+fn close(b: &[u8], from: usize) -> Result<usize, Option<usize>> {
     let mut depth = 0usize;
-    let mut i = 0;
+    let mut i = from;
     while let Some(&byte) = b.get(i) {
         match byte {
-            b'"' => match string_end(b, i) {
-                Some(end) => {
-                    i = end;
-                    continue;
-                }
-                None => return false,
-            },
+            b'"' => {
+                i = string_end(b, i).ok_or(None)?;
+                continue;
+            }
             b'[' | b'{' => depth += 1,
             b']' | b'}' => match depth.checked_sub(1) {
                 Some(d) => depth = d,
-                None => return false,
+                None => return Ok(i + 1),
             },
             _ => {}
         }
         i += 1;
     }
-    depth == 0
+    Err(Some(depth))
 }
 
 /// The index just past the string that opens at `b[at]` (a `"`).
@@ -91,27 +94,7 @@ fn string_end(b: &[u8], at: usize) -> Option<usize> {
 fn value_end(b: &[u8], at: usize) -> Option<usize> {
     match *b.get(at)? {
         b'"' => string_end(b, at),
-        b'[' | b'{' => {
-            let mut depth = 0usize;
-            let mut i = at;
-            loop {
-                match *b.get(i)? {
-                    b'"' => {
-                        i = string_end(b, i)?;
-                        continue;
-                    }
-                    b'[' | b'{' => depth += 1,
-                    b']' | b'}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(i + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                i += 1;
-            }
-        }
+        b'[' | b'{' => close(b, at + 1).ok(),
         // A number, `true`, `false` or `null`: up to what follows a value.
         _ => {
             let len = b[at..].iter().position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'));
