@@ -100,6 +100,18 @@ impl RawJson {
         serde_json::value::to_raw_value(value).map(RawJson::from_raw)
     }
 
+    /// [`RawJson::to_raw`] into a buffer of `capacity` bytes to start with: a writer that knows
+    /// about how long its text comes out (a request body, about as long as its transcript's
+    /// texts) spares the buffer its doublings, each a copy of all written so far. A guess up to
+    /// twice the text's length costs nothing more: the allocator shrinks the buffer in place.
+    pub fn to_raw_sized<T: Serialize + ?Sized>(value: &T, capacity: usize) -> Result<RawJson, serde_json::Error> {
+        let mut text = Vec::with_capacity(capacity);
+        serde_json::to_writer(&mut text, value)?;
+        // serde_json writes UTF-8 only, so this check cannot fail.
+        let text = String::from_utf8(text).map_err(<serde_json::Error as serde::ser::Error>::custom)?;
+        Ok(RawJson::known(text))
+    }
+
     /// Takes text that must be one JSON document; it is checked, not rebuilt.
     pub fn from_string(text: String) -> Result<RawJson, serde_json::Error> {
         RawValue::from_string(text).map(RawJson::from_raw)

@@ -38,7 +38,36 @@ pub(crate) fn request_body(request: &ChatRequest<'_>, form: ChatForm) -> RawJson
         top_p: sampling.top_p,
     };
     // Every field is a string, a number, a borrowed `Value` or a list of them: this cannot fail.
-    RawJson::to_raw(&body).expect("a chat request serializes")
+    RawJson::to_raw_sized(&body, body_len(request, form)).expect("a chat request serializes")
+}
+
+/// About how long a request's body comes out, from the lengths of its transcript's texts and
+/// its tool list's: a little over, most often, so that its buffer is allocated once.
+fn body_len(request: &ChatRequest<'_>, form: ChatForm) -> usize {
+    let tools = if request.tools.is_empty() { 0 } else { request.tools.chat_json().get().len() };
+    let messages: usize = request
+        .messages
+        .iter()
+        .map(|m| {
+            let calls: usize = m.tool_calls.iter().map(|c| c.id.len() + c.name.len() + c.arguments.len() + 64).sum();
+            let reasoning = m.reasoning.as_ref().map_or(0, |r| r.text.len());
+            // An id is at most ten digits and a comma; a log-prob about twenty bytes.
+            let tokens = m
+                .tokens
+                .as_ref()
+                .filter(|_| form.tokens)
+                .map_or(0, |t| (t.prompt.len() + t.generation.len()) * 8 + t.log_probs.len() * 20);
+            tokens
+                + m.content.as_ref().map_or(0, String::len)
+                + m.tool_call_id.as_ref().map_or(0, String::len)
+                + reasoning
+                + calls
+                + 48
+        })
+        .sum();
+    // The sampling fields, the model's name and the brackets; a message's escapes (a newline is
+    // two bytes) a sixteenth more.
+    tools + messages + messages / 16 + request.model.len() + 192
 }
 
 #[derive(Serialize)]
@@ -304,6 +333,53 @@ mod tests {
                 ready: None,
             };
             assert_eq!(request_body(&request, ChatForm::default()).get(), request_json(&request).to_string());
+        }
+    }
+
+    #[test]
+    fn a_bodys_buffer_is_allocated_once_and_shrinks_in_place() {
+        // A multi-step session's transcripts, turn by turn: a long system prompt of many lines,
+        // the user's question, then tool calls and their results; with and without token ids.
+        let prompt =
+            "# Instructions\nUse the tools.\n\n# Terms\n".to_owned() + &"- Term: \"Synonym\", Other\n".repeat(24);
+        let mut messages = vec![Message::system(prompt), Message::user("Which term fits \"old\"?")];
+        let tools = ToolList::from(vec![ToolSpec {
+            name: "get_synonym_value".into(),
+            description: "Get the value of a synonym.".into(),
+            parameters: json!({"type": "object", "properties": {"synonym": {"type": "string"}}}),
+            strict: true,
+        }]);
+        let sampling = Sampling { seed: Some(u64::MAX), ..Sampling::default() };
+        for turn in 0..6 {
+            for tokens in [false, true] {
+                let request = ChatRequest {
+                    model: "policy",
+                    messages: &messages,
+                    tools: &tools,
+                    sampling: &sampling,
+                    response_format: None,
+                    session: None,
+                    ready: None,
+                };
+                let form = ChatForm { tokens, ..ChatForm::default() };
+                let (len, guess) = (request_body(&request, form).get().len(), body_len(&request, form));
+                assert!(len <= guess && guess <= 2 * len, "turn {turn}, tokens {tokens}: {len} bytes, {guess} guessed");
+            }
+            let id = format!("call_{turn}");
+            let mut call = Message::assistant_calls(
+                None,
+                vec![ToolCall {
+                    id: id.clone(),
+                    name: "get_synonym_value".into(),
+                    arguments: "{\"synonym\":\"Old\"}".into(),
+                }],
+            );
+            call.tokens = Some(Arc::new(TokenIds {
+                prompt: (0..300).collect(),
+                generation: vec![7; 12],
+                log_probs: vec![-0.125; 12],
+            }));
+            messages.extend([call, Message::tool_result(id, "{\"synonym_value\":765}")]);
         }
     }
 
