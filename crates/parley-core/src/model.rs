@@ -97,7 +97,8 @@ pub struct RawJson(Box<str>);
 impl RawJson {
     /// Serializes `value` straight to text (no intermediate tree).
     pub fn to_raw<T: Serialize + ?Sized>(value: &T) -> Result<RawJson, serde_json::Error> {
-        serde_json::value::to_raw_value(value).map(RawJson::from_raw)
+        // serde_json's own first buffer.
+        RawJson::to_raw_sized(value, 128)
     }
 
     /// [`RawJson::to_raw`] into a buffer of `capacity` bytes to start with: a writer that knows

@@ -297,6 +297,11 @@ mod tests {
         Value::Object(m)
     }
 
+    /// A request of model `m` with no response format: most tests vary only these three.
+    fn request<'a>(messages: &'a [Message], tools: &'a ToolList, sampling: &'a Sampling) -> ChatRequest<'a> {
+        ChatRequest { model: "m", messages, tools, sampling, response_format: None, session: None, ready: None }
+    }
+
     #[test]
     fn the_body_is_byte_for_byte_the_value_tree() {
         let messages = [
@@ -323,15 +328,7 @@ mod tests {
         for (sampling, tools, format) in
             [(Sampling::default(), &tools, None), (full.clone(), &tools, Some(&format)), (full, ToolList::none(), None)]
         {
-            let request = ChatRequest {
-                model: "m",
-                messages: &messages,
-                tools,
-                sampling: &sampling,
-                response_format: format,
-                session: None,
-                ready: None,
-            };
+            let request = ChatRequest { response_format: format, ..request(&messages, tools, &sampling) };
             assert_eq!(request_body(&request, ChatForm::default()).get(), request_json(&request).to_string());
         }
     }
@@ -352,15 +349,7 @@ mod tests {
         let sampling = Sampling { seed: Some(u64::MAX), ..Sampling::default() };
         for turn in 0..6 {
             for tokens in [false, true] {
-                let request = ChatRequest {
-                    model: "policy",
-                    messages: &messages,
-                    tools: &tools,
-                    sampling: &sampling,
-                    response_format: None,
-                    session: None,
-                    ready: None,
-                };
+                let request = request(&messages, &tools, &sampling);
                 let form = ChatForm { tokens, ..ChatForm::default() };
                 let (len, guess) = (request_body(&request, form).get().len(), body_len(&request, form));
                 assert!(len <= guess && guess <= 2 * len, "turn {turn}, tokens {tokens}: {len} bytes, {guess} guessed");
@@ -397,19 +386,7 @@ mod tests {
             strict: false,
         }]);
         let sampling = Sampling { temperature: Some(0.5), seed: Some(9), ..Sampling::default() };
-        let body = request_body(
-            &ChatRequest {
-                model: "m",
-                messages: &messages,
-                tools: &tools,
-                sampling: &sampling,
-                response_format: None,
-                session: None,
-                ready: None,
-            },
-            ChatForm::default(),
-        )
-        .to_value();
+        let body = request_body(&request(&messages, &tools, &sampling), ChatForm::default()).to_value();
         assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["name"], "f");
         assert_eq!(body["messages"][2]["tool_call_id"], "c");
         assert_eq!(body["tools"][0]["function"]["name"], "f");
@@ -676,15 +653,7 @@ mod tests {
             assert_eq!(m.reasoning.as_ref().unwrap().text, "2 + 2");
             let messages = [Message::user("2 + 2?"), m, Message::user("and 3 + 3?")];
             let sampling = Sampling::default();
-            let request = ChatRequest {
-                model: "m",
-                messages: &messages,
-                tools: ToolList::none(),
-                sampling: &sampling,
-                response_format: None,
-                session: None,
-                ready: None,
-            };
+            let request = request(&messages, ToolList::none(), &sampling);
             let sent = |replay| {
                 request_body(&request, ChatForm { reasoning: ReasoningField::replayed(replay), tokens: false })
                     .to_value()["messages"][1]
@@ -711,15 +680,7 @@ mod tests {
         );
         let sampling = Sampling::default();
         let messages = [user];
-        let request = ChatRequest {
-            model: "m",
-            messages: &messages,
-            tools: ToolList::none(),
-            sampling: &sampling,
-            response_format: None,
-            session: None,
-            ready: None,
-        };
+        let request = request(&messages, ToolList::none(), &sampling);
         let body = request_body(&request, ChatForm::default()).to_value();
         assert_eq!(
             body["messages"][0]["content"],
@@ -781,15 +742,7 @@ mod tests {
         earlier.tokens = Some(Arc::new(tokens(&[1, 2], &[3], &[-0.5])));
         let messages = [Message::user("hi"), earlier, Message::user("again")];
         let sampling = Sampling::default();
-        let request = ChatRequest {
-            model: "m",
-            messages: &messages,
-            tools: ToolList::none(),
-            sampling: &sampling,
-            response_format: None,
-            session: None,
-            ready: None,
-        };
+        let request = request(&messages, ToolList::none(), &sampling);
         let capturing = request_body(&request, ChatForm { tokens: true, ..ChatForm::default() }).to_value();
         assert_eq!(capturing["logprobs"], true);
         assert_eq!(capturing["top_logprobs"], 0);
