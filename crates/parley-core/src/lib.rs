@@ -5,8 +5,9 @@
 //! reasons, rewards, and the object-safe traits [`Agent`], [`UserSimulator`], [`Environment`],
 //! [`ModelClient`] and [`SessionStore`]. Beside them, plain data and rules that need no I/O:
 //! NeMo Gym's formats (`nemo_gym`), a session's [`Deadline`] (`deadline`), token ids and their
-//! contiguity check (`tokens`), a URL's user part and host (`url`), who sees what (`view`), a
-//! rule-based review of a simulated user's turns (`review`) and a seeded generator (`rng`).
+//! contiguity check (`tokens`), compact JSON as serde_json writes it, its strings scanned a word
+//! at a time (`json`), a URL's user part and host (`url`), who sees what (`view`), a rule-based
+//! review of a simulated user's turns (`review`) and a seeded generator (`rng`).
 //!
 //! Invariant: this crate depends on nothing heavy. No HTTP client, no database driver, no async
 //! runtime: `.ci/core-deps` fails CI if sqlx, axum, reqwest, hyper, async-openai or tokio enter
@@ -16,6 +17,7 @@ pub mod agent;
 pub mod content;
 pub mod deadline;
 pub mod environment;
+pub mod json;
 pub mod message;
 pub mod model;
 pub mod nemo_gym;

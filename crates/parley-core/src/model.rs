@@ -86,9 +86,10 @@ impl std::ops::AddAssign for Usage {
 /// which matters because a request holds the whole transcript and is sent on every turn.
 ///
 /// The text is one JSON document: checked when it came from elsewhere ([`RawJson::from_string`]),
-/// written by serde_json ([`RawJson::to_raw`]), or known to be one ([`RawJson::known`]: a reply
-/// the model client read whole, which is a check of its own, or a request's delta put together
-/// from its body's values): a reply is not parsed a second time to be kept. Serializing a
+/// written as serde_json writes it ([`RawJson::to_raw`], through [`crate::json`]), or known to be
+/// one ([`RawJson::known`]: a reply the model client read whole, which is a check of its own, or a
+/// request's delta put together from its body's values): a reply is not parsed a second time to
+/// be kept. Serializing a
 /// `RawJson` into a document checks the text again, so that nothing but JSON is ever written out
 /// as JSON.
 #[derive(Clone)]
@@ -106,9 +107,8 @@ impl RawJson {
     /// texts) spares the buffer its doublings, each a copy of all written so far. A guess up to
     /// twice the text's length costs nothing more: the allocator shrinks the buffer in place.
     pub fn to_raw_sized<T: Serialize + ?Sized>(value: &T, capacity: usize) -> Result<RawJson, serde_json::Error> {
-        let mut text = Vec::with_capacity(capacity);
-        serde_json::to_writer(&mut text, value)?;
-        // serde_json writes UTF-8 only, so this check cannot fail.
+        let text = crate::json::to_vec_sized(value, capacity)?;
+        // Only whole strings and ASCII are written, so this check cannot fail.
         let text = String::from_utf8(text).map_err(<serde_json::Error as serde::ser::Error>::custom)?;
         Ok(RawJson::known(text))
     }

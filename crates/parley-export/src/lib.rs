@@ -205,7 +205,7 @@ struct ChatRow<'a> {
 }
 
 fn write_line(w: &mut dyn Write, row: &impl Serialize) -> Result<(), ExportError> {
-    serde_json::to_writer(&mut *w, row)?;
+    parley_core::json::to_writer(&mut *w, row)?;
     w.write_all(b"\n")?;
     Ok(())
 }

@@ -138,7 +138,7 @@ pub(crate) fn id_of(text: &str) -> i64 {
 
 /// Serializing a JSON value to text cannot fail: its maps have string keys.
 fn json(value: &impl Serialize) -> String {
-    serde_json::to_string(value).unwrap_or_default()
+    parley_core::json::to_string(value).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -148,7 +148,7 @@ rows! {
 /// Serialized for a text column: tool calls, parts, reasoning, tokens and sampling are plain data
 /// (strings, numbers and JSON values), so they serialize.
 fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_default()
+    parley_core::json::to_string(value).unwrap_or_default()
 }
 
 /// Whether a tool-result message says only what the row of its tool call keeps: its text is

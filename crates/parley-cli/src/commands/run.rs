@@ -593,7 +593,7 @@ impl JsonlWriter {
     }
 
     fn write(&mut self, row: &impl serde::Serialize) -> anyhow::Result<()> {
-        serde_json::to_writer(&mut self.file, row)?;
+        parley_core::json::to_writer(&mut self.file, row)?;
         self.file.write_all(b"\n")?;
         if self.flushed.elapsed() >= Self::FLUSH_EVERY {
             self.flush()?;
