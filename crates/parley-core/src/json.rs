@@ -350,49 +350,36 @@ impl<W: io::Write> Compound<'_, W> {
     }
 }
 
-impl<W: io::Write> ser::SerializeSeq for Compound<'_, W> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close()
-    }
+/// The lists' compounds, each item written by [`Compound::element`], and the structs', each
+/// field by [`Compound::entry`].
+macro_rules! compound {
+    ($($list:ident::$item:ident),*; $($fields:ident),*) => {
+        $(impl<W: io::Write> ser::$list for Compound<'_, W> {
+            type Ok = ();
+            type Error = Error;
+            fn $item<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+                self.element(value)
+            }
+            fn end(self) -> Result<(), Error> {
+                self.close()
+            }
+        })*
+        $(impl<W: io::Write> ser::$fields for Compound<'_, W> {
+            type Ok = ();
+            type Error = Error;
+            fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
+                self.entry(key, value)
+            }
+            fn end(self) -> Result<(), Error> {
+                self.close()
+            }
+        })*
+    };
 }
 
-impl<W: io::Write> ser::SerializeTuple for Compound<'_, W> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close()
-    }
-}
-
-impl<W: io::Write> ser::SerializeTupleStruct for Compound<'_, W> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close()
-    }
-}
-
-impl<W: io::Write> ser::SerializeTupleVariant for Compound<'_, W> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close()
-    }
-}
+compound!(SerializeSeq::serialize_element, SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field, SerializeTupleVariant::serialize_field;
+    SerializeStruct, SerializeStructVariant);
 
 impl<W: io::Write> ser::SerializeMap for Compound<'_, W> {
     type Ok = ();
@@ -414,28 +401,6 @@ impl<W: io::Write> ser::SerializeMap for Compound<'_, W> {
     }
 }
 
-impl<W: io::Write> ser::SerializeStruct for Compound<'_, W> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
-        self.entry(key, value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close()
-    }
-}
-
-impl<W: io::Write> ser::SerializeStructVariant for Compound<'_, W> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
-        self.entry(key, value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close()
-    }
-}
-
 /// Refuses, with serde_json's words, what a serializer of one kind of value is given instead.
 macro_rules! refuse {
     ($why:expr; $($method:ident($($arg:ty),*)),* $(,)?) => {$(
@@ -443,6 +408,62 @@ macro_rules! refuse {
             Err(ser::Error::custom($why))
         }
     )*};
+}
+
+/// The compound values and newtype variants, which neither a map's key nor a raw value's text
+/// can be, refused with `$why`.
+macro_rules! refuse_compounds {
+    ($why:expr) => {
+        type SerializeSeq = Impossible<(), Error>;
+        type SerializeTuple = Impossible<(), Error>;
+        type SerializeTupleStruct = Impossible<(), Error>;
+        type SerializeTupleVariant = Impossible<(), Error>;
+        type SerializeMap = Impossible<(), Error>;
+        type SerializeStruct = Impossible<(), Error>;
+        type SerializeStructVariant = Impossible<(), Error>;
+        fn serialize_newtype_variant<T: Serialize + ?Sized>(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: &T,
+        ) -> Result<(), Error> {
+            Err(ser::Error::custom($why))
+        }
+        fn serialize_seq(self, _: Option<usize>) -> Result<Impossible<(), Error>, Error> {
+            Err(ser::Error::custom($why))
+        }
+        fn serialize_tuple(self, _: usize) -> Result<Impossible<(), Error>, Error> {
+            Err(ser::Error::custom($why))
+        }
+        fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Impossible<(), Error>, Error> {
+            Err(ser::Error::custom($why))
+        }
+        fn serialize_tuple_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Impossible<(), Error>, Error> {
+            Err(ser::Error::custom($why))
+        }
+        fn serialize_map(self, _: Option<usize>) -> Result<Impossible<(), Error>, Error> {
+            Err(ser::Error::custom($why))
+        }
+        fn serialize_struct(self, _: &'static str, _: usize) -> Result<Impossible<(), Error>, Error> {
+            Err(ser::Error::custom($why))
+        }
+        fn serialize_struct_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Impossible<(), Error>, Error> {
+            Err(ser::Error::custom($why))
+        }
+    };
 }
 
 /// A map's key: a string, or a number or boolean written as one (serde_json's rule).
@@ -464,13 +485,6 @@ const FLOAT_KEY_MUST_BE_FINITE: &str = "float key must be finite (got NaN or +/-
 impl<W: io::Write> ser::Serializer for MapKey<'_, W> {
     type Ok = ();
     type Error = Error;
-    type SerializeSeq = Impossible<(), Error>;
-    type SerializeTuple = Impossible<(), Error>;
-    type SerializeTupleStruct = Impossible<(), Error>;
-    type SerializeTupleVariant = Impossible<(), Error>;
-    type SerializeMap = Impossible<(), Error>;
-    type SerializeStruct = Impossible<(), Error>;
-    type SerializeStructVariant = Impossible<(), Error>;
 
     fn serialize_str(self, v: &str) -> Result<(), Error> {
         self.0.string(v)
@@ -532,50 +546,9 @@ impl<W: io::Write> ser::Serializer for MapKey<'_, W> {
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
         value.serialize(self)
     }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<(), Error> {
-        Err(ser::Error::custom(KEY_MUST_BE_A_STRING))
-    }
     refuse!(KEY_MUST_BE_A_STRING; serialize_bytes(&[u8]), serialize_none(), serialize_unit(),
         serialize_unit_struct(&'static str));
-    fn serialize_seq(self, _: Option<usize>) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(KEY_MUST_BE_A_STRING))
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(KEY_MUST_BE_A_STRING))
-    }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(KEY_MUST_BE_A_STRING))
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(KEY_MUST_BE_A_STRING))
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(KEY_MUST_BE_A_STRING))
-    }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(KEY_MUST_BE_A_STRING))
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(KEY_MUST_BE_A_STRING))
-    }
+    refuse_compounds!(KEY_MUST_BE_A_STRING);
 }
 
 /// A raw value's text, written as it is.
@@ -586,13 +559,6 @@ const RAW_TEXT: &str = "a raw value's field must be its text";
 impl<W: io::Write> ser::Serializer for RawText<'_, W> {
     type Ok = ();
     type Error = Error;
-    type SerializeSeq = Impossible<(), Error>;
-    type SerializeTuple = Impossible<(), Error>;
-    type SerializeTupleStruct = Impossible<(), Error>;
-    type SerializeTupleVariant = Impossible<(), Error>;
-    type SerializeMap = Impossible<(), Error>;
-    type SerializeStruct = Impossible<(), Error>;
-    type SerializeStructVariant = Impossible<(), Error>;
 
     fn serialize_str(self, v: &str) -> Result<(), Error> {
         self.0.raw(v.as_bytes())
@@ -608,48 +574,7 @@ impl<W: io::Write> ser::Serializer for RawText<'_, W> {
     fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, _: &T) -> Result<(), Error> {
         Err(ser::Error::custom(RAW_TEXT))
     }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<(), Error> {
-        Err(ser::Error::custom(RAW_TEXT))
-    }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(RAW_TEXT))
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(RAW_TEXT))
-    }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(RAW_TEXT))
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(RAW_TEXT))
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(RAW_TEXT))
-    }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(RAW_TEXT))
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Impossible<(), Error>, Error> {
-        Err(ser::Error::custom(RAW_TEXT))
-    }
+    refuse_compounds!(RAW_TEXT);
 }
 
 #[cfg(test)]
