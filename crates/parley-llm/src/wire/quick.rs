@@ -18,9 +18,10 @@ use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Vis
 /// The reply in `body` if it has the usual shape, with its token ids when `token_ids` (see
 /// [`token_ids_of`]); `None` sends it to the tree.
 pub(super) fn reply(body: &[u8], token_ids: bool) -> Option<(Message, Option<String>, Usage)> {
-    // Skipped fields' strings are not checked for UTF-8; the tree checks every string.
-    std::str::from_utf8(body).ok()?;
-    let Object(Reply { choice, usage, prompt_token_ids }) = serde_json::from_slice(body).ok()?;
+    // The whole body checked for UTF-8 once, as the tree checks every string (skipped fields'
+    // strings among them); read as text, no string of it is checked again.
+    let body = std::str::from_utf8(body).ok()?;
+    let Object(Reply { choice, usage, prompt_token_ids }) = serde_json::from_str(body).ok()?;
     let Choice { message, finish_reason, token_ids: choice_ids, logprobs } = choice?;
     let Fields { content, tool_calls, reasoning, reasoning_content, tokens } = message?;
     let tokens = match token_ids {
