@@ -101,6 +101,14 @@ fn write_string<W: io::Write + ?Sized>(writer: &mut W, text: &str) -> io::Result
     writer.write_all(b"\"")
 }
 
+/// Where the first byte at or after `at` is that a JSON string cannot hold as it is (`"`, `\`,
+/// or a control character below 0x20), read eight bytes at a time: where a string's plain run
+/// ends, for a reader as for the writer here. `None` when there is none, or `at` is past the end.
+pub fn next_special(bytes: &[u8], at: usize) -> Option<usize> {
+    bytes.get(at..)?;
+    next_escape(bytes, at)
+}
+
 /// Where the first byte at or after `at` that needs an escape is, read a word at a time: the
 /// last few bytes of a text of eight or more as the word that ends it, those of a shorter one a
 /// byte at a time.
@@ -622,6 +630,22 @@ mod tests {
         same(&"\u{1}".repeat(20));
         same(&"\"".repeat(17));
         same("");
+    }
+
+    /// A reader's scan finds the first byte a string cannot hold as it is, from any place in
+    /// any text, the place itself and the end included: the one the byte-by-byte test finds.
+    #[test]
+    fn a_readers_scan_stops_where_a_plain_run_ends() {
+        let texts =
+            ["", "a", "ab\"", "\\", "0123456789abcdef", "0123456\n89abcdef\"", "é😀\u{1}x", "abcdefgh\"ijklmnop"];
+        for text in texts {
+            let bytes = text.as_bytes();
+            for at in 0..=bytes.len() + 1 {
+                let byte_by_byte =
+                    bytes.get(at..).and_then(|rest| rest.iter().position(|&b| super::escape(b).is_some()));
+                assert_eq!(super::next_special(bytes, at), byte_by_byte.map(|i| at + i), "{text:?} from {at}");
+            }
+        }
     }
 
     #[test]

@@ -443,6 +443,40 @@ mod tests {
         })
     }
 
+    /// A chat completion of the usual shape, every field of the type it has in one, with
+    /// fields of any value beside them at each level: read straight, unbroken.
+    fn usual_reply() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let text = || "[a-z\\\\\"{}é\n\u{1F600}]{0,8}";
+        let call = (text(), text(), text())
+            .prop_map(|(id, name, arguments)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}));
+        let other = || prop::option::of(json_value());
+        (
+            prop::option::of(text()),
+            prop::collection::vec(call, 0..3),
+            prop::option::of(text()),
+            (any::<u32>(), any::<u32>()),
+            (other(), other(), other()),
+            1..3usize,
+        )
+            .prop_map(
+                |(content, calls, finish_reason, (prompt, completion), (top, in_choice, in_message), choices)| {
+                    let mut message = json!({"role": "assistant", "content": content, "tool_calls": calls});
+                    let mut choice = json!({"index": 0, "finish_reason": finish_reason, "logprobs": null});
+                    let mut body = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 0,
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": 0}});
+                    for (object, other) in [(&mut message, in_message), (&mut choice, in_choice), (&mut body, top)] {
+                        if let Some(other) = other {
+                            object["other"] = other;
+                        }
+                    }
+                    choice["message"] = message;
+                    body["choices"] = json!(vec![choice; choices]);
+                    body
+                },
+            )
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
 
@@ -555,6 +589,112 @@ mod tests {
                 proptest::prop_assert_eq!(Ok(straight), parse_reply(&tree, token_ids));
             }
         }
+
+        /// Whatever the bytes, a reply is read straight only where the tree reads it, and as it
+        /// does: replies of the usual shape, compact or pretty, cut short, or with a byte put in,
+        /// taken out or changed anywhere (bytes that matter to JSON most often).
+        #[test]
+        fn a_reply_read_straight_from_any_bytes_is_the_trees(
+            body in proptest::prop_oneof![3 => usual_reply(), 1 => reply_value()],
+            token_ids in proptest::prelude::any::<bool>(),
+            pretty in proptest::prelude::any::<bool>(),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            byte in proptest::prop_oneof![
+                3 => proptest::sample::select(b"{}[],:\"\\".to_vec()),
+                2 => proptest::sample::select(b"/ \n0123456789-+.eEtrufalsnbu\x01\x7f\xc3\xa9".to_vec()),
+                1 => proptest::prelude::any::<u8>(),
+            ],
+            how in 0..4u8,
+        ) {
+            let mut bytes = if pretty { serde_json::to_vec_pretty(&body) } else { serde_json::to_vec(&body) }.unwrap();
+            // Half the time at a bracket, comma, colon or quote, where one byte breaks the most.
+            let marks: Vec<usize> = (0..bytes.len()).filter(|&i| b"{}[],:\"".contains(&bytes[i])).collect();
+            let i = match at.index(2) {
+                0 if !marks.is_empty() => marks[at.index(marks.len())],
+                _ => at.index(bytes.len() + 1),
+            };
+            match how {
+                0 => bytes.truncate(i),
+                1 => bytes.insert(i, byte),
+                2 if i < bytes.len() => drop(bytes.remove(i)),
+                _ if i < bytes.len() => bytes[i] = byte,
+                _ => {}
+            }
+            if let Some(straight) = quick::reply(&bytes, token_ids) {
+                let tree = serde_json::from_slice::<Value>(&bytes)
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| parse_reply(&v, token_ids));
+                proptest::prop_assert_eq!(Ok(straight), tree, "{}", String::from_utf8_lossy(&bytes));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A reply of the usual shape is read straight, whatever its strings hold and whatever
+        /// other fields it has: the tree is the fallback, not the rule.
+        #[test]
+        fn usual_replies_are_read_straight(body in usual_reply(), pretty in proptest::prelude::any::<bool>()) {
+            let bytes = if pretty { serde_json::to_vec_pretty(&body) } else { serde_json::to_vec(&body) }.unwrap();
+            let straight = quick::reply(&bytes, false);
+            proptest::prop_assert!(straight.is_some(), "{}", String::from_utf8_lossy(&bytes));
+            proptest::prop_assert_eq!(Ok(straight.unwrap()), parse_reply(&serde_json::from_slice(&bytes).unwrap(), false));
+        }
+    }
+
+    /// Text at the edges of JSON: what the tree refuses is not read straight; what it reads is
+    /// read straight as it reads it, or left to it.
+    #[test]
+    fn replies_at_the_edges_of_json_are_read_as_the_tree_reads_them() {
+        let reply = |content: &str, extra: &str| {
+            format!(r#"{{"choices": [{{"message": {{"content": {content}}}, "finish_reason": "stop"}}]{extra}}}"#)
+        };
+        let deep = format!(r#", "x": {}1{}"#, "[".repeat(100), "]".repeat(100));
+        let cases = [
+            // Read straight, escapes and all.
+            (reply(r#""a\ud83d\ude00b\u00e9\/\b\f\n\r\t\"\\""#, ""), Some("a\u{1F600}b\u{e9}/\x08\x0c\n\r\t\"\\")),
+            (
+                reply(r#""x""#, r#", "n": [-0, 0.5, 1e-3, -2E+2, 12345678901234567890], "t": true, "f": false"#),
+                Some("x"),
+            ),
+            (reply("null", ""), None),
+            // Refused by the tree.
+            (reply(r#""\ud83d""#, ""), None),
+            (reply(r#""\ude00""#, ""), None),
+            (reply(r#""\x41""#, ""), None),
+            (reply("\"a\u{1}b\"", ""), None),
+            (reply(r#""x""#, r#", "n": 01"#), None),
+            (reply(r#""x""#, r#", "n": 1."#), None),
+            (reply(r#""x""#, r#", "n": 1e400"#), None),
+            (reply(r#""x""#, r#", "n": [1,]"#), None),
+            (reply(r#""x""#, r#", "n": {"a": 1,}"#), None),
+            (reply(r#""x""#, r#", "n": {"a" 1}"#), None),
+            (reply(r#""x""#, r#", "n": tru"#), None),
+            (reply(r#""x""#, r#", "n": NaN"#), None),
+            (reply(r#""x""#, ",") + "", None),
+            (reply(r#""x""#, "") + " x", None),
+            (reply(r#""x"#, ""), None),
+            // Read by the tree, deeper than the straight reading goes: left to it.
+            (reply(r#""x""#, &deep), None),
+        ];
+        for (body, straight) in cases {
+            let tree =
+                serde_json::from_str::<Value>(&body).map_err(|e| e.to_string()).and_then(|v| parse_reply(&v, false));
+            let quick = quick::reply(body.as_bytes(), false);
+            match straight {
+                Some(content) => {
+                    let (m, finish, _) = quick.clone().unwrap_or_else(|| panic!("read straight: {body}"));
+                    assert_eq!((m.content.as_deref(), finish.as_deref()), (Some(content), Some("stop")), "{body}");
+                }
+                None => assert!(quick.is_none() || body.contains("null"), "left to the tree: {body}"),
+            }
+            if let Some(quick) = quick {
+                assert_eq!(Ok(quick), tree, "{body}");
+            }
+            assert_eq!(read_reply(body.as_bytes(), false).is_ok(), tree.is_ok(), "{body}");
+        }
+        // The tree reads the deep one; the straight reading leaves it, and the reply is still read.
+        let deep = reply(r#""x""#, &deep);
+        assert!(read_reply(deep.as_bytes(), false).is_ok());
     }
 
     #[test]

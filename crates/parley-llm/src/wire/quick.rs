@@ -1,27 +1,32 @@
-//! Replies of the usual shape read without a `Value` tree: each field straight from the body,
-//! strings borrowed where they hold no escapes, token ids and log-probs straight into their
-//! lists. A reply of any other shape (content as a list of parts, a field of an unexpected type,
-//! a list where an object belongs, token ids that do not agree) is declined, and the tree reads
-//! or refuses it as before, so both ways give the same reply.
+//! Replies of the usual shape read by hand, straight from the body's text: each field a reply is
+//! made of read into its place, strings borrowed where they hold no escapes, token ids and
+//! log-probs straight into their lists, every other value checked and passed over. A reply of
+//! any other shape (content as a list of parts, a field of an unexpected type, a list where an
+//! object belongs, nesting past [`DEPTH`], token ids that do not agree) is declined, and the tree
+//! reads or refuses it as before, so both ways give the same reply.
 //!
-//! Objects are read by name only: serde's derived readers would also take a JSON list for an
-//! object, field by field in order, and so accept replies the tree refuses.
+//! Only JSON is read, as serde_json reads it: the body is UTF-8 throughout, a string holds no
+//! control character and only the escapes JSON has (a `\u` surrogate only as half of a pair),
+//! a number is written as JSON writes one and one serde_json reads (its own reader checks every
+//! number that is not a short integer, and reads every float), no comma trails, and nothing but
+//! whitespace follows the document. serde_json's own reader, with serde visitors for these
+//! fields, took a third more instructions (`docs/performance.md`): a reply is mostly short keys
+//! and values passed over, and each went through serde's calls.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use parley_core::{Message, Reasoning, Role, TokenIds, ToolCall, Usage};
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// The reply in `body` if it has the usual shape, with its token ids when `token_ids` (see
 /// [`token_ids_of`]); `None` sends it to the tree.
 pub(super) fn reply(body: &[u8], token_ids: bool) -> Option<(Message, Option<String>, Usage)> {
     // The whole body checked for UTF-8 once, as the tree checks every string (skipped fields'
-    // strings among them); read as text, no string of it is checked again.
-    let body = std::str::from_utf8(body).ok()?;
-    let Object(Reply { choice, usage, prompt_token_ids }) = serde_json::from_str(body).ok()?;
+    // strings among them).
+    let text = std::str::from_utf8(body).ok()?;
+    let mut reader = Reader { text, at: 0, depth: 0 };
+    let Reply { choice, usage, prompt_token_ids } = Reply::read(&mut reader, token_ids)?;
+    reader.end()?;
     let Choice { message, finish_reason, token_ids: choice_ids, logprobs } = choice?;
     let Fields { content, tool_calls, reasoning, reasoning_content, tokens } = message?;
     let tokens = match token_ids {
@@ -32,25 +37,28 @@ pub(super) fn reply(body: &[u8], token_ids: bool) -> Option<(Message, Option<Str
         .unwrap_or_default()
         .into_iter()
         .enumerate()
-        .map(|(i, Object(Call { id, function }))| {
+        .map(|(i, Call { id, function })| {
             let Function { name, arguments } = function?;
             Some(ToolCall {
-                id: id.map_or_else(|| format!("call_{i}"), Text::owned),
-                name: name.map(Text::owned).unwrap_or_default(),
-                arguments: arguments.map(Text::owned).unwrap_or_default(),
+                id: id.map_or_else(|| format!("call_{i}"), Cow::into_owned),
+                name: name.map(Cow::into_owned).unwrap_or_default(),
+                arguments: arguments.map(Cow::into_owned).unwrap_or_default(),
             })
         })
         .collect::<Option<Vec<_>>>()?;
-    let reasoning =
-        Reasoning::from_chat_fields(reasoning.as_ref().map(Text::as_str), reasoning_content.as_ref().map(Text::as_str))
-            .map(Box::new);
-    let message =
-        Message { content: content.map(Text::owned), tool_calls, reasoning, tokens, ..Message::empty(Role::Assistant) };
-    let usage = usage.map_or_else(Usage::default, |Object(u)| Usage {
+    let reasoning = Reasoning::from_chat_fields(reasoning.as_deref(), reasoning_content.as_deref()).map(Box::new);
+    let message = Message {
+        content: content.map(Cow::into_owned),
+        tool_calls,
+        reasoning,
+        tokens,
+        ..Message::empty(Role::Assistant)
+    };
+    let usage = usage.map_or_else(Usage::default, |u| Usage {
         prompt_tokens: u.prompt_tokens.unwrap_or(0),
         completion_tokens: u.completion_tokens.unwrap_or(0),
     });
-    Some((message, finish_reason.map(Text::owned), usage))
+    Some((message, finish_reason.map(Cow::into_owned), usage))
 }
 
 /// The tokens of a reply, in the tree's order of spellings (see `wire::token_ids_of`): the
@@ -62,14 +70,14 @@ fn token_ids_of(
     message: MessageTokens,
     top_prompt: Option<Vec<u32>>,
     choice_ids: Option<Vec<u32>>,
-    logprobs: Option<Object<Logprobs>>,
+    logprobs: Option<Logprobs<'_>>,
 ) -> Option<Option<TokenIds>> {
-    let entries = match logprobs.and_then(|Object(l)| l.content) {
+    let entries = match logprobs.and_then(|l| l.content) {
         Some(entries) => Some(
             entries
                 .into_iter()
-                .map(|Object(e)| {
-                    let id = e.token.as_ref().and_then(|t| t.as_str().strip_prefix("token_id:")?.parse::<u32>().ok());
+                .map(|e| {
+                    let id = e.token.as_ref().and_then(|t| t.strip_prefix("token_id:")?.parse::<u32>().ok());
                     Some((id, e.logprob?))
                 })
                 .collect::<Option<Vec<_>>>()?,
@@ -81,139 +89,326 @@ fn token_ids_of(
     super::paired(prompt, generation, message.generation_log_probs, entries).ok()
 }
 
-/// A string, borrowed from the body unless it had escapes.
-struct Text<'de>(Cow<'de, str>);
+/// How deep lists and objects may nest before a reply is left to the tree (serde_json's own
+/// limit, which the tree keeps, is 128).
+const DEPTH: usize = 64;
 
-impl Text<'_> {
-    fn owned(self) -> String {
-        self.0.into_owned()
-    }
-
-    fn as_str(&self) -> &str {
-        &self.0
-    }
+/// A place in the body's text. Every method reads one value (or a token of one) from after the
+/// whitespace at the place, and moves past it; `None` when the text there is not what it reads,
+/// which declines the reply.
+struct Reader<'a> {
+    text: &'a str,
+    at: usize,
+    /// The lists and objects open at the place.
+    depth: usize,
 }
 
-impl<'de> Deserialize<'de> for Text<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Strings;
-        impl<'de> Visitor<'de> for Strings {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Borrowed(s)))
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Owned(s.to_owned())))
+/// A number's text, and whether it is a plain integer: digits alone, as `u64` and `u32` fields
+/// take them.
+struct Number<'a> {
+    text: &'a str,
+    plain: bool,
+}
+
+impl<'a> Reader<'a> {
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    /// The next byte after whitespace, not taken.
+    fn peek(&mut self) -> Option<u8> {
+        let bytes = self.bytes();
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.at) {
+            self.at += 1;
+        }
+        bytes.get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// Nothing but whitespace is left.
+    fn end(&mut self) -> Option<()> {
+        self.peek().is_none().then_some(())
+    }
+
+    /// `word`, whole.
+    fn literal(&mut self, word: &str) -> Option<()> {
+        self.peek()?;
+        self.bytes()[self.at..].starts_with(word.as_bytes()).then(|| self.at += word.len())
+    }
+
+    /// `null`, read as `None`, or what `read` reads.
+    fn or_null<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        match self.peek()? {
+            b'n' => self.literal("null").map(|()| None),
+            _ => read(self).map(Some),
+        }
+    }
+
+    /// An object, each field's value read by `field` by the field's name (or passed over:
+    /// [`Reader::skip`]). A name given twice is read twice, and its last value kept, as the
+    /// tree keeps it.
+    fn object(&mut self, mut field: impl FnMut(&mut Self, &str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        self.open()?;
+        if self.peek()? == b'}' {
+            return self.close();
+        }
+        loop {
+            let name = self.string()?;
+            self.eat(b':')?;
+            field(self, &name)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => return self.close(),
+                _ => return None,
             }
         }
-        deserializer.deserialize_str(Strings)
     }
-}
 
-/// An object's fields, read by name: unknown names are skipped, and a name given twice keeps
-/// its last value, as the tree keeps it.
-trait Named<'de>: Default {
-    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error>;
-}
-
-/// A JSON object read into `T`, and nothing but an object.
-struct Object<T>(T);
-
-impl<'de, T: Named<'de>> Deserialize<'de> for Object<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Objects<T>(PhantomData<T>);
-        impl<'de, T: Named<'de>> Visitor<'de> for Objects<T> {
-            type Value = Object<T>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
+    /// A list, each item read by `item`.
+    fn list(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        self.open()?;
+        if self.peek()? == b']' {
+            return self.close();
+        }
+        loop {
+            item(self)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => return self.close(),
+                _ => return None,
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object<T>, A::Error> {
-                let mut fields = T::default();
-                while let Some(name) = map.next_key::<Text<'de>>()? {
-                    fields.field(&name.0, &mut map)?;
+        }
+    }
+
+    /// A list's items read by `item`, in order.
+    fn items<T>(&mut self, mut item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+        let mut items = Vec::new();
+        self.list(|r| item(r).map(|i| items.push(i)))?;
+        Some(items)
+    }
+
+    /// A list's first item read by `item` (`None` for an empty list), the others passed over.
+    fn first<T>(&mut self, mut item: impl FnMut(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        let mut first = None;
+        self.list(|r| match first.is_none() {
+            true => item(r).map(|i| first = Some(i)),
+            false => r.skip(),
+        })?;
+        Some(first)
+    }
+
+    fn open(&mut self) -> Option<()> {
+        self.depth += 1;
+        (self.depth <= DEPTH).then_some(())
+    }
+
+    /// Takes the closing bracket that [`Reader::peek`] just saw.
+    fn close(&mut self) -> Option<()> {
+        self.at += 1;
+        self.depth -= 1;
+        Some(())
+    }
+
+    /// A string, borrowed from the body unless it has escapes.
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        self.eat(b'"')?;
+        let (text, bytes) = (self.text, self.bytes());
+        let start = self.at;
+        let mut at = parley_core::json::next_special(bytes, start)?;
+        if bytes[at] == b'"' {
+            self.at = at + 1;
+            return text.get(start..at).map(Cow::Borrowed);
+        }
+        let mut out = String::with_capacity(at - start + 16);
+        out.push_str(text.get(start..at)?);
+        loop {
+            match bytes[at] {
+                b'"' => {
+                    self.at = at + 1;
+                    return Some(Cow::Owned(out));
                 }
-                Ok(Object(fields))
+                b'\\' => at = unescape(bytes, at + 1, &mut out)?,
+                // A control character, which a string must escape.
+                _ => return None,
             }
+            let next = parley_core::json::next_special(bytes, at)?;
+            out.push_str(text.get(at..next)?);
+            at = next;
         }
-        deserializer.deserialize_map(Objects(PhantomData))
+    }
+
+    /// A number, checked as serde_json reads it.
+    fn number(&mut self) -> Option<Number<'a>> {
+        self.peek()?;
+        let (bytes, start) = (self.bytes(), self.at);
+        let digits = |mut i: usize| {
+            while bytes.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            i
+        };
+        let mut i = start + usize::from(bytes[start] == b'-');
+        i = match bytes.get(i)? {
+            b'0' => i + 1,
+            b'1'..=b'9' => digits(i + 1),
+            _ => return None,
+        };
+        let mut plain = bytes[start] != b'-';
+        if bytes.get(i) == Some(&b'.') {
+            let end = digits(i + 1);
+            (end > i + 1).then_some(())?;
+            (i, plain) = (end, false);
+        }
+        if let Some(b'e' | b'E') = bytes.get(i) {
+            let signed = i + 1 + usize::from(matches!(bytes.get(i + 1), Some(b'+' | b'-')));
+            let end = digits(signed);
+            (end > signed).then_some(())?;
+            (i, plain) = (end, false);
+        }
+        self.at = i;
+        let text = self.text.get(start..i)?;
+        // A short integer is always one serde_json reads; any other number is read by it, which
+        // refuses one out of a float's range, as the tree does.
+        if !(plain && text.len() <= 19) {
+            serde_json::from_str::<f64>(text).ok()?;
+        }
+        Some(Number { text, plain })
+    }
+
+    /// A count: a plain integer that fits, as `Value::as_u64` reads one.
+    fn u64(&mut self) -> Option<u64> {
+        self.number().filter(|n| n.plain)?.text.parse().ok()
+    }
+
+    /// A list of token ids.
+    fn ids(&mut self) -> Option<Vec<u32>> {
+        self.items(|r| r.number().filter(|n| n.plain)?.text.parse().ok())
+    }
+
+    /// A float, as serde_json reads it.
+    fn f64(&mut self) -> Option<f64> {
+        serde_json::from_str(self.number()?.text).ok()
+    }
+
+    /// Passes over any value, checked.
+    fn skip(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' => self.object(|r, _| r.skip()),
+            b'[' => self.list(Reader::skip),
+            b't' => self.literal("true"),
+            b'f' => self.literal("false"),
+            b'n' => self.literal("null"),
+            _ => self.number().map(drop),
+        }
     }
 }
 
-/// The first item of a list, the rest skipped.
-struct First<T>(Option<T>);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for First<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Lists<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for Lists<T> {
-            type Value = First<T>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<First<T>, A::Error> {
-                let first = seq.next_element()?;
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(First(first))
-            }
+/// Appends what the escape after a backslash (`bytes[at]` on) stands for to `out`, and returns
+/// the index past it; `None` for one JSON has not, or a surrogate that is not half of a pair
+/// (which serde_json refuses in a string it reads).
+fn unescape(bytes: &[u8], at: usize, out: &mut String) -> Option<usize> {
+    let c = match bytes.get(at)? {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\x08',
+        b'f' => '\x0c',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => {
+            let high = hex(bytes, at + 1)?;
+            let (c, end) = match high {
+                0xD800..=0xDBFF => {
+                    (bytes.get(at + 5..at + 7)? == b"\\u").then_some(())?;
+                    let low = hex(bytes, at + 7)?;
+                    (0xDC00..=0xDFFF).contains(&low).then_some(())?;
+                    (0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00), at + 11)
+                }
+                0xDC00..=0xDFFF => return None,
+                _ => (high, at + 5),
+            };
+            out.push(char::from_u32(c)?);
+            return Some(end);
         }
-        deserializer.deserialize_seq(Lists(PhantomData))
-    }
+        _ => return None,
+    };
+    out.push(c);
+    Some(at + 1)
+}
+
+/// The four hex digits at `bytes[at..]`.
+fn hex(bytes: &[u8], at: usize) -> Option<u32> {
+    bytes.get(at..at + 4)?.iter().try_fold(0, |n, &b| Some(n * 16 + char::from(b).to_digit(16)?))
 }
 
 #[derive(Default)]
-struct Reply<'de> {
+struct Reply<'a> {
     /// `choices[0]`, when `choices` is a list that has one.
-    choice: Option<Choice<'de>>,
-    usage: Option<Object<Counts>>,
+    choice: Option<Choice<'a>>,
+    usage: Option<Counts>,
     /// vLLM's spelling of the prompt's tokens.
     prompt_token_ids: Option<Vec<u32>>,
 }
 
-impl<'de> Named<'de> for Reply<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
-        match name {
-            "choices" => self.choice = map.next_value::<First<Object<Choice<'de>>>>()?.0.map(|o| o.0),
-            "usage" => self.usage = map.next_value()?,
-            "prompt_token_ids" => self.prompt_token_ids = map.next_value()?,
-            _ => drop(map.next_value::<IgnoredAny>()?),
-        }
-        Ok(())
+impl<'a> Reply<'a> {
+    /// The reply's fields; token fields only when `token_ids` (else the tree reads none either,
+    /// and they are passed over).
+    fn read(r: &mut Reader<'a>, token_ids: bool) -> Option<Reply<'a>> {
+        let mut reply = Reply::default();
+        r.object(|r, name| {
+            match name {
+                "choices" => reply.choice = r.first(|r| Choice::read(r, token_ids))?,
+                "usage" => reply.usage = r.or_null(Counts::read)?,
+                "prompt_token_ids" if token_ids => reply.prompt_token_ids = r.or_null(Reader::ids)?,
+                _ => r.skip()?,
+            }
+            Some(())
+        })?;
+        Some(reply)
     }
 }
 
 #[derive(Default)]
-struct Choice<'de> {
+struct Choice<'a> {
     /// `None` when absent; a `message` that is not an object is declined.
-    message: Option<Fields<'de>>,
-    finish_reason: Option<Text<'de>>,
+    message: Option<Fields<'a>>,
+    finish_reason: Option<Cow<'a, str>>,
     /// vLLM's spelling of the generated tokens.
     token_ids: Option<Vec<u32>>,
-    logprobs: Option<Object<Logprobs<'de>>>,
+    logprobs: Option<Logprobs<'a>>,
 }
 
-impl<'de> Named<'de> for Choice<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
-        match name {
-            "message" => self.message = Some(map.next_value::<Object<Fields<'de>>>()?.0),
-            "finish_reason" => self.finish_reason = map.next_value()?,
-            "token_ids" => self.token_ids = map.next_value()?,
-            "logprobs" => self.logprobs = map.next_value()?,
-            _ => drop(map.next_value::<IgnoredAny>()?),
-        }
-        Ok(())
+impl<'a> Choice<'a> {
+    fn read(r: &mut Reader<'a>, token_ids: bool) -> Option<Choice<'a>> {
+        let mut choice = Choice::default();
+        r.object(|r, name| {
+            match name {
+                "message" => choice.message = Some(Fields::read(r, token_ids)?),
+                "finish_reason" => choice.finish_reason = r.or_null(Reader::string)?,
+                "token_ids" if token_ids => choice.token_ids = r.or_null(Reader::ids)?,
+                "logprobs" if token_ids => choice.logprobs = r.or_null(Logprobs::read)?,
+                _ => r.skip()?,
+            }
+            Some(())
+        })?;
+        Some(choice)
     }
 }
 
 /// The fields of `choices[0].message` that a reply is read from.
 #[derive(Default)]
-struct Fields<'de> {
-    content: Option<Text<'de>>,
-    tool_calls: Option<Vec<Object<Call<'de>>>>,
-    reasoning: Option<Text<'de>>,
-    reasoning_content: Option<Text<'de>>,
+struct Fields<'a> {
+    content: Option<Cow<'a, str>>,
+    tool_calls: Option<Vec<Call<'a>>>,
+    reasoning: Option<Cow<'a, str>>,
+    reasoning_content: Option<Cow<'a, str>>,
     tokens: MessageTokens,
 }
 
@@ -225,55 +420,67 @@ struct MessageTokens {
     generation_log_probs: Option<Vec<f64>>,
 }
 
-impl<'de> Named<'de> for Fields<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
-        match name {
-            "content" => self.content = map.next_value()?,
-            "tool_calls" => self.tool_calls = map.next_value()?,
-            "reasoning" => self.reasoning = map.next_value()?,
-            "reasoning_content" => self.reasoning_content = map.next_value()?,
-            "prompt_token_ids" => self.tokens.prompt_token_ids = map.next_value()?,
-            "generation_token_ids" => self.tokens.generation_token_ids = map.next_value()?,
-            "generation_log_probs" => self.tokens.generation_log_probs = map.next_value()?,
-            _ => drop(map.next_value::<IgnoredAny>()?),
-        }
-        Ok(())
+impl<'a> Fields<'a> {
+    fn read(r: &mut Reader<'a>, token_ids: bool) -> Option<Fields<'a>> {
+        let mut fields = Fields::default();
+        r.object(|r, name| {
+            match name {
+                "content" => fields.content = r.or_null(Reader::string)?,
+                "tool_calls" => fields.tool_calls = r.or_null(|r| r.items(Call::read))?,
+                "reasoning" => fields.reasoning = r.or_null(Reader::string)?,
+                "reasoning_content" => fields.reasoning_content = r.or_null(Reader::string)?,
+                "prompt_token_ids" if token_ids => fields.tokens.prompt_token_ids = r.or_null(Reader::ids)?,
+                "generation_token_ids" if token_ids => fields.tokens.generation_token_ids = r.or_null(Reader::ids)?,
+                "generation_log_probs" if token_ids => {
+                    fields.tokens.generation_log_probs = r.or_null(|r| r.items(Reader::f64))?;
+                }
+                _ => r.skip()?,
+            }
+            Some(())
+        })?;
+        Some(fields)
     }
 }
 
-#[derive(Default)]
-struct Call<'de> {
-    id: Option<Text<'de>>,
+struct Call<'a> {
+    id: Option<Cow<'a, str>>,
     /// `None` when absent (the tree refuses the reply) or null (the tree reads a nameless
     /// call): either way declined.
-    function: Option<Function<'de>>,
+    function: Option<Function<'a>>,
 }
 
-impl<'de> Named<'de> for Call<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
-        match name {
-            "id" => self.id = map.next_value()?,
-            "function" => self.function = map.next_value::<Option<Object<Function<'de>>>>()?.map(|o| o.0),
-            _ => drop(map.next_value::<IgnoredAny>()?),
-        }
-        Ok(())
+impl<'a> Call<'a> {
+    fn read(r: &mut Reader<'a>) -> Option<Call<'a>> {
+        let mut call = Call { id: None, function: None };
+        r.object(|r, name| {
+            match name {
+                "id" => call.id = r.or_null(Reader::string)?,
+                "function" => call.function = r.or_null(Function::read)?,
+                _ => r.skip()?,
+            }
+            Some(())
+        })?;
+        Some(call)
     }
 }
 
-#[derive(Default)]
-struct Function<'de> {
-    name: Option<Text<'de>>,
-    arguments: Option<Text<'de>>,
+struct Function<'a> {
+    name: Option<Cow<'a, str>>,
+    arguments: Option<Cow<'a, str>>,
 }
 
-impl<'de> Named<'de> for Function<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
-        match name {
-            "name" => self.name = map.next_value()?,
-            "arguments" => self.arguments = map.next_value()?,
-            _ => drop(map.next_value::<IgnoredAny>()?),
-        }
-        Ok(())
+impl<'a> Function<'a> {
+    fn read(r: &mut Reader<'a>) -> Option<Function<'a>> {
+        let mut function = Function { name: None, arguments: None };
+        r.object(|r, name| {
+            match name {
+                "name" => function.name = r.or_null(Reader::string)?,
+                "arguments" => function.arguments = r.or_null(Reader::string)?,
+                _ => r.skip()?,
+            }
+            Some(())
+        })?;
+        Some(function)
     }
 }
 
@@ -284,47 +491,57 @@ struct Counts {
     completion_tokens: Option<u64>,
 }
 
-impl<'de> Named<'de> for Counts {
-    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
-        match name {
-            "prompt_tokens" => self.prompt_tokens = map.next_value()?,
-            "completion_tokens" => self.completion_tokens = map.next_value()?,
-            _ => drop(map.next_value::<IgnoredAny>()?),
-        }
-        Ok(())
+impl Counts {
+    fn read(r: &mut Reader<'_>) -> Option<Counts> {
+        let mut counts = Counts::default();
+        r.object(|r, name| {
+            match name {
+                "prompt_tokens" => counts.prompt_tokens = r.or_null(Reader::u64)?,
+                "completion_tokens" => counts.completion_tokens = r.or_null(Reader::u64)?,
+                _ => r.skip()?,
+            }
+            Some(())
+        })?;
+        Some(counts)
     }
 }
 
 /// `choices[0].logprobs`.
-#[derive(Default)]
-struct Logprobs<'de> {
-    content: Option<Vec<Object<Entry<'de>>>>,
+struct Logprobs<'a> {
+    content: Option<Vec<Entry<'a>>>,
 }
 
-impl<'de> Named<'de> for Logprobs<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
-        match name {
-            "content" => self.content = map.next_value()?,
-            _ => drop(map.next_value::<IgnoredAny>()?),
-        }
-        Ok(())
+impl<'a> Logprobs<'a> {
+    fn read(r: &mut Reader<'a>) -> Option<Logprobs<'a>> {
+        let mut logprobs = Logprobs { content: None };
+        r.object(|r, name| {
+            match name {
+                "content" => logprobs.content = r.or_null(|r| r.items(Entry::read))?,
+                _ => r.skip()?,
+            }
+            Some(())
+        })?;
+        Some(logprobs)
     }
 }
 
 /// A log-prob entry: the token (`token_id:<n>` when the server writes ids) and its log-prob.
-#[derive(Default)]
-struct Entry<'de> {
-    token: Option<Text<'de>>,
+struct Entry<'a> {
+    token: Option<Cow<'a, str>>,
     logprob: Option<f64>,
 }
 
-impl<'de> Named<'de> for Entry<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
-        match name {
-            "token" => self.token = map.next_value()?,
-            "logprob" => self.logprob = map.next_value()?,
-            _ => drop(map.next_value::<IgnoredAny>()?),
-        }
-        Ok(())
+impl<'a> Entry<'a> {
+    fn read(r: &mut Reader<'a>) -> Option<Entry<'a>> {
+        let mut entry = Entry { token: None, logprob: None };
+        r.object(|r, name| {
+            match name {
+                "token" => entry.token = r.or_null(Reader::string)?,
+                "logprob" => entry.logprob = r.or_null(Reader::f64)?,
+                _ => r.skip()?,
+            }
+            Some(())
+        })?;
+        Some(entry)
     }
 }
