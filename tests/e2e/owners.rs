@@ -124,3 +124,29 @@ async fn a_resume_beside_the_live_run_drives_nothing_twice() {
     assert!(resumed.contains("resuming"), "{resumed}");
     assert_eq!(sorted_rows(&work, "live.jsonl"), sorted_rows(&work, "reference.jsonl"), "every session once");
 }
+
+/// Resumes of a finished run, all at once, each write the run's files again from the store
+/// through temporary files of their own: none renames another's away (`No such file`), each
+/// ends cleanly, and the files hold every session once, with no temporary file left.
+#[test]
+fn resumes_at_once_each_rewrite_the_files_through_their_own() {
+    let work = reference_run();
+    let before = sorted_rows(&work, "reference.jsonl");
+    let resume = ["resume", "1", "--db", "reference.db"];
+    let resumes: Vec<(Child, String)> = (0..4)
+        .map(|i| {
+            let log = format!("resume-{i}.log");
+            (spawn(&work, &resume, &log), log)
+        })
+        .collect();
+    for (child, log) in resumes {
+        succeeded(child, &work, &log);
+    }
+    assert_eq!(sorted_rows(&work, "reference.jsonl"), before, "every session once");
+    let left: Vec<String> = std::fs::read_dir(work.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".partial"))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "temporary files left");
+}

@@ -497,7 +497,9 @@ async fn report(
 }
 
 /// Writes the rollout and failure files again from the store, through a temporary file each,
-/// so that an interrupted rewrite never leaves a half-written file behind.
+/// so that an interrupted rewrite never leaves a half-written file behind. The temporary files
+/// are this process's own: a run and a resume beside it may both rewrite the files as they end,
+/// and with one name between them, one's rename took the other's file away (`No such file`).
 async fn rewrite_outputs(
     store: &std::sync::Arc<Store>,
     run: i64,
@@ -505,8 +507,8 @@ async fn rewrite_outputs(
     out: &Path,
 ) -> anyhow::Result<(usize, usize)> {
     let failures = failures_path(out);
-    let out_tmp = out.with_extension("jsonl.partial");
-    let failures_tmp = failures.with_extension("jsonl.partial");
+    let partial = format!("jsonl.partial-{}", std::process::id());
+    let (out_tmp, failures_tmp) = (out.with_extension(&partial), failures.with_extension(&partial));
     let mut rows = std::io::BufWriter::new(std::fs::File::create(&out_tmp)?);
     let mut fails = std::io::BufWriter::new(std::fs::File::create(&failures_tmp)?);
     let counts = parley_export::export(store, run, settings, Format::NemoGym, &mut rows, Some(&mut fails)).await?;
