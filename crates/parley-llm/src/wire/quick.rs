@@ -24,8 +24,8 @@ pub(super) fn reply(body: &[u8], token_ids: bool) -> Option<(Message, Option<Str
     // The whole body checked for UTF-8 once, as the tree checks every string (skipped fields'
     // strings among them).
     let text = std::str::from_utf8(body).ok()?;
-    let mut reader = Reader { text, at: 0, depth: 0 };
-    let Reply { choice, usage, prompt_token_ids } = Reply::read(&mut reader, token_ids)?;
+    let mut reader = Reader { text, at: 0, depth: 0, token_ids };
+    let Reply { choice, usage, prompt_token_ids } = reader.named()?;
     reader.end()?;
     let Choice { message, finish_reason, token_ids: choice_ids, logprobs } = choice?;
     let Fields { content, tool_calls, reasoning, reasoning_content, tokens } = message?;
@@ -101,6 +101,8 @@ struct Reader<'a> {
     at: usize,
     /// The lists and objects open at the place.
     depth: usize,
+    /// Whether the reply's token fields are read (else passed over, as the tree leaves them).
+    token_ids: bool,
 }
 
 /// A number's text, and whether it is a plain integer: digits alone, as `u64` and `u32` fields
@@ -348,6 +350,23 @@ fn hex(bytes: &[u8], at: usize) -> Option<u32> {
     bytes.get(at..at + 4)?.iter().try_fold(0, |n, &b| Some(n * 16 + char::from(b).to_digit(16)?))
 }
 
+/// An object read by field name, each field's value into its place: what [`Reader::named`]
+/// reads. A name the object does not take is passed over ([`Reader::skip`]).
+trait Named<'a>: Default {
+    fn field(&mut self, r: &mut Reader<'a>, name: &str) -> Option<()>;
+}
+
+impl<'a> Reader<'a> {
+    /// An object of `T`'s fields.
+    fn named<T: Named<'a>>(&mut self) -> Option<T> {
+        let mut object = T::default();
+        self.object(|r, name| object.field(r, name))?;
+        Some(object)
+    }
+}
+
+/// The reply's fields; token fields only when the reader was asked for token ids (else the tree
+/// reads none either, and they are passed over).
 #[derive(Default)]
 struct Reply<'a> {
     /// `choices[0]`, when `choices` is a list that has one.
@@ -357,21 +376,15 @@ struct Reply<'a> {
     prompt_token_ids: Option<Vec<u32>>,
 }
 
-impl<'a> Reply<'a> {
-    /// The reply's fields; token fields only when `token_ids` (else the tree reads none either,
-    /// and they are passed over).
-    fn read(r: &mut Reader<'a>, token_ids: bool) -> Option<Reply<'a>> {
-        let mut reply = Reply::default();
-        r.object(|r, name| {
-            match name {
-                "choices" => reply.choice = r.first(|r| Choice::read(r, token_ids))?,
-                "usage" => reply.usage = r.or_null(Counts::read)?,
-                "prompt_token_ids" if token_ids => reply.prompt_token_ids = r.or_null(Reader::ids)?,
-                _ => r.skip()?,
-            }
-            Some(())
-        })?;
-        Some(reply)
+impl<'a> Named<'a> for Reply<'a> {
+    fn field(&mut self, r: &mut Reader<'a>, name: &str) -> Option<()> {
+        match name {
+            "choices" => self.choice = r.first(Reader::named)?,
+            "usage" => self.usage = r.or_null(Reader::named)?,
+            "prompt_token_ids" if r.token_ids => self.prompt_token_ids = r.or_null(Reader::ids)?,
+            _ => r.skip()?,
+        }
+        Some(())
     }
 }
 
@@ -385,20 +398,16 @@ struct Choice<'a> {
     logprobs: Option<Logprobs<'a>>,
 }
 
-impl<'a> Choice<'a> {
-    fn read(r: &mut Reader<'a>, token_ids: bool) -> Option<Choice<'a>> {
-        let mut choice = Choice::default();
-        r.object(|r, name| {
-            match name {
-                "message" => choice.message = Some(Fields::read(r, token_ids)?),
-                "finish_reason" => choice.finish_reason = r.or_null(Reader::string)?,
-                "token_ids" if token_ids => choice.token_ids = r.or_null(Reader::ids)?,
-                "logprobs" if token_ids => choice.logprobs = r.or_null(Logprobs::read)?,
-                _ => r.skip()?,
-            }
-            Some(())
-        })?;
-        Some(choice)
+impl<'a> Named<'a> for Choice<'a> {
+    fn field(&mut self, r: &mut Reader<'a>, name: &str) -> Option<()> {
+        match name {
+            "message" => self.message = Some(r.named()?),
+            "finish_reason" => self.finish_reason = r.or_null(Reader::string)?,
+            "token_ids" if r.token_ids => self.token_ids = r.or_null(Reader::ids)?,
+            "logprobs" if r.token_ids => self.logprobs = r.or_null(Reader::named)?,
+            _ => r.skip()?,
+        }
+        Some(())
     }
 }
 
@@ -420,28 +429,26 @@ struct MessageTokens {
     generation_log_probs: Option<Vec<f64>>,
 }
 
-impl<'a> Fields<'a> {
-    fn read(r: &mut Reader<'a>, token_ids: bool) -> Option<Fields<'a>> {
-        let mut fields = Fields::default();
-        r.object(|r, name| {
-            match name {
-                "content" => fields.content = r.or_null(Reader::string)?,
-                "tool_calls" => fields.tool_calls = r.or_null(|r| r.items(Call::read))?,
-                "reasoning" => fields.reasoning = r.or_null(Reader::string)?,
-                "reasoning_content" => fields.reasoning_content = r.or_null(Reader::string)?,
-                "prompt_token_ids" if token_ids => fields.tokens.prompt_token_ids = r.or_null(Reader::ids)?,
-                "generation_token_ids" if token_ids => fields.tokens.generation_token_ids = r.or_null(Reader::ids)?,
-                "generation_log_probs" if token_ids => {
-                    fields.tokens.generation_log_probs = r.or_null(|r| r.items(Reader::f64))?;
-                }
-                _ => r.skip()?,
+impl<'a> Named<'a> for Fields<'a> {
+    fn field(&mut self, r: &mut Reader<'a>, name: &str) -> Option<()> {
+        let tokens = &mut self.tokens;
+        match name {
+            "content" => self.content = r.or_null(Reader::string)?,
+            "tool_calls" => self.tool_calls = r.or_null(|r| r.items(Reader::named))?,
+            "reasoning" => self.reasoning = r.or_null(Reader::string)?,
+            "reasoning_content" => self.reasoning_content = r.or_null(Reader::string)?,
+            "prompt_token_ids" if r.token_ids => tokens.prompt_token_ids = r.or_null(Reader::ids)?,
+            "generation_token_ids" if r.token_ids => tokens.generation_token_ids = r.or_null(Reader::ids)?,
+            "generation_log_probs" if r.token_ids => {
+                tokens.generation_log_probs = r.or_null(|r| r.items(Reader::f64))?;
             }
-            Some(())
-        })?;
-        Some(fields)
+            _ => r.skip()?,
+        }
+        Some(())
     }
 }
 
+#[derive(Default)]
 struct Call<'a> {
     id: Option<Cow<'a, str>>,
     /// `None` when absent (the tree refuses the reply) or null (the tree reads a nameless
@@ -449,38 +456,31 @@ struct Call<'a> {
     function: Option<Function<'a>>,
 }
 
-impl<'a> Call<'a> {
-    fn read(r: &mut Reader<'a>) -> Option<Call<'a>> {
-        let mut call = Call { id: None, function: None };
-        r.object(|r, name| {
-            match name {
-                "id" => call.id = r.or_null(Reader::string)?,
-                "function" => call.function = r.or_null(Function::read)?,
-                _ => r.skip()?,
-            }
-            Some(())
-        })?;
-        Some(call)
+impl<'a> Named<'a> for Call<'a> {
+    fn field(&mut self, r: &mut Reader<'a>, name: &str) -> Option<()> {
+        match name {
+            "id" => self.id = r.or_null(Reader::string)?,
+            "function" => self.function = r.or_null(Reader::named)?,
+            _ => r.skip()?,
+        }
+        Some(())
     }
 }
 
+#[derive(Default)]
 struct Function<'a> {
     name: Option<Cow<'a, str>>,
     arguments: Option<Cow<'a, str>>,
 }
 
-impl<'a> Function<'a> {
-    fn read(r: &mut Reader<'a>) -> Option<Function<'a>> {
-        let mut function = Function { name: None, arguments: None };
-        r.object(|r, name| {
-            match name {
-                "name" => function.name = r.or_null(Reader::string)?,
-                "arguments" => function.arguments = r.or_null(Reader::string)?,
-                _ => r.skip()?,
-            }
-            Some(())
-        })?;
-        Some(function)
+impl<'a> Named<'a> for Function<'a> {
+    fn field(&mut self, r: &mut Reader<'a>, name: &str) -> Option<()> {
+        match name {
+            "name" => self.name = r.or_null(Reader::string)?,
+            "arguments" => self.arguments = r.or_null(Reader::string)?,
+            _ => r.skip()?,
+        }
+        Some(())
     }
 }
 
@@ -491,57 +491,47 @@ struct Counts {
     completion_tokens: Option<u64>,
 }
 
-impl Counts {
-    fn read(r: &mut Reader<'_>) -> Option<Counts> {
-        let mut counts = Counts::default();
-        r.object(|r, name| {
-            match name {
-                "prompt_tokens" => counts.prompt_tokens = r.or_null(Reader::u64)?,
-                "completion_tokens" => counts.completion_tokens = r.or_null(Reader::u64)?,
-                _ => r.skip()?,
-            }
-            Some(())
-        })?;
-        Some(counts)
+impl Named<'_> for Counts {
+    fn field(&mut self, r: &mut Reader<'_>, name: &str) -> Option<()> {
+        match name {
+            "prompt_tokens" => self.prompt_tokens = r.or_null(Reader::u64)?,
+            "completion_tokens" => self.completion_tokens = r.or_null(Reader::u64)?,
+            _ => r.skip()?,
+        }
+        Some(())
     }
 }
 
 /// `choices[0].logprobs`.
+#[derive(Default)]
 struct Logprobs<'a> {
     content: Option<Vec<Entry<'a>>>,
 }
 
-impl<'a> Logprobs<'a> {
-    fn read(r: &mut Reader<'a>) -> Option<Logprobs<'a>> {
-        let mut logprobs = Logprobs { content: None };
-        r.object(|r, name| {
-            match name {
-                "content" => logprobs.content = r.or_null(|r| r.items(Entry::read))?,
-                _ => r.skip()?,
-            }
-            Some(())
-        })?;
-        Some(logprobs)
+impl<'a> Named<'a> for Logprobs<'a> {
+    fn field(&mut self, r: &mut Reader<'a>, name: &str) -> Option<()> {
+        match name {
+            "content" => self.content = r.or_null(|r| r.items(Reader::named))?,
+            _ => r.skip()?,
+        }
+        Some(())
     }
 }
 
 /// A log-prob entry: the token (`token_id:<n>` when the server writes ids) and its log-prob.
+#[derive(Default)]
 struct Entry<'a> {
     token: Option<Cow<'a, str>>,
     logprob: Option<f64>,
 }
 
-impl<'a> Entry<'a> {
-    fn read(r: &mut Reader<'a>) -> Option<Entry<'a>> {
-        let mut entry = Entry { token: None, logprob: None };
-        r.object(|r, name| {
-            match name {
-                "token" => entry.token = r.or_null(Reader::string)?,
-                "logprob" => entry.logprob = r.or_null(Reader::f64)?,
-                _ => r.skip()?,
-            }
-            Some(())
-        })?;
-        Some(entry)
+impl<'a> Named<'a> for Entry<'a> {
+    fn field(&mut self, r: &mut Reader<'a>, name: &str) -> Option<()> {
+        match name {
+            "token" => self.token = r.or_null(Reader::string)?,
+            "logprob" => self.logprob = r.or_null(Reader::f64)?,
+            _ => r.skip()?,
+        }
+        Some(())
     }
 }
