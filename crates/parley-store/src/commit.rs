@@ -2,11 +2,13 @@
 //! given a whole batch at a time by the writer task, which answers the batch's writes once it
 //! is committed and runs the store's other writes between batches (see `writer`).
 //!
-//! A batch is one transaction of single-row statements, each prepared once and bound in place:
-//! the rows' text, raw bodies included, is bound by reference and copied once, by SQLite. Going
-//! through sqlx instead cost each statement a round trip to its connection's thread (two thread
-//! wake-ups, some two dozen statements a batch) and a copy of every bound string: 12% of the CPU
-//! of a persisted rollout in alternating runs (`docs/performance.md`).
+//! A batch is one transaction of statements prepared once and bound in place: the rows' text, raw
+//! bodies included, is bound by reference and copied once, by SQLite. A batch's messages, calls
+//! and tool calls are inserted up to [`CHUNK`] rows a statement, so that a statement's own work
+//! (its cursors opened and closed, its program started, halted and reset) is paid once for them.
+//! Going through sqlx instead cost each statement a round trip to its connection's thread (two
+//! thread wake-ups, some two dozen statements a batch) and a copy of every bound string: 12% of
+//! the CPU of a persisted rollout in alternating runs (`docs/performance.md`).
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -27,13 +29,14 @@ pub(crate) struct Committer {
     jobs: mpsc::Sender<Job>,
 }
 
+// The inserts of a batch's turns, less their values: [`insert_rows`] adds a group of
+// parameters for each row.
 const MESSAGES: &str = "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, \
-     reasoning, tokens, content_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+     reasoning, tokens, content_id) VALUES ";
 const CALLS: &str = "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
-     completion_tokens, latency_ms, attempts, error, party, finish_reason, sampling) \
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+     completion_tokens, latency_ms, attempts, error, party, finish_reason, sampling) VALUES ";
 const TOOLS: &str = "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, \
-     is_write, malformed, truncated, duration_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+     is_write, malformed, truncated, duration_us) VALUES ";
 const ENDS: &str = "UPDATE sessions SET status = 'finished', termination = ?2, reward = ?3, error = ?4, \
      failure = ?5, steps = ?6, retries = retries + ?7, duration_ms = ?8, token_contiguity = ?9, user_faults = ?10, \
      owner = NULL, lease_until = NULL, finished_at = ?11 WHERE id = ?1";
@@ -62,6 +65,9 @@ impl Committer {
             wal_limit.min(i64::MAX as u64)
         );
         conn.execute_batch(&settings).map_err(refused)?;
+        // Room for each table's inserts of a whole chunk and of the last rows of a batch beside
+        // the few other statements, so that none is prepared again batch after batch.
+        conn.set_prepared_statement_cache_capacity(32);
         let (jobs, queue) = mpsc::channel::<Job>();
         let mut thread = Thread { conn, path: path.to_owned(), raw, texts: KnownTexts::default() };
         std::thread::Builder::new()
@@ -135,15 +141,17 @@ impl Thread {
             }
         }
         rows.settle(self.texts.ids());
-        insert(&tx, MESSAGES, &rows.messages, None).map_err(db_error)?;
-        insert(&tx, CALLS, &rows.calls, None).map_err(db_error)?;
-        insert(&tx, TOOLS, &rows.tools, None).map_err(db_error)?;
+        insert_rows(&tx, MESSAGES, &rows.messages).map_err(db_error)?;
+        insert_rows(&tx, CALLS, &rows.calls).map_err(db_error)?;
+        insert_rows(&tx, TOOLS, &rows.tools).map_err(db_error)?;
         // The batch's one clock reading, for its sessions' ends and their scores, when it has
         // any: SQLite's `strftime(..., 'now')` (the scores' column default) cost a microsecond a
         // row.
-        let now = (!rows.ends.is_empty() || !rows.scores.is_empty()).then(now_text);
-        insert(&tx, ENDS, &rows.ends, now.as_deref()).map_err(db_error)?;
-        insert(&tx, SCORES, &rows.scores, now.as_deref()).map_err(db_error)?;
+        if !rows.ends.is_empty() || !rows.scores.is_empty() {
+            let now = now_text();
+            each_row(&tx, ENDS, &rows.ends, &now).map_err(db_error)?;
+            each_row(&tx, SCORES, &rows.scores, &now).map_err(db_error)?;
+        }
         tx.commit().map_err(db_error)?;
 
         Ok(answers)
@@ -176,18 +184,47 @@ fn now_text() -> String {
     chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
+/// The most rows [`insert_rows`] inserts with one statement. Past a few dozen rows a statement's
+/// own work is a small part of its rows', and a statement of this many rows of thirteen columns
+/// binds far fewer parameters than SQLite allows one (32,766).
+const CHUNK: usize = 32;
+
+/// Inserts `rows` into the table `head` names (`INSERT INTO t (columns) VALUES `), up to
+/// [`CHUNK`] rows a statement, each statement prepared once per connection and number of rows.
+fn insert_rows<R: Row>(tx: &Transaction<'_>, head: &str, rows: &[R]) -> rusqlite::Result<()> {
+    for chunk in rows.chunks(CHUNK) {
+        let mut statement = tx.prepare_cached(&values(head, R::COLUMNS, chunk.len()))?;
+        for (i, row) in chunk.iter().enumerate() {
+            row.bind_after(&mut statement, i * R::COLUMNS)?;
+        }
+        statement.raw_execute()?;
+    }
+    Ok(())
+}
+
+/// `head` and `rows` groups of `columns` parameters: `(?, ?), (?, ?)`.
+fn values(head: &str, columns: usize, rows: usize) -> String {
+    let group = format!("({})", vec!["?"; columns].join(", "));
+    let mut sql = String::with_capacity(head.len() + rows * (group.len() + 2));
+    sql.push_str(head);
+    for i in 0..rows {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&group);
+    }
+    sql
+}
+
 /// Runs `sql`, prepared once per connection, for each row of `rows`, with `last` after each
-/// row's values when given.
-fn insert<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R], last: Option<&str>) -> rusqlite::Result<()> {
+/// row's values.
+fn each_row<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R], last: &str) -> rusqlite::Result<()> {
     if rows.is_empty() {
         return Ok(());
     }
     let mut statement = tx.prepare_cached(sql)?;
     for row in rows {
-        match &last {
-            Some(last) => statement.execute(row.params_and(last))?,
-            None => statement.execute(row.params())?,
-        };
+        statement.execute(row.params_and(&last))?;
     }
     Ok(())
 }

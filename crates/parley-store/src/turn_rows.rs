@@ -1,9 +1,10 @@
 //! The rows a batch of turns writes, built once for both writers: each table's row is one struct,
 //! made by one function from what the session sent ([`TurnRows::gather`] walks a batch), so the
 //! two stores store the same values. Only how the rows are bound differs, and [`rows!`] declares
-//! both from one list of columns: one statement's parameters per row ([`Row::params`], SQLite's
-//! committing thread, which runs one prepared statement per row) or one array per column
-//! ([`MessageColumns`] and the like, PostgreSQL's, whose one statement reads them with `UNNEST`).
+//! both from one list of columns: each row's values as parameters of a statement
+//! ([`Row::bind_after`], [`Row::params_and`]: SQLite's committing thread, whose statements insert
+//! up to a few dozen rows each) or one array per column ([`MessageColumns`] and the like,
+//! PostgreSQL's, whose one statement reads them with `UNNEST`).
 
 use std::collections::HashSet;
 
@@ -19,11 +20,16 @@ use crate::shared;
 
 /// A row of one table, as SQLite's committing thread binds it.
 pub(crate) trait Row {
-    /// The row's values in column order, bound by reference as one statement's parameters.
-    fn params(&self) -> impl rusqlite::Params + '_;
+    /// The row's columns: the parameters it binds.
+    const COLUMNS: usize;
 
-    /// [`Row::params`] and `last` after them, a value the statement takes for every row.
+    /// The row's values in column order, bound by reference as one statement's parameters,
+    /// and `last` after them, a value the statement takes for every row.
     fn params_and<'b>(&'b self, last: &'b dyn rusqlite::ToSql) -> impl rusqlite::Params + 'b;
+
+    /// Binds the row's values by reference, in column order, as the parameters after the first
+    /// `before` of `statement`: one row of a statement that inserts several.
+    fn bind_after(&self, statement: &mut rusqlite::Statement<'_>, before: usize) -> rusqlite::Result<()>;
 }
 
 /// Declares each table's row (a struct with one field per column, in the order its statements
@@ -40,8 +46,15 @@ macro_rules! rows {
         }
 
         impl$(<$lt>)? Row for $row$(<$lt>)? {
-            fn params(&self) -> impl rusqlite::Params + '_ {
-                [$(&self.$field as &dyn rusqlite::ToSql),*]
+            const COLUMNS: usize = [$(stringify!($field)),*].len();
+
+            fn bind_after(&self, statement: &mut rusqlite::Statement<'_>, before: usize) -> rusqlite::Result<()> {
+                let mut at = before;
+                $(
+                    at += 1;
+                    statement.raw_bind_parameter(at, &self.$field)?;
+                )*
+                Ok(())
             }
 
             fn params_and<'b>(&'b self, last: &'b dyn rusqlite::ToSql) -> impl rusqlite::Params + 'b {

@@ -240,3 +240,55 @@ async fn a_tool_result_is_stored_once_and_comes_back_exactly() {
     let kept = |s: &str| Some(s.to_owned());
     assert_eq!(rows, [(1, None, None), (2, kept("said"), kept("c2")), (3, kept("1"), None)], "the output once");
 }
+
+/// A turn of more rows than one statement inserts (the committing thread inserts a few dozen
+/// rows a statement), each row unlike the others, beside sessions committing at once: every row
+/// comes back in its place, none of its values bound to another's.
+#[tokio::test]
+async fn turns_of_more_rows_than_a_statement_inserts_come_back_row_for_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, ids) = store_with_sessions(&dir, 9).await;
+    let long = |session: usize, pairs: u32| {
+        let mut record = TurnRecord::default();
+        for i in 0..pairs {
+            let mut pair = turn(2 * i);
+            let said = format!("session {session}, call {i}");
+            pair.messages[0].message.content = Some(format!("asking: {said}"));
+            let call = pair.messages[0].call.as_mut().unwrap();
+            call.usage = Usage { prompt_tokens: u64::from(i), completion_tokens: session as u64 };
+            call.attempts = i + 1;
+            pair.messages[1].message = Message::tool_result("c1", &said);
+            pair.tool_calls[0].output = said;
+            record.messages.append(&mut pair.messages);
+            record.tool_calls.append(&mut pair.tool_calls);
+        }
+        record
+    };
+    // 71 pairs: 142 messages and 71 calls and tool calls, no multiple of a statement's rows.
+    let turns: Vec<(usize, TurnRecord)> = ids.iter().enumerate().map(|(s, _)| (s, long(s, 71 - s as u32))).collect();
+    let commits = turns.iter().map(|(s, record)| store.commit_turn(Claim::unclaimed(ids[*s]), record.clone()));
+    for committed in futures::future::join_all(commits).await {
+        committed.unwrap();
+    }
+    for (s, record) in &turns {
+        let transcript = store.transcript(ids[*s]).await.unwrap();
+        let messages: Vec<Message> = record.messages.iter().map(|r| r.message.clone()).collect();
+        assert_eq!(transcript.messages, messages, "session {s}");
+        let outputs = |calls: &[ToolCallRecord]| calls.iter().map(|c| (c.seq, c.output.clone())).collect::<Vec<_>>();
+        assert_eq!(outputs(&transcript.tool_calls), outputs(&record.tool_calls), "session {s}");
+        let figures: Vec<(u32, u64, u64, u32)> = transcript
+            .calls
+            .iter()
+            .map(|c| (c.seq, c.usage.prompt_tokens, c.usage.completion_tokens, c.attempts))
+            .collect();
+        let sent: Vec<(u32, u64, u64, u32)> = record
+            .messages
+            .iter()
+            .filter_map(|r| {
+                r.call.as_ref().map(|c| (r.seq, c.usage.prompt_tokens, c.usage.completion_tokens, c.attempts))
+            })
+            .collect();
+        assert_eq!(figures, sent, "session {s}");
+    }
+    store.close().await.unwrap();
+}
