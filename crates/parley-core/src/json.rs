@@ -612,10 +612,11 @@ mod tests {
     fn every_ascii_byte_is_escaped_as_serde_json_escapes_it_wherever_it_falls_in_a_word() {
         for byte in 0..0x80u8 {
             let c = char::from(byte);
-            // At every place of the first two words and the short tail after them, among bytes
-            // that a borrow from an escaped byte below would mark too (` `, `#`, `]`).
-            for filler in ['a', ' ', '#', ']'] {
-                for len in [3, 8, 19] {
+            // At every place of texts shorter than a word, of a word or two and a short tail,
+            // and of four words and more, among bytes that a borrow from an escaped byte below
+            // would mark too (` `, `#`, `]`) and bytes above ASCII.
+            for filler in ['a', ' ', '#', ']', '\u{ff}'] {
+                for len in [3, 8, 15, 16, 19, 32, 37] {
                     for at in 0..len {
                         let text: String = (0..len).map(|i| if i == at { c } else { filler }).collect();
                         same(&text);
@@ -636,8 +637,19 @@ mod tests {
     /// any text, the place itself and the end included: the one the byte-by-byte test finds.
     #[test]
     fn a_readers_scan_stops_where_a_plain_run_ends() {
-        let texts =
-            ["", "a", "ab\"", "\\", "0123456789abcdef", "0123456\n89abcdef\"", "é😀\u{1}x", "abcdefgh\"ijklmnop"];
+        let long = format!("{}\u{1f}{}\\{}", "x".repeat(17), "é".repeat(9), "y".repeat(20));
+        let texts = [
+            "",
+            "a",
+            "ab\"",
+            "\\",
+            "0123456789abcdef",
+            "0123456\n89abcdef\"",
+            "é😀\u{1}x",
+            "abcdefgh\"ijklmnop",
+            "0123456789abcdef0123456789abcde\"",
+            &long,
+        ];
         for text in texts {
             let bytes = text.as_bytes();
             for at in 0..=bytes.len() + 1 {
