@@ -205,15 +205,7 @@ fn insert_rows<R: Row>(tx: &Transaction<'_>, head: &str, rows: &[R]) -> rusqlite
 /// `head` and `rows` groups of `columns` parameters: `(?, ?), (?, ?)`.
 fn values(head: &str, columns: usize, rows: usize) -> String {
     let group = format!("({})", vec!["?"; columns].join(", "));
-    let mut sql = String::with_capacity(head.len() + rows * (group.len() + 2));
-    sql.push_str(head);
-    for i in 0..rows {
-        if i > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str(&group);
-    }
-    sql
+    format!("{head}{}", vec![group; rows].join(", "))
 }
 
 /// Runs `sql`, prepared once per connection, for each row of `rows`, with `last` after each
