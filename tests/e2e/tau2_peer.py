@@ -176,6 +176,36 @@ def rescore_one(raw: dict) -> dict:
     return entry
 
 
+def read_databases_once() -> None:
+    """tau2 builds every environment from its database file, read as JSON into Python's objects
+    and validated from them: four times a session (three in `evaluate_simulation`, one in
+    `replay_outputs`), over half of a re-score's time. Here each JSON file is read once per worker
+    and each load validates its bytes in pydantic's JSON mode, in one pass. The first load of each
+    file and class also takes tau2's own way, and the two databases must dump the same, so the
+    shortcut is checked wherever it is taken; any other file is loaded tau2's way."""
+    from tau2.environment.db import DB
+
+    theirs = DB.load.__func__
+    texts: dict = {}
+    checked: set = set()
+
+    def load(cls, path):
+        key = str(path)
+        if not key.endswith(".json"):
+            return theirs(cls, path)
+        if key not in texts:
+            with open(key, "rb") as f:
+                texts[key] = f.read()
+        db = cls.model_validate_json(texts[key])
+        if (cls, key) not in checked:
+            if theirs(cls, path).model_dump() != db.model_dump():
+                raise AssertionError(f"{key}: pydantic's JSON mode reads another {cls.__name__} than tau2's load")
+            checked.add((cls, key))
+        return db
+
+    DB.load = classmethod(load)
+
+
 def rescore(path: str) -> None:
     """Sessions are independent, so they are re-scored on every core."""
     global DOMAIN, TASKS
@@ -185,6 +215,7 @@ def rescore(path: str) -> None:
     from loguru import logger
 
     logger.remove()
+    read_databases_once()
     from tau2.data_model.tasks import Task
 
     with open(path) as f:
