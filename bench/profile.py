@@ -36,7 +36,8 @@ PARTS = [
     ("store: request deltas", ("parley_store::delta",)),
     ("store: writer (batches, binding, fences, acks)", ("parley_store::",)),
     ("SQL clients (sqlx, rusqlite: statements, rows, channels)", ("sqlx_core::", "sqlx_sqlite::", "flume::", "rusqlite::")),
-    ("JSON (serde_json)", ("serde_json::",)),
+    # Parley's own writer of request bodies, rows and columns, byte for byte serde_json's.
+    ("JSON (serde_json, parley_core::json)", ("serde_json::", "parley_core::json::")),
     ("HTTP client (parley_http::plain; hyper for https)", ("parley_http::plain", "httparse::", "hyper::", "hyper_util::", "hyper_rustls::", "reqwest::", "http::", "h2::")),
     ("HTTP stack (tower, retries, bodies)", ("parley_http::", "tower::")),
     ("model client (requests, replies)", ("parley_llm::",)),
