@@ -178,7 +178,8 @@ impl Iterator for Rows {
 pub(crate) fn parse(index: usize, row: Value, multi_step: bool) -> Result<Task, String> {
     let task = task_from_row(index, row).map_err(|e| e.to_string())?;
     if multi_step {
-        let known = environment_multi_step::tools();
+        // Made once: a million rows read made it a million times, two JSON schemas each.
+        let known = environment_multi_step::default_tools();
         if let Some(unknown) = task.tools.iter().find(|t| !known.iter().any(|k| k.name == t.name)) {
             let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
             return Err(format!(
@@ -297,6 +298,30 @@ mod tests {
 
         let (source, _) = TaskSource::from_settings(&settings(&path, BadRows::Skip, Some(2))).unwrap();
         assert_eq!(source.tasks(None).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_multi_step_row_may_declare_only_the_environments_tools() {
+        let with_tools = |names: &[&str]| {
+            let tools: Vec<serde_json::Value> = names
+                .iter()
+                .map(|n| serde_json::json!({"type": "function", "name": n, "parameters": {"type": "object"}}))
+                .collect();
+            serde_json::json!({"responses_create_params": {"input": [{"role": "user", "content": "q"}], "tools": tools}})
+        };
+        for _ in 0..2 {
+            // Twice: the second check reads the list the first one made.
+            let known = parse(0, with_tools(&["get_synonym_value", "extract_synonym_values"]), true).unwrap();
+            assert_eq!(known.tools.len(), 2);
+            let err = parse(3, with_tools(&["get_synonym_value", "rm_rf"]), true).unwrap_err();
+            assert_eq!(
+                err,
+                "the row declares the tool `rm_rf`, which the multi-step environment does not have (it has \
+                 get_synonym_value, extract_synonym_values)"
+            );
+        }
+        // Another environment's rows declare what they like.
+        assert!(parse(3, with_tools(&["rm_rf"]), false).is_ok());
     }
 
     #[test]

@@ -66,15 +66,18 @@ impl Environment for MultiStep {
 
     async fn open(&self, task: &Task) -> Result<Box<dyn EnvSession>, EnvError> {
         let tools = match task.tools.is_empty() {
-            true => DEFAULT_TOOLS.get_or_init(|| tools().into()).clone(),
+            true => default_tools().clone(),
             false => task.tools.clone(),
         };
         Ok(Box::new(Session { tools, scored: verify::Scored::of(task.row.fields()) }))
     }
 }
 
-/// The tools of rows that name none, made once.
-static DEFAULT_TOOLS: OnceLock<ToolList> = OnceLock::new();
+/// [`tools`], made once: what rows that name no tools run with, and all a row may name.
+pub fn default_tools() -> &'static ToolList {
+    static DEFAULT_TOOLS: OnceLock<ToolList> = OnceLock::new();
+    DEFAULT_TOOLS.get_or_init(|| tools().into())
+}
 
 struct Session {
     tools: ToolList,
