@@ -29,7 +29,7 @@ impl Listing {
 pub fn catalogue(data_dir: Option<&Path>) -> Vec<Listing> {
     let mut listings = vec![Listing::new(
         "multi-step",
-        Some((environment_multi_step::tools().len(), 0)),
+        Some((environment_multi_step::default_tools().len(), 0)),
         "any",
         "NeMo Gym's example_multi_step in-process; tasks from `parley tasks multi-step`",
     )];

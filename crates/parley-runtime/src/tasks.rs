@@ -178,7 +178,7 @@ impl Iterator for Rows {
 pub(crate) fn parse(index: usize, row: Value, multi_step: bool) -> Result<Task, String> {
     let task = task_from_row(index, row).map_err(|e| e.to_string())?;
     if multi_step {
-        // Made once: a million rows read made it a million times, two JSON schemas each.
+        // The environment's own list, made once for every row read.
         let known = environment_multi_step::default_tools();
         if let Some(unknown) = task.tools.iter().find(|t| !known.iter().any(|k| k.name == t.name)) {
             let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
@@ -310,7 +310,7 @@ mod tests {
             serde_json::json!({"responses_create_params": {"input": [{"role": "user", "content": "q"}], "tools": tools}})
         };
         for _ in 0..2 {
-            // Twice: the second check reads the list the first one made.
+            // Twice: every check after the first reads the list already made.
             let known = parse(0, with_tools(&["get_synonym_value", "extract_synonym_values"]), true).unwrap();
             assert_eq!(known.tools.len(), 2);
             let err = parse(3, with_tools(&["get_synonym_value", "rm_rf"]), true).unwrap_err();
