@@ -5,12 +5,13 @@
 
 use std::collections::HashSet;
 
+use parley_core::review::UserFault;
 use parley_core::{FailureClass, Reward, RunId, SessionId, SessionStatus, StoreError, Termination, Unusable};
 use sqlx::QueryBuilder;
 use sqlx::sqlite::SqliteRow;
 
 use crate::dialect::{Dialect, both_stores};
-use crate::row::{self, StoredRow, Unreadable, call_party, session_columns};
+use crate::row::{self, Columns, Of, StoredRow, Unreadable, call_party, session_columns};
 use crate::{PgStore, SqliteStore};
 
 /// One session of a page read past damage: its row, or why it cannot be read.
@@ -105,6 +106,14 @@ impl CallTotals {
     }
 }
 
+/// The columns of a session that [`RunOutcomes`] counts, as a macro so that statements stay
+/// literals.
+macro_rules! outcome_columns {
+    () => {
+        "id, task_index, status, termination, reward, failure, retries, duration_ms, user_faults"
+    };
+}
+
 /// A run's sessions as its metrics see them: each finished session's outcome, failures by
 /// class, and the sessions not finished.
 #[derive(Debug, Default)]
@@ -119,25 +128,30 @@ pub struct RunOutcomes {
 }
 
 impl RunOutcomes {
-    /// Counts one session in.
-    pub(crate) fn add(&mut self, s: SessionRow) {
+    /// Counts one session in: a row of [`outcome_columns!`], the columns the metrics read.
+    fn add(&mut self, store: &dyn Unreadable, row: &impl StoredRow) -> Result<(), StoreError> {
+        let id = row::session_id(store, row)?;
+        let c = Columns::new(store, row, "sessions", Of::Session(id));
         self.total += 1;
-        self.retries += s.retries;
-        if s.status != SessionStatus::Finished {
+        self.retries += c.get::<i64>("retries")?;
+        if c.required("status", SessionStatus::parse)? != SessionStatus::Finished {
             self.unfinished += 1;
-            return;
+            return Ok(());
         }
-        if let Some(failure) = s.failure {
+        if let Some(failure) = c.named("failure", FailureClass::parse)? {
             *self.failures.entry(failure).or_default() += 1;
         }
+        let termination = c.named("termination", Termination::parse)?;
+        let faults = c.named("user_faults", |text| serde_json::from_str::<Vec<UserFault>>(text).ok())?;
         self.outcomes.push(parley_scoring::Outcome {
-            task: s.task_index as usize,
-            infrastructure: s.termination.is_none_or(Termination::is_infrastructure),
-            termination: s.termination.map_or("", Termination::as_str),
-            reward: s.reward,
-            duration_ms: s.duration_ms.unwrap_or(0.0),
-            user_fault: !s.user_faults.is_empty(),
+            task: c.number("task_index")?,
+            infrastructure: termination.is_none_or(Termination::is_infrastructure),
+            termination: termination.map_or("", Termination::as_str),
+            reward: c.get("reward")?,
+            duration_ms: c.get::<Option<f64>>("duration_ms")?.unwrap_or(0.0),
+            user_fault: faults.is_some_and(|f| !f.is_empty()),
         });
+        Ok(())
     }
 
     /// Several runs' outcomes as one (a service's environments, say): each run's tasks are
@@ -257,16 +271,28 @@ both_stores! {
     }
 
     /// The run's outcomes, read a page at a time: a run of a million sessions keeps only what
-    /// the metrics need of each.
+    /// the metrics need of each, and reads no other column (the report at every run's end reads
+    /// every session of the run).
     pub async fn run_outcomes(&self, run: RunId) -> Result<RunOutcomes, StoreError> {
         let mut out = RunOutcomes::default();
         let mut after = 0;
         loop {
-            let sessions = self.sessions_page(run, after, 4096).await?;
-            let Some(last) = sessions.last() else { break };
-            after = last.id;
-            for s in sessions {
-                out.add(s);
+            let page = sqlx::query(concat!(
+                "SELECT ",
+                outcome_columns!(),
+                " FROM sessions WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT 4096"
+            ))
+            .bind(run)
+            .bind(after)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| {
+                self.read_error(e, &format!("a page of the sessions of run {run} after {after} (table `sessions`)"))
+            })?;
+            let Some(last) = page.last() else { break };
+            after = row::session_id(self, last)?;
+            for session in &page {
+                out.add(self, session)?;
             }
         }
         Ok(out)

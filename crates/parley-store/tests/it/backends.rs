@@ -163,6 +163,7 @@ on_both!(
     a_failed_batch_keeps_nothing_and_the_next_is_written,
     commits_renewals_and_claims_at_once_all_go_through,
     a_rescore_lands_one_version_for_the_run_or_nothing,
+    a_runs_outcomes_count_each_session_as_its_row_says,
     a_fork_shares_its_prefix_and_failed_sessions_reopen,
     a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole,
     long_system_prompts_are_stored_once_and_transcripts_come_back_whole,

@@ -489,6 +489,62 @@ pub async fn a_rescore_lands_one_version_for_the_run_or_nothing(db: &Db) {
     store.close().await.unwrap();
 }
 
+pub async fn a_runs_outcomes_count_each_session_as_its_row_says(db: &Db) {
+    use parley_core::review::{Rule, UserFault};
+    let store = db.open().await;
+    let (spec, tasks, specs) = run_of(5);
+    let (run, ids) = store.create_run(&spec, &tasks, &specs).await.unwrap();
+    let (other, strays) = store.create_run(&spec, &tasks, &specs[..1]).await.unwrap();
+    let ended = [
+        SessionOutcome { retries: 2, duration: Duration::from_millis(40), ..outcome() },
+        SessionOutcome {
+            termination: Termination::InfrastructureError,
+            reward: None,
+            error: Some("the endpoint went away".into()),
+            failure: Some(FailureClass::Connection),
+            retries: 3,
+            ..outcome()
+        },
+        SessionOutcome {
+            termination: Termination::UserStop,
+            reward: Some(Reward::new(0.0)),
+            user_faults: vec![UserFault { seq: 2, rule: Rule::Repeats, detail: "again".into() }],
+            ..outcome()
+        },
+        SessionOutcome { termination: Termination::MaxTurns, reward: Some(Reward::new(0.5)), ..outcome() },
+    ];
+    for (&id, o) in ids.iter().zip(&ended) {
+        store.finish_session(Claim::unclaimed(id), TurnRecord::default(), o).await.unwrap();
+    }
+    store.finish_session(Claim::unclaimed(strays[0]), TurnRecord::default(), &ended[1]).await.unwrap();
+    // The last session of the run is not finished.
+    let read = store.run_outcomes(run).await.unwrap();
+    assert_eq!((read.total, read.unfinished, read.retries), (5, 1, 5));
+    assert_eq!(read.failures.into_iter().collect::<Vec<_>>(), [(FailureClass::Connection, 1)]);
+    let outcome =
+        |termination: Termination, reward: Option<f64>, duration_ms: f64, user_fault: bool| parley_scoring::Outcome {
+            task: 0,
+            termination: termination.as_str(),
+            infrastructure: termination.is_infrastructure(),
+            reward,
+            duration_ms,
+            user_fault,
+        };
+    assert_eq!(
+        read.outcomes,
+        [
+            outcome(Termination::AgentStop, Some(1.0), 40.0, false),
+            outcome(Termination::InfrastructureError, None, 5.0, false),
+            outcome(Termination::UserStop, Some(0.0), 5.0, true),
+            outcome(Termination::MaxTurns, Some(0.5), 5.0, false),
+        ]
+    );
+    assert!(read.outcomes[1].infrastructure && !read.outcomes[0].infrastructure);
+    let stray = store.run_outcomes(other).await.unwrap();
+    assert_eq!((stray.total, stray.unfinished, stray.retries, stray.outcomes.len()), (1, 0, 3, 1));
+    store.close().await.unwrap();
+}
+
 pub async fn a_fork_shares_its_prefix_and_failed_sessions_reopen(db: &Db) {
     let store = db.open().await;
     let (spec, tasks, specs) = run_of(2);
