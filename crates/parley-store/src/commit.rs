@@ -18,7 +18,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, Transactio
 use tokio::sync::oneshot;
 
 use crate::handle::{self, Answers, Write};
-use crate::shared::{KnownTexts, STORE_TEXT};
+use crate::shared::{KnownTexts, PromptIds, STORE_TEXT};
 use crate::turn_rows::{Row, TurnRows};
 
 /// A batch for the thread, and where its writes go back to, with their answers.
@@ -65,11 +65,14 @@ impl Committer {
             wal_limit.min(i64::MAX as u64)
         );
         conn.execute_batch(&settings).map_err(refused)?;
-        // Room for each table's inserts of a whole chunk and of the last rows of a batch beside
-        // the few other statements, so that none is prepared again batch after batch.
-        conn.set_prepared_statement_cache_capacity(32);
+        // Room for each table's inserts of every number of rows up to a chunk (a batch's last
+        // rows are as many as it has past its whole chunks) beside the few other statements,
+        // so that none is prepared again batch after batch: with room for 32, batches of many
+        // sizes had the inserts parsed and planned again, 0.4% of a run's CPU.
+        conn.set_prepared_statement_cache_capacity(3 * CHUNK + 8);
         let (jobs, queue) = mpsc::channel::<Job>();
-        let mut thread = Thread { conn, path: path.to_owned(), raw, texts: KnownTexts::default() };
+        let mut thread =
+            Thread { conn, path: path.to_owned(), raw, texts: KnownTexts::default(), prompts: PromptIds::default() };
         std::thread::Builder::new()
             .name("parley-store-commit".into())
             .spawn(move || {
@@ -104,6 +107,8 @@ struct Thread {
     raw: bool,
     /// The system prompts `texts` holds, as this thread stored them.
     texts: KnownTexts,
+    /// The ids of the system prompts this thread saw last.
+    prompts: PromptIds,
 }
 
 impl Thread {
@@ -128,7 +133,7 @@ impl Thread {
         let answers = fences(&tx, batch, path).map_err(db_error)?;
         let live: Vec<&Write> = batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(w, _)| w).collect();
 
-        let mut rows = TurnRows::gather(live.iter().copied(), self.raw);
+        let mut rows = TurnRows::gather(live.iter().copied(), self.raw, &mut self.prompts);
         for (id, text) in rows.new_texts(self.texts.ids()) {
             let held: String = tx
                 .prepare_cached(STORE_TEXT)

@@ -84,12 +84,36 @@ impl StoredRow {
 /// id and the lookup cost about what they save.
 pub(crate) const SHARED_TEXT: usize = 256;
 
-/// The id `texts` keeps a message's text under, when it is one that is stored once: a system
-/// prompt of [`SHARED_TEXT`] bytes or more. None holds a NUL, which PostgreSQL's text cannot
-/// (such a message is refused in its row, with its session alone).
-pub(crate) fn shared_text(m: &parley_core::Message) -> Option<(i64, &str)> {
-    let text = m.content.as_deref().filter(|t| t.len() >= SHARED_TEXT && !t.contains('\0'))?;
-    (m.role == parley_core::Role::System).then(|| (id_of(text), text))
+/// The ids `texts` keeps messages' texts under, when a message is one whose text is stored once:
+/// a system prompt of [`SHARED_TEXT`] bytes or more. None holds a NUL, which PostgreSQL's text
+/// cannot (such a message is refused in its row, with its session alone).
+///
+/// A writer keeps the prompts it saw last with their ids: a run's sessions open with a few
+/// prompts between them, so each prompt's text is hashed once, not once a session (a kilobyte
+/// or more of SHA-256 against a comparison of its bytes).
+#[derive(Debug, Default)]
+pub(crate) struct PromptIds(Vec<(Box<str>, i64)>);
+
+impl PromptIds {
+    /// The prompts kept; past this, the one kept longest gives way.
+    const MOST: usize = 8;
+
+    /// The id `m`'s text is kept under in `texts`, when it is one that is stored once.
+    pub(crate) fn of(&mut self, m: &parley_core::Message) -> Option<i64> {
+        let text = m.content.as_deref().filter(|t| t.len() >= SHARED_TEXT && !t.contains('\0'))?;
+        if m.role != parley_core::Role::System {
+            return None;
+        }
+        if let Some((_, id)) = self.0.iter().find(|(kept, _)| **kept == *text) {
+            return Some(*id);
+        }
+        let id = id_of(text);
+        if self.0.len() == Self::MOST {
+            self.0.remove(0);
+        }
+        self.0.push((text.into(), id));
+        Some(id)
+    }
 }
 
 /// Stores a text under its id unless one is there, and answers the text stored under the id:
@@ -208,6 +232,24 @@ mod tests {
         let text = |i: usize| Arc::clone(&stored[i].tools.as_ref().unwrap().text);
         assert!(Arc::ptr_eq(&text(0), &text(1)) && Arc::ptr_eq(&text(0), &text(3)), "written once");
         assert!(!Arc::ptr_eq(&text(0), &text(2)));
+    }
+
+    #[test]
+    fn a_long_system_prompt_has_the_id_of_its_text_however_often_it_is_seen() {
+        use parley_core::{Message, Role};
+        let prompt = |n: usize| format!("{n} {}", "policy ".repeat(60));
+        let mut ids = PromptIds::default();
+        let first = ids.of(&Message::text(Role::System, prompt(0)));
+        assert_eq!(first, Some(id_of(&prompt(0))));
+        // More prompts than are kept, then the first again: each has its own text's id.
+        for n in 1..=2 * PromptIds::MOST {
+            assert_eq!(ids.of(&Message::text(Role::System, prompt(n))), Some(id_of(&prompt(n))));
+            assert_eq!(ids.of(&Message::text(Role::System, prompt(0))), first, "after {n} others");
+        }
+        assert!(ids.0.len() <= PromptIds::MOST);
+        assert_eq!(ids.of(&Message::text(Role::User, prompt(0))), None, "a user's message is kept in its row");
+        assert_eq!(ids.of(&Message::text(Role::System, "short")), None);
+        assert_eq!(ids.of(&Message::text(Role::System, format!("{}\0", prompt(0)))), None, "a NUL stays in its row");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use sqlx::error::BoxDynError;
 use sqlx::postgres::PgArguments;
 
 use crate::handle::Write;
-use crate::shared;
+use crate::shared::PromptIds;
 
 /// A row of one table, as SQLite's committing thread binds it.
 pub(crate) trait Row {
@@ -202,7 +202,12 @@ impl<'a> MessageRow<'a> {
     /// the call of the same seq) leaves its text and call id to that row (see [`told_by`]). A
     /// system prompt that `texts` keeps once has its id in `content_id` and its text in
     /// `content` until [`TurnRows::settle`] says which of the two the row keeps.
-    pub(crate) fn new(session: SessionId, r: &'a MessageRecord, tool: Option<&ToolCallRecord>) -> MessageRow<'a> {
+    pub(crate) fn new(
+        session: SessionId,
+        r: &'a MessageRecord,
+        tool: Option<&ToolCallRecord>,
+        prompts: &mut PromptIds,
+    ) -> MessageRow<'a> {
         let m = &r.message;
         let told = tool.is_some_and(|t| told_by(m, t));
         MessageRow {
@@ -215,7 +220,7 @@ impl<'a> MessageRow<'a> {
             parts: (!m.parts.is_empty()).then(|| json(&m.parts)),
             reasoning: m.reasoning.as_ref().map(json),
             tokens: m.tokens.as_ref().map(json),
-            content_id: shared::shared_text(m).map(|(id, _)| id),
+            content_id: prompts.of(m),
         }
     }
 }
@@ -307,13 +312,17 @@ pub(crate) struct TurnRows<'a> {
 impl<'a> TurnRows<'a> {
     /// The rows of `writes` (those a writer keeps, after its fence check); model calls' bodies
     /// only when `raw`. Its system prompts are still to be settled ([`TurnRows::settle`]).
-    pub(crate) fn gather(writes: impl IntoIterator<Item = &'a Write>, raw: bool) -> TurnRows<'a> {
+    pub(crate) fn gather(
+        writes: impl IntoIterator<Item = &'a Write>,
+        raw: bool,
+        prompts: &mut PromptIds,
+    ) -> TurnRows<'a> {
         let mut rows = TurnRows::default();
         for w in writes {
             let session = w.claim.session;
             for r in &w.turn.messages {
                 let tool = w.turn.tool_calls.iter().find(|t| t.seq == r.seq);
-                rows.messages.push(MessageRow::new(session, r, tool));
+                rows.messages.push(MessageRow::new(session, r, tool, prompts));
                 if let Some(call) = &r.call {
                     if let Some(a) = w.apart.iter().find(|a| raw && a.seq == r.seq) {
                         rows.apart.push((rows.calls.len(), a.id, &a.text, a.whole.get()));
@@ -332,7 +341,7 @@ impl<'a> TurnRows<'a> {
         rows
     }
 
-    /// The texts of these rows that `texts` keeps once (see [`shared::shared_text`]), each once,
+    /// The texts of these rows that `texts` keeps once (see [`PromptIds`]), each once,
     /// that the writer does not yet know `texts` holds (`stored`).
     pub(crate) fn new_texts(&self, stored: &HashSet<i64>) -> Vec<(i64, &'a str)> {
         let prompts = self.messages.iter().filter_map(|m| Some((m.content_id?, m.content?)));

@@ -29,7 +29,7 @@ use tracing::Instrument;
 use super::pg_now_text;
 use crate::StoreOptions;
 use crate::handle::{self, MAX_BATCH, Write, WriterHandle};
-use crate::shared::{KnownTexts, STORE_TEXT};
+use crate::shared::{KnownTexts, PromptIds, STORE_TEXT};
 use crate::turn_rows::{CallColumns, EndColumns, MessageColumns, ScoreColumns, ToolColumns, TurnRows};
 
 /// Writer tasks sharing the queue. Two keep the server busy while a commit waits on its WAL
@@ -59,6 +59,7 @@ pub(crate) fn spawn(pool: PgPool, name: Arc<str>, options: StoreOptions, turns: 
             name: Arc::clone(&name),
             raw: options.raw_model_calls,
             texts: KnownTexts::default(),
+            prompts: PromptIds::default(),
         };
         tokio::spawn(task.run(Arc::clone(&rx)).instrument(span));
     }
@@ -72,6 +73,8 @@ struct Task {
     raw: bool,
     /// The system prompts `texts` holds, as this task stored them.
     texts: KnownTexts,
+    /// The ids of the system prompts this task saw last.
+    prompts: PromptIds,
 }
 
 impl Task {
@@ -134,7 +137,7 @@ impl Task {
 
         let kept: Vec<&Write> = batch.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(w, _)| w).collect();
         // Each in a statement of its own, kept whatever becomes of the batch.
-        let mut rows = TurnRows::gather(kept, self.raw);
+        let mut rows = TurnRows::gather(kept, self.raw, &mut self.prompts);
         for (id, text) in rows.new_texts(self.texts.ids()) {
             let held: String =
                 sqlx::query_scalar(STORE_TEXT).bind(id).bind(text).fetch_one(&self.pool).await.map_err(Failed::from)?;
