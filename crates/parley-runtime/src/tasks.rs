@@ -234,7 +234,7 @@ impl StoredTasks {
         if let Some(task) = self.page.get(&index) {
             return Ok(Arc::clone(task));
         }
-        let rows = self.store.task_rows_from(self.run, index as i64, PAGE).await?;
+        let rows = Box::pin(self.store.task_rows_from(self.run, index as i64, PAGE)).await?;
         self.page.clear();
         for (i, row) in rows {
             let i = i as usize;
