@@ -100,10 +100,10 @@ impl PromptIds {
 
     /// The id `m`'s text is kept under in `texts`, when it is one that is stored once.
     pub(crate) fn of(&mut self, m: &parley_core::Message) -> Option<i64> {
-        let text = m.content.as_deref().filter(|t| t.len() >= SHARED_TEXT && !t.contains('\0'))?;
         if m.role != parley_core::Role::System {
             return None;
         }
+        let text = m.content.as_deref().filter(|t| t.len() >= SHARED_TEXT && !t.contains('\0'))?;
         if let Some((_, id)) = self.0.iter().find(|(kept, _)| **kept == *text) {
             return Some(*id);
         }
