@@ -10,6 +10,7 @@
 //! thread wake-ups, some two dozen statements a batch) and a copy of every bound string: 12% of
 //! the CPU of a persisted rollout in alternating runs (`docs/performance.md`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
@@ -71,8 +72,14 @@ impl Committer {
         // sizes had the inserts parsed and planned again, 0.4% of a run's CPU.
         conn.set_prepared_statement_cache_capacity(3 * CHUNK + 8);
         let (jobs, queue) = mpsc::channel::<Job>();
-        let mut thread =
-            Thread { conn, path: path.to_owned(), raw, texts: KnownTexts::default(), prompts: PromptIds::default() };
+        let mut thread = Thread {
+            conn,
+            path: path.to_owned(),
+            raw,
+            texts: KnownTexts::default(),
+            prompts: PromptIds::default(),
+            inserts: Inserts::default(),
+        };
         std::thread::Builder::new()
             .name("parley-store-commit".into())
             .spawn(move || {
@@ -109,6 +116,8 @@ struct Thread {
     texts: KnownTexts,
     /// The ids of the system prompts this thread saw last.
     prompts: PromptIds,
+    /// The text of every insert this thread has run.
+    inserts: Inserts,
 }
 
 impl Thread {
@@ -146,9 +155,10 @@ impl Thread {
             }
         }
         rows.settle(self.texts.ids());
-        insert_rows(&tx, MESSAGES, &rows.messages).map_err(db_error)?;
-        insert_rows(&tx, CALLS, &rows.calls).map_err(db_error)?;
-        insert_rows(&tx, TOOLS, &rows.tools).map_err(db_error)?;
+        let inserts = &mut self.inserts;
+        insert_rows(&tx, inserts, MESSAGES, &rows.messages).map_err(db_error)?;
+        insert_rows(&tx, inserts, CALLS, &rows.calls).map_err(db_error)?;
+        insert_rows(&tx, inserts, TOOLS, &rows.tools).map_err(db_error)?;
         // The batch's one clock reading, for its sessions' ends and their scores, when it has
         // any: SQLite's `strftime(..., 'now')` (the scores' column default) cost a microsecond a
         // row.
@@ -196,9 +206,14 @@ const CHUNK: usize = 32;
 
 /// Inserts `rows` into the table `head` names (`INSERT INTO t (columns) VALUES `), up to
 /// [`CHUNK`] rows a statement, each statement prepared once per connection and number of rows.
-fn insert_rows<R: Row>(tx: &Transaction<'_>, head: &str, rows: &[R]) -> rusqlite::Result<()> {
+fn insert_rows<R: Row>(
+    tx: &Transaction<'_>,
+    inserts: &mut Inserts,
+    head: &'static str,
+    rows: &[R],
+) -> rusqlite::Result<()> {
     for chunk in rows.chunks(CHUNK) {
-        let mut statement = tx.prepare_cached(&values(head, R::COLUMNS, chunk.len()))?;
+        let mut statement = tx.prepare_cached(inserts.text(head, R::COLUMNS, chunk.len()))?;
         for (i, row) in chunk.iter().enumerate() {
             row.bind_after(&mut statement, i * R::COLUMNS)?;
         }
@@ -207,10 +222,20 @@ fn insert_rows<R: Row>(tx: &Transaction<'_>, head: &str, rows: &[R]) -> rusqlite
     Ok(())
 }
 
-/// `head` and `rows` groups of `columns` parameters: `(?, ?), (?, ?)`.
-fn values(head: &str, columns: usize, rows: usize) -> String {
-    let group = format!("({})", vec!["?"; columns].join(", "));
-    format!("{head}{}", vec![group; rows].join(", "))
+/// The text of each insert [`insert_rows`] runs, by its head and number of rows, written once:
+/// writing a chunk's text again for every chunk (a string for each of its rows, joined) was a
+/// fiftieth of this thread's CPU.
+#[derive(Default)]
+struct Inserts(HashMap<(&'static str, usize), String>);
+
+impl Inserts {
+    /// `head` and `rows` groups of `columns` parameters: `(?, ?), (?, ?)`.
+    fn text(&mut self, head: &'static str, columns: usize, rows: usize) -> &str {
+        self.0.entry((head, rows)).or_insert_with(|| {
+            let group = format!("({})", vec!["?"; columns].join(", "));
+            format!("{head}{}", vec![group; rows].join(", "))
+        })
+    }
 }
 
 /// Runs `sql`, prepared once per connection, for each row of `rows`, with `last` after each
@@ -228,6 +253,24 @@ fn each_row<R: Row>(tx: &Transaction<'_>, sql: &str, rows: &[R], last: &str) -> 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_insert_of_n_rows_binds_n_groups_of_its_columns_and_is_written_once() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (a, b, c)").unwrap();
+        let mut inserts = super::Inserts::default();
+        for rows in [1, 2, super::CHUNK] {
+            let text = inserts.text("INSERT INTO t (a, b, c) VALUES ", 3, rows).to_owned();
+            let statement = conn.prepare(&text).unwrap();
+            assert_eq!(statement.parameter_count(), 3 * rows, "{text}");
+            let again = inserts.text("INSERT INTO t (a, b, c) VALUES ", 3, rows);
+            assert_eq!(again, text);
+        }
+        assert_eq!(inserts.0.len(), 3, "one text for each number of rows");
+        conn.execute(inserts.text("INSERT INTO t (a, b, c) VALUES ", 3, 2), [1, 2, 3, 4, 5, 6]).unwrap();
+        let sum: i64 = conn.query_row("SELECT SUM(a + b + c) FROM t", [], |r| r.get(0)).unwrap();
+        assert_eq!(sum, 21);
+    }
+
     #[test]
     fn the_time_is_written_as_sqlite_writes_it() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
