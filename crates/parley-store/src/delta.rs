@@ -51,6 +51,8 @@ use parley_core::{RawJson, Role, SessionId, TurnRecord};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::shared::TextIds;
+
 mod scan;
 
 /// The key that marks a delta. No OpenAI request has it.
@@ -83,18 +85,19 @@ enum Stored {
 
 /// The id of the tool list last kept apart, and its text: most runs offer every session the same
 /// list, whose id is then computed once.
-#[derive(Default)]
-struct ToolIds(Mutex<Option<(i64, Arc<str>)>>);
+struct ToolIds(Mutex<TextIds>);
+
+impl Default for ToolIds {
+    fn default() -> ToolIds {
+        ToolIds(Mutex::new(TextIds::new(1)))
+    }
+}
 
 impl ToolIds {
     fn of(&self, text: &str) -> (i64, Arc<str>) {
         let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((id, held)) = last.as_ref().filter(|(_, held)| **held == *text) {
-            return (*id, Arc::clone(held));
-        }
-        let (id, text) = (crate::shared::id_of(text), Arc::<str>::from(text));
-        *last = Some((id, Arc::clone(&text)));
-        (id, text)
+        let (id, text) = last.of(text);
+        (id, Arc::clone(text))
     }
 }
 

@@ -84,18 +84,54 @@ impl StoredRow {
 /// id and the lookup cost about what they save.
 pub(crate) const SHARED_TEXT: usize = 256;
 
+/// The texts seen last with their ids ([`id_of`]), so that a text seen again is compared, not
+/// hashed again (a kilobyte or more of SHA-256 against a comparison of its bytes). Past `most`
+/// texts, the one kept longest gives way.
+#[derive(Debug)]
+pub(crate) struct TextIds {
+    kept: Vec<(Arc<str>, i64)>,
+    most: usize,
+}
+
+impl TextIds {
+    pub(crate) fn new(most: usize) -> TextIds {
+        TextIds { kept: Vec::with_capacity(most), most: most.max(1) }
+    }
+
+    /// `text`'s id, and the text as kept.
+    pub(crate) fn of(&mut self, text: &str) -> (i64, &Arc<str>) {
+        let at = match self.kept.iter().position(|(kept, _)| **kept == *text) {
+            Some(at) => at,
+            None => {
+                if self.kept.len() == self.most {
+                    self.kept.remove(0);
+                }
+                self.kept.push((text.into(), id_of(text)));
+                self.kept.len() - 1
+            }
+        };
+        let (text, id) = &self.kept[at];
+        (*id, text)
+    }
+}
+
 /// The ids `texts` keeps messages' texts under, when a message is one whose text is stored once:
 /// a system prompt of [`SHARED_TEXT`] bytes or more. None holds a NUL, which PostgreSQL's text
 /// cannot (such a message is refused in its row, with its session alone).
 ///
 /// A writer keeps the prompts it saw last with their ids: a run's sessions open with a few
-/// prompts between them, so each prompt's text is hashed once, not once a session (a kilobyte
-/// or more of SHA-256 against a comparison of its bytes).
-#[derive(Debug, Default)]
-pub(crate) struct PromptIds(Vec<(Box<str>, i64)>);
+/// prompts between them, so each prompt's text is hashed once, not once a session.
+#[derive(Debug)]
+pub(crate) struct PromptIds(TextIds);
+
+impl Default for PromptIds {
+    fn default() -> PromptIds {
+        PromptIds(TextIds::new(PromptIds::MOST))
+    }
+}
 
 impl PromptIds {
-    /// The prompts kept; past this, the one kept longest gives way.
+    /// The prompts kept.
     const MOST: usize = 8;
 
     /// The id `m`'s text is kept under in `texts`, when it is one that is stored once.
@@ -104,15 +140,7 @@ impl PromptIds {
             return None;
         }
         let text = m.content.as_deref().filter(|t| t.len() >= SHARED_TEXT && !t.contains('\0'))?;
-        if let Some((_, id)) = self.0.iter().find(|(kept, _)| **kept == *text) {
-            return Some(*id);
-        }
-        let id = id_of(text);
-        if self.0.len() == Self::MOST {
-            self.0.remove(0);
-        }
-        self.0.push((text.into(), id));
-        Some(id)
+        Some(self.0.of(text).0)
     }
 }
 
@@ -246,10 +274,30 @@ mod tests {
             assert_eq!(ids.of(&Message::text(Role::System, prompt(n))), Some(id_of(&prompt(n))));
             assert_eq!(ids.of(&Message::text(Role::System, prompt(0))), first, "after {n} others");
         }
-        assert!(ids.0.len() <= PromptIds::MOST);
+        assert!(ids.0.kept.len() <= PromptIds::MOST);
         assert_eq!(ids.of(&Message::text(Role::User, prompt(0))), None, "a user's message is kept in its row");
         assert_eq!(ids.of(&Message::text(Role::System, "short")), None);
         assert_eq!(ids.of(&Message::text(Role::System, format!("{}\0", prompt(0)))), None, "a NUL stays in its row");
+    }
+
+    /// A text seen again among the last few is the one kept, with its own text's id; one that
+    /// gave way is kept anew, under the same id.
+    #[test]
+    fn a_text_seen_again_is_the_one_kept_with_its_own_id() {
+        let mut ids = TextIds::new(2);
+        let (a, kept_a) = ids.of("alpha");
+        let kept_a = Arc::clone(kept_a);
+        assert_eq!(a, id_of("alpha"));
+        let (again, kept) = ids.of(&String::from("alpha"));
+        assert_eq!(again, a);
+        assert!(Arc::ptr_eq(kept, &kept_a), "the text kept, not a copy");
+        assert_eq!(ids.of("beta").0, id_of("beta"));
+        assert_eq!(ids.of("gamma").0, id_of("gamma"));
+        // "alpha" gave way to "gamma".
+        let (after, kept) = ids.of("alpha");
+        assert_eq!(after, a);
+        assert!(!Arc::ptr_eq(kept, &kept_a));
+        assert_eq!(ids.kept.len(), 2);
     }
 
     #[test]
