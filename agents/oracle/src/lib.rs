@@ -124,6 +124,7 @@ mod tests {
                 "communicate_info": ["one", "two"]
             }})
             .into(),
+            openings: Default::default(),
         }
     }
 

@@ -378,7 +378,14 @@ mod tests {
 
     fn task(row: Value, messages: Vec<Message>) -> Arc<Task> {
         let id = row["id"].as_str().unwrap().to_owned();
-        Arc::new(Task { index: 0, id, messages, tools: Default::default(), row: row.into() })
+        Arc::new(Task {
+            index: 0,
+            id,
+            messages,
+            tools: Default::default(),
+            row: row.into(),
+            openings: Default::default(),
+        })
     }
 
     fn greeting_task() -> Arc<Task> {

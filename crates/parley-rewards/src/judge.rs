@@ -98,6 +98,7 @@ impl Judge {
             response_format: None,
             session: None,
             ready: None,
+            opening: None,
         };
         let reply = self
             .client

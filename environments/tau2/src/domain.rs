@@ -146,7 +146,14 @@ pub fn load(data: &Data, name: &str, options: DomainOptions) -> Result<Domain, T
         } else {
             spec.history.clone()
         };
-        tasks.push(Task { index, id: spec.id.clone(), messages, tools: agent_tools.clone(), row: row.clone().into() });
+        tasks.push(Task {
+            index,
+            id: spec.id.clone(),
+            messages,
+            tools: agent_tools.clone(),
+            row: row.clone().into(),
+            openings: Default::default(),
+        });
         specs.insert(spec.id.clone(), Arc::new(spec));
     }
 

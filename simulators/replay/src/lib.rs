@@ -63,6 +63,7 @@ mod tests {
             messages: vec![Message::user("hi")],
             tools: Default::default(),
             row: Default::default(),
+            openings: Default::default(),
         };
         let recorded = vec![
             Message::user("hi"),

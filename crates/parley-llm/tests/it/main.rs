@@ -48,6 +48,7 @@ async fn ask_in(
             response_format: None,
             session: None,
             ready,
+            opening: None,
         })
         .await
 }

@@ -38,6 +38,7 @@ fn task() -> Task {
         messages: vec![Message::user("hi")],
         tools: Default::default(),
         row: json!({}).into(),
+        openings: Default::default(),
     }
 }
 
