@@ -31,12 +31,17 @@ pub(crate) struct Committer {
 }
 
 // The inserts of a batch's turns, less their values: [`insert_rows`] adds a group of
-// parameters for each row.
-const MESSAGES: &str = "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, \
+// parameters for each row. `OR FAIL`: a batch is one transaction, and a statement that fails
+// fails it whole (`Thread::write_storing`), so no statement is ever undone alone, and SQLite
+// need not keep a statement journal to undo one. It keeps one for a statement of several rows
+// that may abort (a plain `INSERT`, whose key may be taken), with every page of the key's index
+// the statement changes: a run's batches wrote five times as many bytes into those temporary
+// files as into the database itself (`docs/performance.md`).
+const MESSAGES: &str = "INSERT OR FAIL INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, \
      reasoning, tokens, content_id) VALUES ";
-const CALLS: &str = "INSERT INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
+const CALLS: &str = "INSERT OR FAIL INTO model_calls (session_id, seq, endpoint, request, response, prompt_tokens, \
      completion_tokens, latency_ms, attempts, error, party, finish_reason, sampling) VALUES ";
-const TOOLS: &str = "INSERT INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, \
+const TOOLS: &str = "INSERT OR FAIL INTO tool_calls (session_id, seq, party, call_id, name, arguments, output, is_error, \
      is_write, malformed, truncated, duration_us) VALUES ";
 const ENDS: &str = "UPDATE sessions SET status = 'finished', termination = ?2, reward = ?3, error = ?4, \
      failure = ?5, steps = ?6, retries = retries + ?7, duration_ms = ?8, token_contiguity = ?9, user_faults = ?10, \
@@ -282,6 +287,49 @@ mod tests {
         let shape = |t: &str| t.chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect::<String>();
         assert_eq!(shape(&ours), "9999-99-99T99:99:99.999Z");
         assert_eq!(shape(&ours), shape(&before));
+    }
+
+    /// A batch's inserts keep no statement journal, the temporary file in which SQLite keeps
+    /// every page of the key's index a statement of several rows changes, to undo the statement
+    /// alone: a plain `INSERT` of rows whose keys land all over the index keeps one, the
+    /// committing thread's do not. Seen from the open files, where SQLite's temporary files
+    /// (`etilqs_...`, deleted as they are opened) are, while the transaction is open.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batchs_inserts_keep_no_statement_journal() {
+        let journals = || {
+            let fds = std::fs::read_dir("/proc/self/fd").unwrap();
+            fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                .filter(|target| target.to_string_lossy().contains("etilqs_"))
+                .count()
+        };
+        for head in [super::MESSAGES, super::CALLS, super::TOOLS] {
+            assert!(head.starts_with("INSERT OR FAIL INTO "), "{head}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
+        conn.execute_batch(
+            "PRAGMA page_size = 16384; PRAGMA journal_mode = WAL; \
+             CREATE TABLE t (s INTEGER NOT NULL, q INTEGER NOT NULL, c TEXT, PRIMARY KEY (s, q)); \
+             WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 30000) \
+             INSERT INTO t SELECT i % 256, i, 'earlier' FROM n;",
+        )
+        .unwrap();
+        let heads = [("INSERT INTO t (s, q, c) VALUES ", true), ("INSERT OR FAIL INTO t (s, q, c) VALUES ", false)];
+        for (head, kept) in heads {
+            let tx = conn.transaction().unwrap();
+            let mut inserts = super::Inserts::default();
+            for chunk in 0..9_i64 {
+                // The rows of one batch, of sessions all over the index.
+                let values: Vec<i64> = (0..super::CHUNK as i64)
+                    .flat_map(|i| [(chunk * 97 + i * 61) % 256, 100_000 + chunk * 1_000 + i, 0])
+                    .collect();
+                let mut statement = tx.prepare_cached(inserts.text(head, 3, super::CHUNK)).unwrap();
+                statement.execute(rusqlite::params_from_iter(values)).unwrap();
+            }
+            assert_eq!(journals() > 0, kept, "{head}");
+            tx.rollback().unwrap();
+        }
     }
 
     /// The SQLite linked in is built as `.cargo/config.toml` asks (`LIBSQLITE3_FLAGS`): no
