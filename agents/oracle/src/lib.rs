@@ -124,7 +124,6 @@ mod tests {
                 "communicate_info": ["one", "two"]
             }})
             .into(),
-            openings: Default::default(),
         }
     }
 

@@ -73,7 +73,6 @@ impl Agent for ToolCallingAgent {
                 response_format: Some(&format),
                 session: Some(view.session),
                 ready: Some(&ready),
-                opening: Some(&view.task.openings.agent),
             };
             let reply = self.client.chat(request).await?;
             let steps = view.messages.iter().filter(|m| m.role == Role::Assistant).count();
@@ -91,7 +90,6 @@ impl Agent for ToolCallingAgent {
             response_format: None,
             session: Some(view.session),
             ready: Some(&ready),
-            opening: Some(&view.task.openings.agent),
         };
         let reply = self.client.chat(request).await?;
         Ok(AgentTurn { message: reply.message, call: Some(reply.call) })
@@ -114,58 +112,7 @@ fn row_sampling(row: &serde_json::Value, sampling: &mut Sampling) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
-    use parley_core::{ChatReply, Message, ModelCall, ModelFailure, Task, ToolSpec};
-
     use super::*;
-
-    /// Answers every call with text (in either mode's form), and keeps the address of the opening each was to be
-    /// written through.
-    #[derive(Default)]
-    struct Openings(Mutex<Vec<Option<usize>>>);
-
-    #[async_trait]
-    impl ModelClient for Openings {
-        fn endpoint(&self) -> &str {
-            "openings"
-        }
-
-        async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
-            self.0.lock().unwrap().push(request.opening.map(|o| std::ptr::from_ref(o) as usize));
-            let text = r#"{"action": "respond", "message": "done"}"#;
-            Ok(ChatReply { message: Message::assistant(text), call: ModelCall::default() })
-        }
-    }
-
-    #[tokio::test]
-    async fn every_request_is_written_through_its_tasks_opening_in_either_mode() {
-        let client = Arc::new(Openings::default());
-        let task = Task {
-            index: 0,
-            id: "t".into(),
-            messages: vec![Message::system("policy"), Message::user("hi")],
-            tools: vec![ToolSpec {
-                name: "lookup".into(),
-                description: "Looks up.".into(),
-                parameters: serde_json::json!({"type": "object"}),
-                strict: false,
-            }]
-            .into(),
-            row: serde_json::json!({}).into(),
-            openings: Default::default(),
-        };
-        for json_tools in [false, true] {
-            let config = ToolCallingConfig { json_tools, ..ToolCallingConfig::default() };
-            let agent = ToolCallingAgent::new(client.clone(), config);
-            let view = AgentView { task: &task, messages: &task.messages, tools: &task.tools, seed: 1, session: 7 };
-            let turn = agent.act(view).await.unwrap();
-            let said = if json_tools { "done" } else { r#"{"action": "respond", "message": "done"}"# };
-            assert_eq!(turn.message.content_str(), said, "json_tools {json_tools}");
-        }
-        let agents = std::ptr::from_ref(&task.openings.agent) as usize;
-        assert_eq!(*client.0.lock().unwrap(), [Some(agents); 2]);
-    }
 
     #[test]
     fn a_rows_sampling_settings_win_when_it_sets_them() {

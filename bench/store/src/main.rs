@@ -65,7 +65,6 @@ async fn commit(store: Arc<dyn SessionStore>, turns: u32) -> anyhow::Result<Dura
         messages: vec![],
         tools: Default::default(),
         row: serde_json::json!({}).into(),
-        openings: Default::default(),
     });
     let specs: Vec<SessionSpec> = (0..SESSIONS)
         .map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: i as u64, player: Player::Run })

@@ -45,21 +45,6 @@ pub fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, Error> {
 const RAW_VALUE: &str = "$serde_json::private::RawValue";
 const NUMBER: &str = "$serde_json::private::Number";
 
-/// Text already written, written again as it is where a value goes, as a `RawValue` is: one
-/// JSON value, or several joined by commas where a list's items go (the writer puts the comma
-/// between items, and the text holds the ones between its own). Unchecked: for text this
-/// module wrote.
-pub(crate) struct Raw<'a>(pub &'a str);
-
-impl Serialize for Raw<'_> {
-    fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use ser::SerializeStruct;
-        let mut raw = serializer.serialize_struct(RAW_VALUE, 1)?;
-        raw.serialize_field(RAW_VALUE, self.0)?;
-        raw.end()
-    }
-}
-
 struct Serializer<W> {
     writer: W,
 }

@@ -37,7 +37,7 @@ pub use agent::{Agent, AgentFailure, AgentTurn, AgentView};
 pub use content::{Part, Reasoning, ReasoningReplay, ReasoningSpelling};
 pub use deadline::Deadline;
 pub use environment::{EnvError, EnvSession, Environment, ToolOutput};
-pub use message::{ChatForm, ChatMessages, Message, Opening, ReasoningField, Role, ToolCall, ToolList, ToolSpec};
+pub use message::{ChatForm, Message, ReasoningField, Role, ToolCall, ToolList, ToolSpec};
 pub use model::{
     ChatReply, ChatRequest, ModelCall, ModelClient, ModelFailure, ModelFailureKind, RawJson, Ready, Sampling, Usage,
 };
@@ -47,7 +47,7 @@ pub use store::{
     Claim, Fence, MessageRecord, Owner, Player, RunId, RunSpec, RunStatus, SessionId, SessionOutcome, SessionSpec,
     SessionStatus, SessionStore, StoreError, ToolCallRecord, TurnRecord, Unusable,
 };
-pub use task::{Openings, Task, ToolLists, stable_seed};
+pub use task::{Task, ToolLists, stable_seed};
 pub use task_row::TaskRow;
 pub use tokens::TokenIds;
 pub use user::{UserFailure, UserSimulator, UserStop, UserTurn, UserView};

@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 mod chat;
 
 use self::chat::ChatTools;
-pub use self::chat::{ChatForm, ChatMessage, ChatMessages, ChatTool, Opening, ReasoningField};
+pub use self::chat::{ChatForm, ChatMessage, ChatTool, ReasoningField};
 pub use crate::content::{Part, Reasoning, ReasoningSpelling};
 
 /// Who wrote a message.

@@ -34,9 +34,6 @@ pub struct ChatRequest<'a> {
     /// request ([`ModelClient::ready`]); the call takes one itself when this holds none of its
     /// endpoint's.
     pub ready: Option<&'a Ready>,
-    /// How the task's requests of this party open, written once for them all (a request whose
-    /// messages begin otherwise writes its own): never part of what is sent.
-    pub opening: Option<&'a crate::message::Opening>,
 }
 
 /// A place among an endpoint's calls in flight, taken before a request is built

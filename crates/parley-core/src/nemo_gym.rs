@@ -56,7 +56,7 @@ pub fn task_from_row(index: usize, row: impl Into<TaskRow>) -> Result<Task, RowE
     // The messages are read from the input: the row keeps it as text from here on.
     let mut row = row;
     row.hold_input();
-    Ok(Task { index, id, messages, tools, row, openings: Default::default() })
+    Ok(Task { index, id, messages, tools, row })
 }
 
 /// One input item as a message; an assistant item from an earlier generation keeps its token

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::message::{Message, Opening, ToolList};
+use crate::message::{Message, ToolList};
 use crate::task_row::{SharedTools, TaskRow};
 
 /// One task of a run. Trials of the same task share it.
@@ -19,29 +19,6 @@ pub struct Task {
     /// The task row as it was read, with every ground-truth field the scorer needs; its tool
     /// list shared with the tasks that have the same one (see [`ToolLists`]).
     pub row: TaskRow,
-    /// What the requests of the task's sessions open with, written once for all of them.
-    pub openings: Openings,
-}
-
-/// The openings of a task's requests, the agent's and the simulated user's (see [`Opening`]):
-/// texts kept for speed, no part of what the task is. A copy of a task starts without them, and
-/// two tasks are equal whatever theirs hold.
-#[derive(Debug, Default)]
-pub struct Openings {
-    pub agent: Opening,
-    pub user: Opening,
-}
-
-impl Clone for Openings {
-    fn clone(&self) -> Openings {
-        Openings::default()
-    }
-}
-
-impl PartialEq for Openings {
-    fn eq(&self, _: &Openings) -> bool {
-        true
-    }
 }
 
 /// Lets tasks read one after another share their tool list when it is the same: task files
@@ -106,7 +83,7 @@ mod tests {
         let task = |tools: Vec<ToolSpec>| {
             let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
             let row = serde_json::json!({"responses_create_params": {"tools": names}}).into();
-            Task { index: 0, id: "t".into(), messages: vec![], row, tools: tools.into(), openings: Default::default() }
+            Task { index: 0, id: "t".into(), messages: vec![], row, tools: tools.into() }
         };
         let mut lists = ToolLists::default();
         let tasks = [task(vec![tool("a")]), task(vec![tool("a")]), task(vec![tool("b")]), task(vec![tool("b")])]

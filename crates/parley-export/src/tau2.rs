@@ -378,14 +378,7 @@ mod tests {
 
     fn task(row: Value, messages: Vec<Message>) -> Arc<Task> {
         let id = row["id"].as_str().unwrap().to_owned();
-        Arc::new(Task {
-            index: 0,
-            id,
-            messages,
-            tools: Default::default(),
-            row: row.into(),
-            openings: Default::default(),
-        })
+        Arc::new(Task { index: 0, id, messages, tools: Default::default(), row: row.into() })
     }
 
     fn greeting_task() -> Arc<Task> {

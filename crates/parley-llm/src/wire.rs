@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use parley_core::{
-    ChatForm, ChatMessages, ChatRequest, Message, Part, RawJson, Reasoning, Role, TokenIds, ToolCall, Usage,
-};
+use parley_core::{ChatForm, ChatRequest, Message, Part, RawJson, Reasoning, Role, TokenIds, ToolCall, Usage};
 use serde::Serialize;
+use serde::ser::Serializer;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -26,7 +25,7 @@ pub(crate) fn request_body(request: &ChatRequest<'_>, form: ChatForm) -> RawJson
     let body = Body {
         logprobs: tokens,
         max_tokens: sampling.max_tokens,
-        messages: ChatMessages { messages: request.messages, form, opening: request.opening },
+        messages: Messages(request.messages, form),
         model: request.model,
         response_format: request.response_format,
         return_tokens_as_token_ids: tokens,
@@ -77,7 +76,7 @@ struct Body<'a> {
     logprobs: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
-    messages: ChatMessages<'a>,
+    messages: Messages<'a>,
     model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<&'a Value>,
@@ -93,6 +92,15 @@ struct Body<'a> {
     top_logprobs: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
+}
+
+/// The transcript, each message in the form the client asks for.
+struct Messages<'a>(&'a [Message], ChatForm);
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|m| m.chat(self.1)))
+    }
 }
 
 /// [`parse_reply`] of a body's bytes. A reply of the usual shape is read straight from the
@@ -291,16 +299,7 @@ mod tests {
 
     /// A request of model `m` with no response format: most tests vary only these three.
     fn request<'a>(messages: &'a [Message], tools: &'a ToolList, sampling: &'a Sampling) -> ChatRequest<'a> {
-        ChatRequest {
-            model: "m",
-            messages,
-            tools,
-            sampling,
-            response_format: None,
-            session: None,
-            ready: None,
-            opening: None,
-        }
+        ChatRequest { model: "m", messages, tools, sampling, response_format: None, session: None, ready: None }
     }
 
     #[test]

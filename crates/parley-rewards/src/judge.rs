@@ -98,7 +98,6 @@ impl Judge {
             response_format: None,
             session: None,
             ready: None,
-            opening: None,
         };
         let reply = self
             .client

@@ -178,7 +178,6 @@ pub(crate) mod test_support {
             messages: vec![Message::user("question?")],
             tools: parley_core::ToolList::default(),
             row: row.clone().into(),
-            openings: Default::default(),
         };
         Owned { transcript: vec![Message::user("question?"), Message::assistant(answer)], task }
     }

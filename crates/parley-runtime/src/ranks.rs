@@ -76,7 +76,6 @@ mod tests {
             response_format: None,
             session: Some(session),
             ready: None,
-            opening: None,
         };
         let mut sessions = [0usize; 8];
         for session in 1..=1_000 {

@@ -214,14 +214,7 @@ impl Runtime {
         }
         let messages = if sent.messages.is_empty() { own.messages.clone() } else { sent.messages };
         let tools = if sent.tools.is_empty() { own.tools.clone() } else { sent.tools };
-        parley_core::Task {
-            index: sent.index,
-            id: sent.id,
-            messages,
-            tools,
-            row: row.into(),
-            openings: Default::default(),
-        }
+        parley_core::Task { index: sent.index, id: sent.id, messages, tools, row: row.into() }
     }
 
     /// The tasks the environment brings (tau2's domains), when it brings its own.

@@ -185,14 +185,8 @@ mod tests {
 
     /// Opens and scores `sessions` sessions of `environment` at once; how many were scored.
     async fn score_at_once(environment: Arc<dyn Environment>, sessions: usize) -> usize {
-        let task = Task {
-            index: 0,
-            id: "t".into(),
-            messages: Vec::new(),
-            tools: ToolList::default(),
-            row: json!({}).into(),
-            openings: Default::default(),
-        };
+        let task =
+            Task { index: 0, id: "t".into(), messages: Vec::new(), tools: ToolList::default(), row: json!({}).into() };
         let scores = (0..sessions).map(|_| {
             let (environment, task) = (Arc::clone(&environment), task.clone());
             tokio::spawn(async move {

@@ -146,14 +146,7 @@ pub fn load(data: &Data, name: &str, options: DomainOptions) -> Result<Domain, T
         } else {
             spec.history.clone()
         };
-        tasks.push(Task {
-            index,
-            id: spec.id.clone(),
-            messages,
-            tools: agent_tools.clone(),
-            row: row.clone().into(),
-            openings: Default::default(),
-        });
+        tasks.push(Task { index, id: spec.id.clone(), messages, tools: agent_tools.clone(), row: row.clone().into() });
         specs.insert(spec.id.clone(), Arc::new(spec));
     }
 

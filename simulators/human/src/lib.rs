@@ -85,14 +85,8 @@ mod tests {
         writer.write_all(b"I want a refund\nthanks ###STOP###\n").await.unwrap();
         drop(writer);
         let human = Human::new(BufReader::new(reader), shown_writer);
-        let task = Task {
-            index: 0,
-            id: "r1".into(),
-            messages: vec![],
-            tools: Default::default(),
-            row: Default::default(),
-            openings: Default::default(),
-        };
+        let task =
+            Task { index: 0, id: "r1".into(), messages: vec![], tools: Default::default(), row: Default::default() };
         let conversation = vec![Message::assistant("Hi! How can I help you today?")];
         let view = UserView { task: &task, trial: 0, messages: &conversation, tools: ToolList::none(), seed: 0 };
         let first = human.respond(view).await.unwrap();

@@ -88,7 +88,6 @@ impl UserSimulator for LlmUser {
             response_format: None,
             session: None,
             ready: Some(&ready),
-            opening: Some(&view.task.openings.user),
         };
         let reply = self.client.chat(request).await?;
         let text = reply.message.content.clone().unwrap_or_default();

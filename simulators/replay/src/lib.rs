@@ -63,7 +63,6 @@ mod tests {
             messages: vec![Message::user("hi")],
             tools: Default::default(),
             row: Default::default(),
-            openings: Default::default(),
         };
         let recorded = vec![
             Message::user("hi"),

@@ -97,7 +97,6 @@ mod tests {
             messages: vec![Message::user("What is the capital of France?")],
             tools: Default::default(),
             row: json!({"follow_ups": ["What is its population?", "Name a landmark."]}).into(),
-            openings: Default::default(),
         }
     }
 

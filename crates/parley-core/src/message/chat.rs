@@ -6,9 +6,7 @@
 //! sorted order, as a `serde_json::Value` writes them: a request body costs one pass over the
 //! transcript, and its bytes are those of the tree a reader builds from it.
 
-use std::sync::OnceLock;
-
-use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
 use super::{Message, Role, ToolCall, ToolSpec};
@@ -88,79 +86,6 @@ impl ToolSpec {
     /// This tool in the Chat Completions form, as a JSON value.
     pub fn to_chat_json(&self) -> Value {
         to_value(&self.chat())
-    }
-}
-
-/// The messages a task's sessions open with, in the Chat Completions form their requests write
-/// them, written once for the task: every message before the model's own first (a system
-/// prompt, a tau2 policy, the task's first user message). Every request of every trial of the
-/// task sends them again, and they are most often most of what it writes.
-///
-/// The first request that asks sets the opening; any request whose messages begin with its
-/// messages, in its form, writes its text in their place, and any other writes all of its own:
-/// the text is what they would write, byte for byte, and a request never gets another's.
-#[derive(Default)]
-pub struct Opening(OnceLock<Opened>);
-
-struct Opened {
-    form: ChatForm,
-    messages: Vec<Message>,
-    /// `messages` in `form`, joined by commas as a list's items are.
-    text: String,
-}
-
-impl Opening {
-    /// The opening's text and the messages after it, when `messages` begin with the opening's
-    /// in its form; else `messages` whole.
-    fn split<'a>(&'a self, messages: &'a [Message], form: ChatForm) -> (Option<&'a str>, &'a [Message]) {
-        let opened = self.0.get_or_init(|| {
-            let len = messages.iter().position(|m| m.role == Role::Assistant).unwrap_or(messages.len());
-            let opening = &messages[..len];
-            let text = crate::json::to_string(&ChatMessages { messages: opening, form, opening: None })
-                .expect("a Chat Completions form is plain JSON");
-            // The list's brackets off: its items, as they go in another list.
-            let text = text[1..text.len() - 1].to_owned();
-            Opened { form, messages: opening.to_vec(), text }
-        });
-        match opened.form == form && !opened.messages.is_empty() && messages.starts_with(&opened.messages) {
-            true => (Some(&opened.text), &messages[opened.messages.len()..]),
-            false => (None, messages),
-        }
-    }
-}
-
-impl std::fmt::Debug for Opening {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let messages = self.0.get().map_or(0, |o| o.messages.len());
-        f.debug_struct("Opening").field("messages", &messages).finish()
-    }
-}
-
-/// A transcript in its Chat Completions form, the list a request sends: each message as
-/// [`Message::chat`] writes it, the ones of `opening` (when they begin it) as that has them.
-/// For a JSON writer (this crate's or serde_json's): an opening's text goes in as it is, and a
-/// tree, which has no place for several values as one, refuses it.
-#[derive(Clone, Copy)]
-pub struct ChatMessages<'a> {
-    pub messages: &'a [Message],
-    pub form: ChatForm,
-    pub opening: Option<&'a Opening>,
-}
-
-impl Serialize for ChatMessages<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (opened, rest) = match self.opening {
-            Some(opening) => opening.split(self.messages, self.form),
-            None => (None, self.messages),
-        };
-        let mut list = serializer.serialize_seq(None)?;
-        if let Some(text) = opened {
-            list.serialize_element(&crate::json::Raw(text))?;
-        }
-        for m in rest {
-            list.serialize_element(&m.chat(self.form))?;
-        }
-        list.end()
     }
 }
 
@@ -306,45 +231,6 @@ mod tests {
         let from_responses = thinking(ReasoningSpelling::Responses);
         let form = ChatForm { reasoning: ReasoningField::AsReceived, tokens: false };
         assert_eq!(from_responses.to_chat_json(form)["reasoning_content"], "2 + 2");
-    }
-
-    /// The list `messages` write in `form`, through `opening` or each on its own.
-    fn list(messages: &[Message], form: ChatForm, opening: Option<&Opening>) -> String {
-        crate::json::to_string(&ChatMessages { messages, form, opening }).unwrap()
-    }
-
-    #[test]
-    fn an_opening_writes_what_its_messages_would_and_only_for_requests_that_begin_with_them() {
-        let form = ChatForm { reasoning: ReasoningField::AsReceived, tokens: true };
-        let policy = Message::system("# Policy\nBe \"kind\"\tand brief.\u{1}");
-        let mut session = vec![policy.clone(), Message::user("hi"), thinking(ReasoningSpelling::Reasoning)];
-        session.push(Message::tool_result("c", "{\"ok\": true}"));
-        let opening = Opening::default();
-        // The first request sets it: the messages before the model's first turn.
-        assert_eq!(list(&session[..2], form, Some(&opening)), list(&session[..2], form, None));
-        assert_eq!(format!("{opening:?}"), "Opening { messages: 2 }");
-        // Every later request of the session, and a trial's, writes the same bytes with it.
-        for len in 2..=session.len() {
-            let request = &session[..len];
-            assert_eq!(list(request, form, Some(&opening)), list(request, form, None), "{len} messages");
-        }
-        let (text, rest) = opening.split(&session, form);
-        assert_eq!(format!("[{}]", text.unwrap()), list(&session[..2], form, None));
-        assert_eq!(rest.len(), 2, "the rest are each written on their own");
-        // A request that begins otherwise, or asks for another form, writes its own.
-        let other = [policy, Message::user("hello"), Message::assistant("hi")];
-        assert_eq!(opening.split(&other, form), (None, &other[..]));
-        assert_eq!(list(&other, form, Some(&opening)), list(&other, form, None));
-        assert_eq!(opening.split(&session, ChatForm::default()).0, None);
-        assert_eq!(opening.split(&session[..1], form).0, None, "a request shorter than the opening");
-        // The list is the tree's, and reads back as it.
-        let read: Value = serde_json::from_str(&list(&session, form, Some(&opening))).unwrap();
-        assert_eq!(read, Value::Array(session.iter().map(|m| m.to_chat_json(form)).collect()));
-        // A request whose model speaks first opens with nothing: it writes its own.
-        let empty = Opening::default();
-        let greeted = [Message::assistant("Hi! How can I help you today?"), Message::user("hi")];
-        assert_eq!(list(&greeted, form, Some(&empty)), list(&greeted, form, None));
-        assert_eq!(empty.split(&greeted, form).0, None);
     }
 
     #[test]

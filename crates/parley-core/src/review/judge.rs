@@ -49,7 +49,6 @@ pub async fn review(
         response_format: None,
         session: None,
         ready: None,
-        opening: None,
     };
     let reply = judge.chat(request).await?;
     Ok(findings(reply.message.content_str(), transcript))

@@ -294,7 +294,6 @@ pub fn task() -> Arc<Task> {
         messages: vec![Message::system("count"), Message::user("add two then stop")],
         tools: Default::default(),
         row: json!({}).into(),
-        openings: Default::default(),
     })
 }
 

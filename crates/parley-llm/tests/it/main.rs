@@ -48,7 +48,6 @@ async fn ask_in(
             response_format: None,
             session: None,
             ready,
-            opening: None,
         })
         .await
 }

@@ -180,7 +180,6 @@ mod tests {
             response_format: None,
             session: None,
             ready: None,
-            opening: None,
         };
         let body = request_json(&request, ReasoningReplay::Auto);
         assert_eq!(body["input"][2]["type"], "function_call");

@@ -18,7 +18,6 @@ fn task() -> Task {
         messages: vec![Message::user("What is 2 + 3?")],
         tools: Default::default(),
         row: json!({"expected_answer": "5"}).into(),
-        openings: Default::default(),
     }
 }
 

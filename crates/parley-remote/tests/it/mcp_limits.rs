@@ -38,7 +38,6 @@ fn task() -> Task {
         messages: vec![Message::user("hi")],
         tools: Default::default(),
         row: json!({}).into(),
-        openings: Default::default(),
     }
 }
 

@@ -40,7 +40,6 @@ async fn a_tool_call_then_a_text() {
             response_format: None,
             session: None,
             ready: None,
-            opening: None,
         })
         .await
         .unwrap();
@@ -60,7 +59,6 @@ async fn a_tool_call_then_a_text() {
             response_format: None,
             session: None,
             ready: None,
-            opening: None,
         })
         .await
         .unwrap();
@@ -91,7 +89,6 @@ async fn encrypted_reasoning_is_kept_and_sent_back() {
                 response_format: None,
                 session: None,
                 ready: None,
-                opening: None,
             };
             client.chat(request).await.unwrap()
         }
@@ -129,7 +126,6 @@ async fn rate_limits_are_retried_and_failures_are_bounded() {
             response_format: None,
             session: None,
             ready: None,
-            opening: None,
         };
         client.chat(request).await.expect("retries get through");
     }
@@ -149,7 +145,6 @@ async fn rate_limits_are_retried_and_failures_are_bounded() {
         response_format: None,
         session: None,
         ready: None,
-        opening: None,
     };
     let failure = client.chat(request).await.unwrap_err();
     assert_eq!(failure.kind, ModelFailureKind::Transport);

@@ -123,7 +123,6 @@ async fn a_selection_keeps_the_tasks_whose_pass_rate_lies_in_the_band() {
                 messages: vec![],
                 tools: Default::default(),
                 row: serde_json::json!({"id": format!("t{i}")}).into(),
-                openings: Default::default(),
             })
         })
         .collect();

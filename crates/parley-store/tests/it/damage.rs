@@ -195,7 +195,6 @@ async fn fill_the_disk_then_die() {
         messages: vec![],
         tools: Default::default(),
         row: serde_json::json!({}).into(),
-        openings: Default::default(),
     });
     let spec = parley_core::RunSpec { environment: "test".into(), config: serde_json::json!({}) };
     let session = parley_core::SessionSpec { task_index: 0, trial: 0, seed: 0, player: parley_core::Player::Run };

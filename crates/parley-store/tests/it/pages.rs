@@ -12,14 +12,8 @@ use sqlx::{Connection, SqliteConnection};
 /// Opens the store at `db`, commits a turn into a new run, and closes it.
 async fn commit_a_turn(db: &Path) {
     let store = SqliteStore::open(db, StoreOptions::default()).await.unwrap();
-    let task = Arc::new(Task {
-        index: 0,
-        id: "t".into(),
-        messages: vec![],
-        tools: Default::default(),
-        row: json!({}).into(),
-        openings: Default::default(),
-    });
+    let task =
+        Arc::new(Task { index: 0, id: "t".into(), messages: vec![], tools: Default::default(), row: json!({}).into() });
     let spec = SessionSpec { task_index: 0, trial: 0, seed: 0, player: Player::Run };
     let (_, ids) =
         store.create_run(&RunSpec { environment: "test".into(), config: json!({}) }, &[task], &[spec]).await.unwrap();

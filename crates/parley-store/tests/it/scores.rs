@@ -112,7 +112,6 @@ async fn a_verdict_is_asked_once_and_answered_from_the_store_after() {
         response_format: None,
         session: None,
         ready: None,
-        opening: None,
     };
 
     let cache = VerdictCache::new(judge.clone(), store.clone());

@@ -20,14 +20,8 @@ async fn the_wal_stays_near_its_limit_while_readers_hold_snapshots() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("parley.db");
     let store = SqliteStore::open(&db, StoreOptions { wal_limit: LIMIT, ..StoreOptions::default() }).await.unwrap();
-    let task = Arc::new(Task {
-        index: 0,
-        id: "t".into(),
-        messages: vec![],
-        tools: Default::default(),
-        row: json!({}).into(),
-        openings: Default::default(),
-    });
+    let task =
+        Arc::new(Task { index: 0, id: "t".into(), messages: vec![], tools: Default::default(), row: json!({}).into() });
     let specs: Vec<SessionSpec> = (0..SESSIONS)
         .map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: i as u64, player: Player::Run })
         .collect();

@@ -15,14 +15,8 @@ use sqlx::Row;
 
 pub async fn store_with_sessions(dir: &tempfile::TempDir, sessions: usize) -> (SqliteStore, Vec<i64>) {
     let store = SqliteStore::open(&dir.path().join("parley.db"), StoreOptions::default()).await.unwrap();
-    let task = Arc::new(Task {
-        index: 0,
-        id: "t".into(),
-        messages: vec![],
-        tools: Default::default(),
-        row: json!({}).into(),
-        openings: Default::default(),
-    });
+    let task =
+        Arc::new(Task { index: 0, id: "t".into(), messages: vec![], tools: Default::default(), row: json!({}).into() });
     let specs: Vec<SessionSpec> = (0..sessions)
         .map(|i| SessionSpec { task_index: 0, trial: i as u32, seed: i as u64, player: Player::Run })
         .collect();

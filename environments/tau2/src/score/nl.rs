@@ -92,7 +92,6 @@ pub async fn evaluate(
         response_format: None,
         session: None,
         ready: None,
-        opening: None,
     };
     let reply = judge.client.chat(request).await.map_err(|e| EnvError::new(format!("NL assertion judge: {e}")))?;
     let content = reply.message.content_str();

@@ -32,7 +32,6 @@ pub fn blank_task() -> Task {
         messages: vec![],
         tools: Default::default(),
         row: json!({"id": "blank"}).into(),
-        openings: Default::default(),
     }
 }
 

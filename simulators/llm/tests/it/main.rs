@@ -10,9 +10,8 @@ use parley_core::{
 use serde_json::json;
 use simulator_llm::{LlmUser, LlmUserConfig, Prompt};
 
-/// What one request carried: its messages, its seed, how many tools it offered, and the opening
-/// it was to be written through (its address).
-type Request = (Vec<Message>, Option<u64>, usize, Option<usize>);
+/// What one request carried: its messages, its seed, and how many tools it offered.
+type Request = (Vec<Message>, Option<u64>, usize);
 
 /// Answers with the next scripted text and keeps every request it saw.
 struct Recorder {
@@ -27,9 +26,7 @@ impl ModelClient for Recorder {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatReply, ModelFailure> {
-        let opening = request.opening.map(|o| std::ptr::from_ref(o) as usize);
-        let seen = (request.messages.to_vec(), request.sampling.seed, request.tools.len(), opening);
-        self.seen.lock().unwrap().push(seen);
+        self.seen.lock().unwrap().push((request.messages.to_vec(), request.sampling.seed, request.tools.len()));
         let text = self.replies.lock().unwrap().remove(0);
         Ok(ChatReply { message: Message::assistant(text), call: ModelCall::default() })
     }
@@ -48,7 +45,6 @@ fn task() -> Task {
         messages: vec![],
         tools: Default::default(),
         row: json!({"user_scenario": {"instructions": {"reason_for_call": "Cancel order #W1."}}}).into(),
-        openings: Default::default(),
     }
 }
 
@@ -73,7 +69,7 @@ async fn roles_are_flipped_and_the_agents_calls_are_hidden() {
     assert_eq!(turn.message, Message::user("I want to cancel order #W1."));
     assert_eq!(turn.stop, None);
     let seen = recorder.seen.lock().unwrap();
-    let (messages, sent_seed, _, opening) = &seen[0];
+    let (messages, sent_seed, _) = &seen[0];
     assert_eq!(messages[0].role, Role::System);
     assert!(messages[0].content_str().contains("Cancel order #W1."));
     let roles: Vec<Role> = messages[1..].iter().map(|m| m.role).collect();
@@ -81,8 +77,6 @@ async fn roles_are_flipped_and_the_agents_calls_are_hidden() {
     assert_eq!(messages[3].content_str(), "Checking.");
     assert!(messages.iter().all(|m| m.content_str() != "secret" && m.tool_calls.is_empty()));
     assert_eq!(*sent_seed, Some(seed), "the session's seed is sent");
-    let users = std::ptr::from_ref(&task.openings.user) as usize;
-    assert_eq!(*opening, Some(users), "written through the task's opening for the user's requests");
 }
 
 #[tokio::test]

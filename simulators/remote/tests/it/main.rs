@@ -81,7 +81,6 @@ fn task() -> Task {
         messages: vec![],
         tools: ToolList::default(),
         row: json!({"id": "no_signal", "user_scenario": {"persona": "Terse.", "instructions": SCENARIO}}).into(),
-        openings: Default::default(),
     }
 }
 

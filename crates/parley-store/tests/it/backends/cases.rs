@@ -22,7 +22,6 @@ pub fn run_of(n: usize) -> (RunSpec, Vec<Arc<Task>>, Vec<SessionSpec>) {
         messages: vec![],
         tools: Default::default(),
         row: json!({"question": "¿qué? ☃", "n": 1}).into(),
-        openings: Default::default(),
     });
     // The last seed needs all 64 bits.
     let specs = (0..n)
@@ -606,14 +605,7 @@ pub async fn a_runs_tool_lists_are_stored_once_and_its_rows_come_back_whole(db: 
     let list = |name: &str| json!([{"type": "function", "name": name, "parameters": {"type": "object"}}]);
     let row = |i: usize, tools: serde_json::Value| json!({"id": i, "responses_create_params": {"input": "hi", "tools": tools}, "expected": ["☃"]});
     let task = |index: usize, row: serde_json::Value| {
-        Arc::new(Task {
-            index,
-            id: format!("t{index}"),
-            messages: vec![],
-            tools: Default::default(),
-            row: row.into(),
-            openings: Default::default(),
-        })
+        Arc::new(Task { index, id: format!("t{index}"), messages: vec![], tools: Default::default(), row: row.into() })
     };
     let specs = |tasks: std::ops::Range<usize>| -> Vec<SessionSpec> {
         tasks.map(|task_index| SessionSpec { task_index, trial: 0, seed: 0, player: Player::Run }).collect()
