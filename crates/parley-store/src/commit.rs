@@ -35,7 +35,7 @@ pub(crate) struct Committer {
 // fails it whole (`Thread::write_storing`), so no statement is ever undone alone, and SQLite
 // need not keep a statement journal to undo one. It keeps one for a statement of several rows
 // that may abort (a plain `INSERT`, whose key may be taken), with every page of the key's index
-// the statement changes: a run's batches wrote five times as many bytes into those temporary
+// the statement changes: a run's batches wrote four times as many bytes into those temporary
 // files as into the database itself (`docs/performance.md`).
 const MESSAGES: &str = "INSERT OR FAIL INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, parts, \
      reasoning, tokens, content_id) VALUES ";
